@@ -1,0 +1,1 @@
+//! Devices behind edgevol-core.

@@ -1,0 +1,1 @@
+//! The edgevol CSI node plugin (a later issue).
