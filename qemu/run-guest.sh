@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Boot the pinned Debian cloud kernel with a busybox initramfs under QEMU (TCG by default), run one
+# shell command as the guest's job, stream the serial console to a log file, and report pass/fail.
+#
+# usage: qemu/run-guest.sh [options] [-- extra qemu args...]
+#   --name NAME          label for logs and temp files (default: guest)
+#   --cmd 'SHELL'        command run by the guest's init (busybox sh -c), after mounts and modules
+#   --bin PATH           copy an executable into the guest's /bin (repeatable; static musl expected)
+#   --file SRC:DST       copy a host file to DST in the guest (repeatable)
+#   --module NAME        load a kernel module (and its dependencies, resolved from modules.dep)
+#                        before --cmd runs (repeatable), e.g. --module nvme-tcp --module virtio_net
+#   --timeout SECS       hard wall-clock budget for the whole VM (default 120); on expiry QEMU is
+#                        killed and the script exits 124
+#   --log FILE           serial console log (default: qemu/.cache/logs/NAME.log)
+#   --pass-marker TEXT   also require this line fragment in the log for a pass
+#   --fail-marker TEXT   a log line containing this fails the run (default: 'Kernel panic')
+#   --mem MB             guest memory (default 512)    --smp N   guest CPUs (default 1)
+#   --append 'ARGS'      extra kernel command line
+#   --accel ACCEL        tcg (default) or kvm
+#   --detach-on TEXT     do not wait for the guest to finish: return 0 as soon as TEXT appears in
+#                        the log (the VM keeps running; its pid is written to --pidfile). For
+#                        long-lived VMs (appliance, nodes). Stop it with: kill "$(cat PIDFILE)"
+#   --pidfile FILE       where --detach-on writes QEMU's pid (default: qemu/.cache/run/NAME.pid)
+# Exit: 0 pass, 1 fail (guest command failed, fail marker or missing pass marker), 124 timeout,
+#       2 usage/setup error.
+#
+# The guest prints 'EDGEVOL-GUEST-START' before the command and 'EDGEVOL-GUEST-EXIT rc=N' after
+# it, then powers off. Give steps inside the command their own budget with busybox `timeout`.
+# Example (one emulated NVMe drive):
+#   qemu/run-guest.sh --name nvme --bin target/x86_64-unknown-linux-musl/release/hal-guest-check \
+#     --cmd 'hal-guest-check /dev/nvme0n1 EDGEVOLTEST01' --timeout 90 -- \
+#     -drive file=disk.img,if=none,id=d0,format=raw -device nvme,serial=EDGEVOLTEST01,drive=d0
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=versions.env
+. "$ROOT/qemu/versions.env"
+CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
+KDIR="$CACHE/kernel/$EDGEVOL_KERNEL_RELEASE"
+KERNEL="$KDIR/boot/vmlinuz-$EDGEVOL_KERNEL_RELEASE"
+MODDIR="$KDIR/lib/modules/$EDGEVOL_KERNEL_RELEASE"
+
+name=guest cmd=true timeout_s=120 log="" pass_marker="" fail_marker="Kernel panic"
+mem=512 smp=1 append="" accel=tcg detach_on="" pidfile=""
+bins=() files=() modules=() qemu_extra=()
+
+die() { echo "run-guest: $*" >&2; exit 2; }
+while (($#)); do
+    case "$1" in
+    --name) name="$2"; shift 2 ;;
+    --cmd) cmd="$2"; shift 2 ;;
+    --bin) bins+=("$2"); shift 2 ;;
+    --file) files+=("$2"); shift 2 ;;
+    --module) modules+=("$2"); shift 2 ;;
+    --timeout) timeout_s="$2"; shift 2 ;;
+    --log) log="$2"; shift 2 ;;
+    --pass-marker) pass_marker="$2"; shift 2 ;;
+    --fail-marker) fail_marker="$2"; shift 2 ;;
+    --mem) mem="$2"; shift 2 ;;
+    --smp) smp="$2"; shift 2 ;;
+    --append) append="$2"; shift 2 ;;
+    --accel) accel="$2"; shift 2 ;;
+    --detach-on) detach_on="$2"; shift 2 ;;
+    --pidfile) pidfile="$2"; shift 2 ;;
+    --) shift; qemu_extra=("$@"); break ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+    esac
+done
+
+[[ -f "$KERNEL" ]] || die "kernel $KERNEL missing: run scripts/setup-qemu.sh first"
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run scripts/setup-qemu.sh"
+[[ -x /bin/busybox ]] || die "/bin/busybox missing: run scripts/setup-qemu.sh"
+
+mkdir -p "$CACHE/logs" "$CACHE/run"
+log="${log:-$CACHE/logs/$name.log}"
+pidfile="${pidfile:-$CACHE/run/$name.pid}"
+work="$(mktemp -d "$CACHE/run/$name.XXXXXX")"
+cleanup() { rm -rf "$work"; }
+trap cleanup EXIT
+
+# --- initramfs -------------------------------------------------------------------------------
+rootfs="$work/rootfs"
+mkdir -p "$rootfs"/{bin,sbin,etc,proc,sys,dev,tmp,run,mnt,lib/modules,usr/bin,usr/sbin}
+cp /bin/busybox "$rootfs/bin/busybox"
+for b in "${bins[@]}"; do
+    [[ -f "$b" ]] || die "--bin $b: no such file"
+    install -m 0755 "$b" "$rootfs/bin/$(basename "$b")"
+done
+for f in "${files[@]}"; do
+    src="${f%%:*}" dst="${f#*:}"
+    [[ -e "$src" && "$dst" == /* ]] || die "--file $f: want an existing SRC and an absolute DST"
+    mkdir -p "$rootfs$(dirname "$dst")"
+    cp -a "$src" "$rootfs$dst"
+done
+
+# Resolve modules with their dependencies (modules.dep built by setup-qemu.sh), load order first.
+declare -A seen=()
+order=()
+mod_path() {
+    local want="${1//-/_}" line
+    while IFS= read -r line; do
+        local p="${line%%:*}" b
+        b="$(basename "$p")"; b="${b%%.ko*}"
+        if [[ "${b//-/_}" == "$want" ]]; then echo "$p"; return 0; fi
+    done <"$MODDIR/modules.dep"
+    return 1
+}
+add_mod() { # $1 = path relative to MODDIR
+    local p="$1" deps d
+    [[ -n "${seen[$p]:-}" ]] && return 0
+    seen[$p]=1
+    deps="$(grep -m1 "^$p:" "$MODDIR/modules.dep" | cut -d: -f2)"
+    for d in $deps; do add_mod "$d"; done
+    order+=("$p")
+}
+for m in "${modules[@]}"; do
+    p="$(mod_path "$m")" || die "module $m not found in $MODDIR (built-in or absent; see the kernel config in $KDIR/boot)"
+    add_mod "$p"
+done
+: >"$rootfs/lib/modules/load.list"
+for p in "${order[@]}"; do
+    b="$(basename "$p")"
+    case "$p" in
+    *.xz) xz -dc "$MODDIR/$p" >"$rootfs/lib/modules/${b%.xz}"; b="${b%.xz}" ;;
+    *.zst) zstd -qdc "$MODDIR/$p" >"$rootfs/lib/modules/${b%.zst}"; b="${b%.zst}" ;;
+    *) cp "$MODDIR/$p" "$rootfs/lib/modules/$b" ;;
+    esac
+    echo "$b" >>"$rootfs/lib/modules/load.list"
+done
+
+printf '%s\n' "$cmd" >"$rootfs/etc/edgevol-cmd.sh"
+cat >"$rootfs/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm /root
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /dev/shm
+ip link set lo up 2>/dev/null
+while read -r m; do
+    [ -n "$m" ] || continue
+    insmod "/lib/modules/$m" || echo "EDGEVOL-GUEST: insmod $m failed"
+done </lib/modules/load.list
+echo "EDGEVOL-GUEST-START"
+sh /etc/edgevol-cmd.sh
+rc=$?
+echo "EDGEVOL-GUEST-EXIT rc=$rc"
+sync
+poweroff -f
+INIT
+chmod 0755 "$rootfs/init"
+(cd "$rootfs" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -1 >"$work/initramfs.gz"
+
+# --- boot ------------------------------------------------------------------------------------
+accel_args=(-accel "$accel")
+[[ "$accel" == kvm ]] && accel_args+=(-cpu host)
+: >"$log"
+qemu_cmd=(qemu-system-x86_64 "${accel_args[@]}" -m "$mem" -smp "$smp" -nodefaults -no-reboot
+    -display none -monitor none -serial "file:$log"
+    -kernel "$KERNEL" -initrd "$work/initramfs.gz"
+    -append "console=ttyS0 panic=-1 loglevel=4 $append"
+    "${qemu_extra[@]}")
+echo "run-guest: $name: ${qemu_cmd[*]}" >&2
+start=$(date +%s)
+
+if [[ -n "$detach_on" ]]; then
+    # The initramfs is read by QEMU at start only; the temp dir goes when this script exits.
+    "${qemu_cmd[@]}" -daemonize -pidfile "$pidfile" || die "qemu failed to start"
+    while ! grep -qF -- "$detach_on" "$log"; do
+        if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+            echo "run-guest: $name: VM exited before '$detach_on' (log: $log)" >&2; exit 1
+        fi
+        if (($(date +%s) - start >= timeout_s)); then
+            kill "$(cat "$pidfile")" 2>/dev/null || true
+            echo "run-guest: $name: TIMEOUT after ${timeout_s}s waiting for '$detach_on' (log: $log)" >&2
+            exit 124
+        fi
+        sleep 0.5
+    done
+    echo "run-guest: $name: ready after $(($(date +%s) - start))s, pid $(cat "$pidfile") (log: $log)" >&2
+    exit 0
+fi
+
+set +e
+timeout --kill-after=5 "$timeout_s" "${qemu_cmd[@]}"
+qrc=$?
+set -e
+elapsed=$(($(date +%s) - start))
+if ((qrc == 124 || qrc == 137)); then
+    echo "run-guest: $name: TIMEOUT after ${timeout_s}s (log: $log); last lines:" >&2
+    tail -n 20 "$log" >&2
+    exit 124
+fi
+verdict=PASS reason=""
+if ! grep -q 'EDGEVOL-GUEST-EXIT rc=0' "$log"; then
+    verdict=FAIL reason="$(grep -o 'EDGEVOL-GUEST-EXIT rc=[0-9]*' "$log" || echo 'guest command did not finish')"
+elif [[ -n "$pass_marker" ]] && ! grep -qF -- "$pass_marker" "$log"; then
+    verdict=FAIL reason="pass marker '$pass_marker' missing"
+fi
+if [[ -n "$fail_marker" ]] && grep -qF -- "$fail_marker" "$log"; then
+    verdict=FAIL reason="fail marker '$fail_marker' present"
+fi
+echo "run-guest: $name: $verdict in ${elapsed}s (qemu rc=$qrc${reason:+, $reason}; log: $log)" >&2
+if [[ "$verdict" != PASS ]]; then
+    tail -n 30 "$log" >&2
+    exit 1
+fi
