@@ -1,1 +1,90 @@
-fn main() {}
+//! `edgevold`: parses flags, starts the daemon, runs until SIGINT/SIGTERM.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use edgevol_appliance::{start, Args, Config};
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let config = match Config::from_args(args) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => return fail(&format!("tokio runtime: {e}")),
+    };
+    runtime.block_on(async move {
+        let mut running = match start(config.clone()).await {
+            Ok(r) => r,
+            Err(e) => return fail(&e),
+        };
+        print_banner(&config, &running);
+        tokio::select! {
+            result = running.wait() => return match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            },
+            () = shutdown_signal() => tracing::info!("signal received: stopping"),
+        }
+        match running.stop().await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e),
+        }
+    })
+}
+
+fn fail(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("edgevold: error: {e}");
+    ExitCode::FAILURE
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// What a first-time user needs: where things are and how to connect.
+fn print_banner(config: &Config, running: &edgevol_appliance::Running) {
+    let addr = running.local_addr;
+    println!(
+        "edgevold {} appliance {:?} serving CSI over mTLS on {addr}",
+        env!("CARGO_PKG_VERSION"),
+        running.state.appliance_id
+    );
+    for device in &config.devices {
+        println!("  pool device: {}", device.display());
+    }
+    println!("  CA:          {}", config.tls.ca.display());
+    if config.dev {
+        let pki = config.data_dir.join("pki");
+        println!(
+            "  clients:     {}/{{admin,controller,observer}}.{{pem,key}}",
+            pki.display()
+        );
+        println!("  connect a CO through the proxy:");
+        println!(
+            "    edgevol proxy --listen unix:///tmp/edgevol-csi.sock --appliance {addr} \\\n      --ca {} --cert {p}/controller.pem --key {p}/controller.key",
+            config.tls.ca.display(),
+            p = pki.display()
+        );
+    }
+}

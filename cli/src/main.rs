@@ -1,1 +1,176 @@
-fn main() {}
+//! `edgevol`: the operator's command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use edgevol_cli::proxy;
+use edgevol_pki::files::{self, Pair, LEAF_DAYS};
+use edgevol_pki::tls::{client_config, TlsFiles};
+use edgevol_pki::{Role, Validity};
+
+#[derive(Debug, Parser)]
+#[command(name = "edgevol", version, about = "edgevol appliance admin CLI")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Certificates: the appliance CA, its server certificate, role certificates for clients.
+    Pki {
+        #[command(subcommand)]
+        command: PkiCommand,
+    },
+    /// Serve plaintext gRPC on a unix socket for CO sidecars; forward it to the appliance over mTLS.
+    Proxy {
+        /// unix:///path/csi.sock
+        #[arg(long)]
+        listen: String,
+        /// The appliance's CSI endpoint, HOST:PORT.
+        #[arg(long)]
+        appliance: String,
+        /// The appliance CA certificate.
+        #[arg(long)]
+        ca: PathBuf,
+        /// Our client certificate (role controller for a CO).
+        #[arg(long)]
+        cert: PathBuf,
+        /// Our client key.
+        #[arg(long)]
+        key: PathBuf,
+        /// Name to verify in the appliance certificate (default: HOST).
+        #[arg(long)]
+        server_name: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PkiCommand {
+    /// Create a CA (ca.pem, ca.key) and a server certificate (server.pem, server.key) in DIR.
+    Init {
+        /// The PKI directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// DNS name or IP address of the appliance; repeat for several.
+        #[arg(long = "san", required = true)]
+        sans: Vec<String>,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Issue a client certificate NAME.pem / NAME.key carrying ROLE, signed by DIR's CA.
+    Issue {
+        /// The PKI directory holding ca.pem and ca.key.
+        #[arg(long)]
+        dir: PathBuf,
+        /// admin, controller or observer.
+        #[arg(long)]
+        role: Role,
+        /// The client's name (certificate common name and file name).
+        #[arg(long)]
+        name: String,
+        /// Validity in days.
+        #[arg(long, default_value_t = LEAF_DAYS)]
+        days: u32,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("edgevol: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), String> {
+    match command {
+        Command::Pki {
+            command: PkiCommand::Init { dir, sans, force },
+        } => {
+            let (ca, server) = files::init(&dir, &sans, force).map_err(|e| e.to_string())?;
+            print_pair("CA", &ca);
+            print_pair("server", &server);
+            Ok(())
+        }
+        Command::Pki {
+            command:
+                PkiCommand::Issue {
+                    dir,
+                    role,
+                    name,
+                    days,
+                    force,
+                },
+        } => {
+            files::check_name(&name)?;
+            let pair = files::issue(&dir, role, &name, Validity::days(days), force)
+                .map_err(|e| e.to_string())?;
+            print_pair(&format!("{role} client {name:?}"), &pair);
+            Ok(())
+        }
+        Command::Proxy {
+            listen,
+            appliance,
+            ca,
+            cert,
+            key,
+            server_name,
+        } => {
+            let path = proxy::socket_path(&listen)?;
+            let tls = client_config(TlsFiles {
+                ca: &ca,
+                cert: &cert,
+                key: &key,
+            })
+            .map_err(|e| e.to_string())?;
+            let upstream = proxy::Upstream::new(&appliance, server_name.as_deref(), tls)?;
+            let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let listener = proxy::bind(&path).await?;
+                tracing::info!(socket = %path.display(), appliance = %appliance, "proxy serving");
+                proxy::serve(listener, upstream, shutdown_signal()).await;
+                let _ = std::fs::remove_file(&path);
+                Ok(())
+            })
+        }
+    }
+}
+
+fn print_pair(what: &str, pair: &Pair) {
+    println!(
+        "{what}: {} (key {})",
+        pair.cert.display(),
+        pair.key.display()
+    );
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! The daemon's configuration: a TOML file (`--config`) overridden by flags, resolved once at
+//! start into a [`Config`] whose every path and value has been checked.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde::Deserialize;
+
+/// The topology key every appliance sets to its id, so a CO can address one box of a fleet.
+pub const TOPOLOGY_KEY: &str = "edgevol.io/appliance";
+/// Where the CSI endpoint listens unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9500";
+/// The data directory of `--dev` unless `--data-dir` says otherwise.
+pub const DEFAULT_DEV_DIR: &str = "./edgevol-dev";
+/// Size of the sparse file pool `--dev` creates.
+pub const DEV_POOL_BYTES: u64 = 16 << 30;
+
+/// Command-line flags of `edgevold`. Each overrides the same setting of the config file.
+#[derive(Debug, Parser, Default)]
+#[command(
+    name = "edgevold",
+    version,
+    about = "edgevol appliance daemon: CSI over mTLS"
+)]
+pub struct Args {
+    /// TOML configuration file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// First-run default: a sparse file pool and a generated dev PKI under the data dir.
+    #[arg(long)]
+    pub dev: bool,
+    /// State directory (PKI defaults, appliance id, dev pool). Default ./edgevol-dev with --dev.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Address of the CSI endpoint (TCP, mutual TLS).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// A block device or pool file; repeat for several.
+    #[arg(long = "device")]
+    pub devices: Vec<PathBuf>,
+    /// CA certificate that client certificates must chain to.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// The server's certificate.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// The server's private key.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// This appliance's id: 1-32 of [a-z0-9-]; stable, it names volumes and NVMe subsystems.
+    #[arg(long)]
+    pub appliance_id: Option<String>,
+    /// An extra topology segment KEY=VALUE; repeat for several.
+    #[arg(long = "topology", value_parser = parse_segment)]
+    pub topology: Vec<(String, String)>,
+}
+
+/// The config file. Relative paths are relative to the file's directory.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    appliance_id: Option<String>,
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    devices: Vec<PathBuf>,
+    tls: Option<FileTls>,
+    #[serde(default)]
+    topology: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTls {
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+}
+
+/// Server TLS files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsPaths {
+    /// CA that client certificates must chain to.
+    pub ca: PathBuf,
+    /// The server certificate.
+    pub cert: PathBuf,
+    /// The server key.
+    pub key: PathBuf,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Development mode: create what is missing under the data dir.
+    pub dev: bool,
+    /// The appliance id, if configured; otherwise read from or generated into the data dir.
+    pub appliance_id: Option<String>,
+    /// The CSI endpoint.
+    pub listen: SocketAddr,
+    /// The state directory.
+    pub data_dir: PathBuf,
+    /// The pool's devices.
+    pub devices: Vec<PathBuf>,
+    /// The server's TLS files.
+    pub tls: TlsPaths,
+    /// Extra topology segments (the appliance segment is always added).
+    pub topology: BTreeMap<String, String>,
+}
+
+/// A configuration error: one line naming the file, flag or value at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Resolves flags and the config file they name.
+    pub fn from_args(args: Args) -> Result<Config, ConfigError> {
+        let (file, base) = match &args.config {
+            Some(path) => (read_file(path)?, parent_dir(path)),
+            None => (FileConfig::default(), PathBuf::from(".")),
+        };
+        let rel = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+
+        let data_dir = args
+            .data_dir
+            .or_else(|| file.data_dir.map(rel))
+            .or_else(|| args.dev.then(|| PathBuf::from(DEFAULT_DEV_DIR)))
+            .ok_or_else(|| {
+                ConfigError(
+                    "no data dir: pass --data-dir, set data_dir in the config, or use --dev".into(),
+                )
+            })?;
+        let pki = data_dir.join("pki");
+        let file_tls = file.tls.unwrap_or_default();
+        let tls = TlsPaths {
+            ca: args
+                .tls_ca
+                .or_else(|| file_tls.ca.map(rel))
+                .unwrap_or_else(|| pki.join("ca.pem")),
+            cert: args
+                .tls_cert
+                .or_else(|| file_tls.cert.map(rel))
+                .unwrap_or_else(|| pki.join("server.pem")),
+            key: args
+                .tls_key
+                .or_else(|| file_tls.key.map(rel))
+                .unwrap_or_else(|| pki.join("server.key")),
+        };
+        let mut devices = if args.devices.is_empty() {
+            file.devices.into_iter().map(rel).collect()
+        } else {
+            args.devices
+        };
+        if devices.is_empty() && args.dev {
+            devices.push(data_dir.join("pool.img"));
+        }
+        if devices.is_empty() {
+            return Err(ConfigError(
+                "no device: pass --device, set devices in the config, or use --dev".into(),
+            ));
+        }
+        let appliance_id = args.appliance_id.or(file.appliance_id);
+        if let Some(id) = &appliance_id {
+            check_appliance_id(id)?;
+        }
+        let mut topology = file.topology;
+        topology.extend(args.topology);
+        for (key, value) in &topology {
+            check_segment(key, value)?;
+        }
+        if topology.contains_key(TOPOLOGY_KEY) {
+            return Err(ConfigError(format!(
+                "topology key {TOPOLOGY_KEY} is set by the appliance to its id; choose another key"
+            )));
+        }
+        Ok(Config {
+            dev: args.dev,
+            appliance_id,
+            listen: args
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address")),
+            data_dir,
+            devices,
+            tls,
+            topology,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("config {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| {
+        // toml's message spans several lines (a source excerpt); keep the first for one clear line.
+        let message = e
+            .message()
+            .lines()
+            .next()
+            .unwrap_or("invalid TOML")
+            .to_owned();
+        let at = e
+            .span()
+            .map(|span| {
+                let line = text[..span.start].matches('\n').count() + 1;
+                format!(" at line {line}")
+            })
+            .unwrap_or_default();
+        ConfigError(format!("config {}{at}: {message}", path.display()))
+    })
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Checks an appliance id: it becomes part of NVMe qualified names and a topology value.
+pub fn check_appliance_id(id: &str) -> Result<(), ConfigError> {
+    let ok = (1..=32).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !id.starts_with('-')
+        && !id.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError(format!(
+            "appliance id {id:?}: use 1-32 of [a-z0-9-], not starting or ending with '-'"
+        )))
+    }
+}
+
+fn parse_segment(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("topology segment {s:?}: expected KEY=VALUE"))?;
+    check_segment(k, v).map_err(|e| e.0)?;
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// CSI topology rules (as Kubernetes labels): key = optional DNS prefix + '/' + name of at most
+/// 63 characters; value at most 63 characters; names and values start and end alphanumeric
+/// and hold only `[-_.A-Za-z0-9]`.
+fn check_segment(key: &str, value: &str) -> Result<(), ConfigError> {
+    fn label(s: &str, may_be_empty: bool) -> bool {
+        if s.is_empty() {
+            return may_be_empty;
+        }
+        let b = s.as_bytes();
+        s.len() <= 63
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
+    }
+    let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
+    let prefix_ok = prefix.is_empty()
+        || (prefix.len() <= 253 && prefix.split('.').all(|part| label(part, false)));
+    if !(prefix_ok && label(name, false)) {
+        return Err(ConfigError(format!(
+            "topology key {key:?} is not a valid key"
+        )));
+    }
+    if !label(value, true) {
+        return Err(ConfigError(format!(
+            "topology value {value:?} of {key:?} is not a valid value"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let path = dir.join("edgevold.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn dev_defaults_live_under_the_data_dir() {
+        let c = Config::from_args(Args {
+            dev: true,
+            ..Args::default()
+        })
+        .unwrap();
+        let dir = PathBuf::from(DEFAULT_DEV_DIR);
+        assert_eq!(c.data_dir, dir);
+        assert_eq!(c.devices, vec![dir.join("pool.img")]);
+        assert_eq!(c.tls.ca, dir.join("pki/ca.pem"));
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn file_values_are_relative_to_the_file_and_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            r#"
+appliance_id = "box-1"
+listen = "0.0.0.0:9600"
+data_dir = "state"
+devices = ["/dev/nvme0n1", "pool.img"]
+[tls]
+ca = "pki/ca.pem"
+[topology]
+"example.com/rack" = "r7"
+"#,
+        );
+        let c = Config::from_args(Args {
+            config: Some(path.clone()),
+            listen: Some("127.0.0.1:1".parse().unwrap()),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(c.appliance_id.as_deref(), Some("box-1"));
+        assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+        assert_eq!(c.data_dir, dir.path().join("state"));
+        assert_eq!(
+            c.devices,
+            vec![PathBuf::from("/dev/nvme0n1"), dir.path().join("pool.img")]
+        );
+        assert_eq!(c.tls.ca, dir.path().join("pki/ca.pem"));
+        assert_eq!(c.tls.key, dir.path().join("state/pki/server.key"));
+        assert_eq!(c.topology["example.com/rack"], "r7");
+    }
+
+    #[test]
+    fn bad_files_and_values_give_one_line_naming_the_culprit() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |text: &str| {
+            let path = write(dir.path(), text);
+            Config::from_args(Args {
+                config: Some(path),
+                dev: true,
+                ..Args::default()
+            })
+            .unwrap_err()
+            .0
+        };
+        let e = config("listen = [");
+        assert!(e.contains("edgevold.toml at line 1"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        let e = config("colour = \"blue\"");
+        assert!(e.contains("unknown field `colour`"), "{e}");
+        let e = config("appliance_id = \"Box_1\"");
+        assert!(e.contains("appliance id \"Box_1\""), "{e}");
+        let e = config("[topology]\n\"edgevol.io/appliance\" = \"x\"");
+        assert!(e.contains("set by the appliance"), "{e}");
+        let e = config("[topology]\n\"rack\" = \"-bad\"");
+        assert!(e.contains("topology value \"-bad\""), "{e}");
+
+        let missing = dir.path().join("nope.toml");
+        let e = Config::from_args(Args {
+            config: Some(missing),
+            ..Args::default()
+        })
+        .unwrap_err()
+        .0;
+        assert!(e.contains("nope.toml") && e.contains("No such file"), "{e}");
+    }
+
+    #[test]
+    fn without_dev_a_data_dir_and_device_are_required() {
+        let e = Config::from_args(Args::default()).unwrap_err().0;
+        assert!(e.contains("no data dir"), "{e}");
+        let e = Config::from_args(Args {
+            data_dir: Some("/tmp/x".into()),
+            ..Args::default()
+        })
+        .unwrap_err()
+        .0;
+        assert!(e.contains("no device"), "{e}");
+    }
+}

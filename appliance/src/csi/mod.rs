@@ -1,0 +1,3 @@
+//! The CSI services of the appliance: thin handlers over the appliance's state.
+
+pub mod identity;

@@ -1,0 +1,254 @@
+//! Starting and stopping the daemon.
+//!
+//! Everything that can be refused (data dir, lock, PKI, TLS files, the listen address) is
+//! checked before the first connection is accepted, so a bad start exits with one line and
+//! never leaves a half-started daemon. The pool then opens in the background: Probe answers
+//! `ready=false` until it has, and the daemon stops with an error if it cannot.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use edgevol_pki::tls::{server_config, TlsFiles};
+use edgevol_pki::PkiError;
+use edgevol_proto::csi::v1::identity_server::IdentityServer;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::auth::AuthLayer;
+use crate::config::{self, Config, TOPOLOGY_KEY};
+use crate::csi::identity::IdentityService;
+use crate::pool;
+use crate::state::State;
+use crate::transport;
+
+/// Why the daemon could not start or had to stop. Each renders as one line.
+#[derive(Debug)]
+pub enum DaemonError {
+    /// The data directory is unusable.
+    DataDir {
+        /// The directory or file in it.
+        path: PathBuf,
+        /// What went wrong.
+        error: io::Error,
+    },
+    /// Another daemon holds the data directory.
+    Locked(PathBuf),
+    /// The appliance id is invalid.
+    Config(config::ConfigError),
+    /// A PKI or TLS file is missing or unusable.
+    Pki(PkiError),
+    /// The listen address cannot be bound.
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// What the OS said.
+        error: io::Error,
+    },
+    /// The pool could not be opened.
+    Pool(pool::PoolError),
+    /// The gRPC server failed.
+    Serve(tonic::transport::Error),
+    /// The server task died.
+    Task(String),
+}
+
+impl fmt::Display for DaemonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DaemonError::DataDir { path, error } => {
+                write!(f, "data dir {}: {error}", path.display())
+            }
+            DaemonError::Locked(path) => write!(
+                f,
+                "data dir lock {} is held by another edgevold",
+                path.display()
+            ),
+            DaemonError::Config(e) => write!(f, "{e}"),
+            DaemonError::Pki(e) => write!(f, "TLS: {e}"),
+            DaemonError::Listen { addr, error } => write!(f, "listen {addr}: {error}"),
+            DaemonError::Pool(e) => write!(f, "pool: {e}"),
+            DaemonError::Serve(e) => write!(f, "gRPC server: {e}"),
+            DaemonError::Task(e) => write!(f, "server task: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DaemonError {}
+
+/// A started daemon.
+#[derive(Debug)]
+pub struct Running {
+    /// Where the CSI endpoint listens.
+    pub local_addr: SocketAddr,
+    /// The shared state.
+    pub state: Arc<State>,
+    stop: Arc<Notify>,
+    task: JoinHandle<Result<(), DaemonError>>,
+    _lock: File,
+}
+
+impl Running {
+    /// Stops accepting, lets calls in flight finish, and waits for the end.
+    pub async fn stop(mut self) -> Result<(), DaemonError> {
+        self.request_stop();
+        self.wait().await
+    }
+
+    /// Waits until the daemon ends by itself (a fatal error) or is stopped.
+    pub async fn wait(&mut self) -> Result<(), DaemonError> {
+        match (&mut self.task).await {
+            Ok(result) => result,
+            Err(join) => Err(DaemonError::Task(join.to_string())),
+        }
+    }
+
+    /// Asks the daemon to stop without waiting.
+    pub fn request_stop(&self) {
+        self.stop.notify_one();
+    }
+}
+
+/// Checks everything, binds, and starts serving.
+pub async fn start(config: Config) -> Result<Running, DaemonError> {
+    let data_dir = &config.data_dir;
+    prepare_data_dir(data_dir, config.dev)?;
+    let lock = lock_data_dir(data_dir)?;
+    if config.dev {
+        edgevol_pki::files::ensure_dev(&data_dir.join("pki")).map_err(DaemonError::Pki)?;
+    }
+    let appliance_id = match &config.appliance_id {
+        Some(id) => id.clone(),
+        None => persisted_appliance_id(data_dir)?,
+    };
+    let tls = server_config(TlsFiles {
+        ca: &config.tls.ca,
+        cert: &config.tls.cert,
+        key: &config.tls.key,
+    })
+    .map_err(DaemonError::Pki)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|error| DaemonError::Listen {
+            addr: config.listen,
+            error,
+        })?;
+    let local_addr = listener.local_addr().map_err(|error| DaemonError::Listen {
+        addr: config.listen,
+        error,
+    })?;
+
+    let mut topology = config.topology.clone();
+    topology.insert(TOPOLOGY_KEY.to_owned(), appliance_id.clone());
+    let state = Arc::new(State::new(appliance_id, topology));
+
+    // Stopped by `Running::stop`, or by a fatal error recorded in `fatal` first.
+    let stop = Arc::new(Notify::new());
+    let fatal = Arc::new(Mutex::new(None));
+    {
+        let (state, stop, fatal) = (state.clone(), stop.clone(), fatal.clone());
+        let (devices, dev) = (config.devices.clone(), config.dev);
+        tokio::task::spawn_blocking(move || match pool::open(&devices, dev) {
+            Ok(()) => {
+                state.set_ready();
+                tracing::info!("pool open: ready");
+            }
+            Err(e) => {
+                *fatal.lock().expect("fatal slot") = Some(DaemonError::Pool(e));
+                stop.notify_one();
+            }
+        });
+    }
+
+    let server = tonic::transport::Server::builder()
+        .layer(AuthLayer)
+        .add_service(IdentityServer::new(IdentityService::new(state.clone())));
+    let incoming = transport::incoming(listener, tls);
+    let task = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            server
+                .serve_with_incoming_shutdown(incoming, stop.notified())
+                .await
+                .map_err(DaemonError::Serve)?;
+            match fatal.lock().expect("fatal slot").take() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    };
+    Ok(Running {
+        local_addr,
+        state,
+        stop,
+        task,
+        _lock: lock,
+    })
+}
+
+fn io_err(path: &Path) -> impl Fn(io::Error) -> DaemonError + '_ {
+    move |error| DaemonError::DataDir {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+fn prepare_data_dir(dir: &Path, dev: bool) -> Result<(), DaemonError> {
+    if dev {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+    }
+    let meta = fs::metadata(dir).map_err(io_err(dir))?;
+    if !meta.is_dir() {
+        return Err(DaemonError::DataDir {
+            path: dir.to_path_buf(),
+            error: io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
+        });
+    }
+    fs::read_dir(dir).map_err(io_err(dir))?;
+    Ok(())
+}
+
+/// One daemon per data dir: two would corrupt the pool.
+fn lock_data_dir(dir: &Path) -> Result<File, DaemonError> {
+    let path = dir.join("edgevold.lock");
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => Err(DaemonError::Locked(path)),
+        Err(fs::TryLockError::Error(e)) => Err(io_err(&path)(e)),
+    }
+}
+
+/// The id kept in `DIR/appliance-id`, generated on first start.
+fn persisted_appliance_id(dir: &Path) -> Result<String, DaemonError> {
+    let path = dir.join("appliance-id");
+    match fs::read_to_string(&path) {
+        Ok(text) => {
+            let id = text.trim().to_owned();
+            config::check_appliance_id(&id).map_err(|e| {
+                DaemonError::Config(config::ConfigError(format!("{}: {e}", path.display())))
+            })?;
+            Ok(id)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let uuid = fs::read_to_string("/proc/sys/kernel/random/uuid").map_err(io_err(&path))?;
+            let id = format!("ev-{}", &uuid.trim().replace('-', "")[..12]);
+            let tmp = dir.join("appliance-id.tmp");
+            let mut file = File::create(&tmp).map_err(io_err(&tmp))?;
+            writeln!(file, "{id}").map_err(io_err(&tmp))?;
+            file.sync_all().map_err(io_err(&tmp))?;
+            fs::rename(&tmp, &path).map_err(io_err(&path))?;
+            Ok(id)
+        }
+        Err(e) => Err(io_err(&path)(e)),
+    }
+}

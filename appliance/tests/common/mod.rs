@@ -1,0 +1,90 @@
+//! Fixtures: a dev appliance in a temporary directory, and mTLS clients for it.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use edgevol_appliance::{start, Args, Config, Running};
+use edgevol_pki::tls::{client_config, TlsFiles};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::ClientConfig;
+use tokio_rustls::TlsConnector;
+use tonic::transport::{Channel, Endpoint};
+
+/// A dev appliance on an ephemeral port with its data dir in a temp dir.
+pub struct DevAppliance {
+    pub dir: tempfile::TempDir,
+    pub running: Running,
+}
+
+impl DevAppliance {
+    pub async fn start() -> DevAppliance {
+        let dir = tempfile::tempdir().unwrap();
+        let running = start(dev_config(dir.path(), "127.0.0.1:0".parse().unwrap()))
+            .await
+            .unwrap();
+        DevAppliance { dir, running }
+    }
+
+    pub fn pki(&self) -> PathBuf {
+        self.dir.path().join("pki")
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.running.local_addr
+    }
+
+    /// The client TLS configuration of the dev certificate pair `name`.
+    pub fn client_tls(&self, name: &str) -> Arc<ClientConfig> {
+        tls_for(
+            &self.pki(),
+            &self.pki().join(format!("{name}.pem")),
+            &self.pki().join(format!("{name}.key")),
+        )
+    }
+
+    pub async fn channel(&self, name: &str) -> Channel {
+        channel(self.addr(), self.client_tls(name)).await
+    }
+}
+
+pub fn dev_config(dir: &Path, listen: SocketAddr) -> Config {
+    Config::from_args(Args {
+        dev: true,
+        data_dir: Some(dir.to_path_buf()),
+        listen: Some(listen),
+        appliance_id: Some("test-box".into()),
+        ..Args::default()
+    })
+    .unwrap()
+}
+
+pub fn tls_for(pki: &Path, cert: &Path, key: &Path) -> Arc<ClientConfig> {
+    client_config(TlsFiles {
+        ca: &pki.join("ca.pem"),
+        cert,
+        key,
+    })
+    .unwrap()
+}
+
+/// A gRPC channel over our own TLS connector (tonic's TLS is not compiled in: one TLS stack).
+pub async fn channel(addr: SocketAddr, tls: Arc<ClientConfig>) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_uri| {
+            let tls = tls.clone();
+            async move {
+                let tcp = TcpStream::connect(addr).await?;
+                let stream = TlsConnector::from(tls)
+                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                    .await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .unwrap()
+}

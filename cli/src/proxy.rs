@@ -1,0 +1,272 @@
+//! The CO-side proxy: plaintext gRPC on a unix socket in, gRPC over mutual TLS to the appliance
+//! out.
+//!
+//! CSI sidecars and conformance tools only speak to a unix socket; the appliance only speaks
+//! mTLS over TCP. The proxy joins them at the HTTP/2 level: every request (any service, any
+//! method, unary or streaming) is forwarded with its headers and body frames untouched, and the
+//! response's headers, body and trailers come back the same way. Messages are never decoded, so
+//! status codes, messages and metadata arrive exactly as the appliance sent them.
+//!
+//! One upstream HTTP/2 connection is shared by all calls. It is re-established on demand: when
+//! the appliance restarts, the next call opens a new connection; a call that could not even be
+//! sent on a dead connection is retried once on a fresh one. A call that cannot reach the
+//! appliance is answered `UNAVAILABLE`.
+
+use std::convert::Infallible;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http::{Request, Response, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::Mutex;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::ClientConfig;
+use tokio_rustls::TlsConnector;
+use tonic::Status;
+
+/// Time allowed to connect and handshake with the appliance.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2 keep-alive towards the appliance, so a vanished box is noticed between calls.
+const KEEPALIVE: Duration = Duration::from_secs(20);
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// Where to forward to.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// `HOST:PORT` of the appliance's CSI endpoint.
+    pub address: String,
+    /// Name the appliance's certificate must carry (defaults to HOST).
+    pub server_name: ServerName<'static>,
+    /// Client TLS configuration (our role certificate, the appliance CA).
+    pub tls: Arc<ClientConfig>,
+}
+
+impl Upstream {
+    /// An upstream at `address` (`HOST:PORT`), verified as `server_name` or else as HOST.
+    pub fn new(
+        address: &str,
+        server_name: Option<&str>,
+        tls: Arc<ClientConfig>,
+    ) -> Result<Upstream, String> {
+        let authority: Authority = address
+            .parse()
+            .map_err(|e| format!("appliance address {address:?}: {e}"))?;
+        if authority.port_u16().is_none() {
+            return Err(format!("appliance address {address:?}: expected HOST:PORT"));
+        }
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = server_name.unwrap_or(host);
+        let server_name = ServerName::try_from(name.to_owned())
+            .map_err(|e| format!("server name {name:?}: {e}"))?;
+        Ok(Upstream {
+            address: address.to_owned(),
+            server_name,
+            tls,
+        })
+    }
+}
+
+/// The forwarding half: a lazily (re)connected HTTP/2 client to the appliance.
+#[derive(Debug)]
+struct Forwarder {
+    upstream: Upstream,
+    authority: Authority,
+    conn: Mutex<Option<SendRequest<Incoming>>>,
+}
+
+impl Forwarder {
+    fn new(upstream: Upstream) -> Forwarder {
+        let authority = upstream.address.parse().expect("checked in Upstream::new");
+        Forwarder {
+            upstream,
+            authority,
+            conn: Mutex::new(None),
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Incoming>, Status> {
+        let unavailable = |what: &str, e: &dyn std::fmt::Display| {
+            Status::unavailable(format!(
+                "edgevol proxy: appliance {} {what}: {e}",
+                self.upstream.address
+            ))
+        };
+        let connect = async {
+            let tcp = TcpStream::connect(&self.upstream.address)
+                .await
+                .map_err(|e| unavailable("unreachable", &e))?;
+            let _ = tcp.set_nodelay(true);
+            let tls = TlsConnector::from(self.upstream.tls.clone())
+                .connect(self.upstream.server_name.clone(), tcp)
+                .await
+                .map_err(|e| unavailable("refused the TLS handshake", &e))?;
+            let (sender, connection) =
+                hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .keep_alive_interval(KEEPALIVE)
+                    .keep_alive_while_idle(true)
+                    .handshake(TokioIo::new(tls))
+                    .await
+                    .map_err(|e| unavailable("refused HTTP/2", &e))?;
+            let address = self.upstream.address.clone();
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::info!(appliance = %address, error = %e, "upstream connection ended");
+                }
+            });
+            tracing::info!(appliance = %self.upstream.address, "connected to appliance");
+            Ok(sender)
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .unwrap_or_else(|_| Err(unavailable("did not answer", &"connect timed out")))
+    }
+
+    /// A live connection: the current one if it still works, else a new one.
+    async fn sender(&self, fresh: bool) -> Result<SendRequest<Incoming>, Status> {
+        let mut slot = self.conn.lock().await;
+        if !fresh {
+            if let Some(sender) = slot.as_mut() {
+                if !sender.is_closed() && sender.ready().await.is_ok() {
+                    return Ok(sender.clone());
+                }
+            }
+        }
+        *slot = None;
+        let sender = self.connect().await?;
+        *slot = Some(sender.clone());
+        Ok(sender)
+    }
+
+    async fn forward(&self, req: Request<Incoming>) -> Result<Response<Incoming>, Status> {
+        let (mut parts, body) = req.into_parts();
+        let mut uri = Uri::builder()
+            .scheme(Scheme::HTTPS)
+            .authority(self.authority.clone());
+        if let Some(pq) = parts.uri.path_and_query() {
+            uri = uri.path_and_query(pq.clone());
+        }
+        parts.uri = uri.build().map_err(|e| {
+            Status::invalid_argument(format!("edgevol proxy: bad request URI: {e}"))
+        })?;
+        let req = Request::from_parts(parts, body);
+
+        let mut sender = self.sender(false).await?;
+        match sender.try_send_request(req).await {
+            Ok(resp) => Ok(resp),
+            Err(mut e) => match e.take_message() {
+                // Never reached the appliance (the connection died under us): safe to retry once.
+                Some(req) => {
+                    let mut sender = self.sender(true).await?;
+                    sender.send_request(req).await.map_err(|e| {
+                        Status::unavailable(format!("edgevol proxy: appliance call failed: {e}"))
+                    })
+                }
+                None => Err(Status::unavailable(format!(
+                    "edgevol proxy: appliance call failed: {}",
+                    e.into_error()
+                ))),
+            },
+        }
+    }
+}
+
+/// A trailers-only gRPC answer carrying `status`.
+fn status_response(status: Status) -> Response<ProxyBody> {
+    status.into_http::<()>().map(|()| {
+        Empty::<Bytes>::new()
+            .map_err(|never: Infallible| match never {})
+            .boxed()
+    })
+}
+
+/// Serves the proxy on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: UnixListener,
+    upstream: Upstream,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let forwarder = Arc::new(Forwarder::new(upstream));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return,
+        };
+        let forwarder = forwarder.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let forwarder = forwarder.clone();
+                async move {
+                    let path = req.uri().path().to_owned();
+                    let resp = match forwarder.forward(req).await {
+                        Ok(resp) => resp.map(BodyExt::boxed),
+                        Err(status) => {
+                            tracing::warn!(method = %path, error = %status.message(), "call not forwarded");
+                            status_response(status)
+                        }
+                    };
+                    Ok::<_, Infallible>(resp)
+                }
+            });
+            if let Err(e) = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!(error = %e, "client connection ended");
+            }
+        });
+    }
+}
+
+/// Parses `unix:///path` (or a plain path) into the socket path.
+pub fn socket_path(listen: &str) -> Result<PathBuf, String> {
+    let path = listen.strip_prefix("unix://").unwrap_or(listen);
+    if path.is_empty() || !path.starts_with('/') {
+        return Err(format!(
+            "listen {listen:?}: expected unix:///absolute/path or /absolute/path"
+        ));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// Binds the unix socket, removing a stale socket file left by a dead proxy, but never one a
+/// live proxy still answers on.
+pub async fn bind(path: &Path) -> Result<UnixListener, String> {
+    if path.exists() {
+        let is_socket = std::fs::symlink_metadata(path)
+            .map(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+            .unwrap_or(false);
+        if !is_socket {
+            return Err(format!("{}: exists and is not a socket", path.display()));
+        }
+        if UnixStream::connect(path).await.is_ok() {
+            return Err(format!(
+                "{}: a process is already serving there",
+                path.display()
+            ));
+        }
+        std::fs::remove_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    UnixListener::bind(path).map_err(|e: io::Error| format!("{}: {e}", path.display()))
+}
