@@ -1,1 +1,52 @@
-//! Devices behind edgevol-core.
+//! Devices behind edgevol-core's [`BlockDevice`](edgevol_core::BlockDevice) trait.
+//!
+//! Every backend has inherent methods returning the rich [`Error`]; its `BlockDevice` impl only
+//! forwards, and core sees [`DeviceErrorKind`](edgevol_core::DeviceErrorKind) through
+//! [`DeviceError::kind`](edgevol_core::DeviceError::kind).
+//!
+//! | device | file | use |
+//! |---|---|---|
+//! | [`RamDevice`] | `ram.rs` | sparse RAM, tests |
+//! | [`FileDevice`] | `file.rs` | sparse file, `O_DIRECT` where possible |
+//! | [`LinuxBlockDevice`] | `linux_block.rs` | `/dev/nvmeXnY`, `/dev/vdX`, `/dev/loopN` |
+//! | [`NvmeDevice`] | `nvme.rs` | NVMe namespace + admin passthrough (identify, SMART) |
+//! | [`NorSim`], [`NorBlockDevice`], [`NorJournal`] | `nor.rs` | raw NOR flash |
+//! | [`FaultDevice`] | `fault.rs` | power cuts, torn writes, I/O errors, latency |
+//! | [`discovery`] | `discovery.rs` | candidate devices, format refusal |
+//! | [`aio`] | `aio.rs` | asynchronous data path (io_uring / bounded blocking pool) |
+//!
+//! `unsafe` is denied workspace-wide and allowed only in `buf.rs` (aligned allocation),
+//! `linux_block.rs` and `nvme.rs` (ioctls) and `aio.rs` (io_uring), each block with a `SAFETY`
+//! comment.
+
+mod buf;
+mod error;
+mod fault;
+mod ram;
+
+#[cfg(unix)]
+mod fdio;
+#[cfg(unix)]
+mod file;
+
+#[cfg(target_os = "linux")]
+mod linux_block;
+#[cfg(target_os = "linux")]
+pub mod nvme;
+
+#[cfg(feature = "nor-flash")]
+pub mod nor;
+
+pub use buf::{AlignedBuf, IO_ALIGN};
+pub use error::Error;
+pub use fault::{FaultConfig, FaultDevice, FaultError, FaultStats};
+pub use ram::RamDevice;
+
+#[cfg(unix)]
+pub use file::{DirectIo, FileDevice, FileOptions};
+#[cfg(target_os = "linux")]
+pub use linux_block::{BlockOptions, LinuxBlockDevice};
+#[cfg(target_os = "linux")]
+pub use nvme::NvmeDevice;
+#[cfg(feature = "nor-flash")]
+pub use nor::{NorBlockDevice, NorError, NorJournal, NorSim, NorSimError};

@@ -1,0 +1,321 @@
+//! A device in a regular file: sparse (created with `set_len`), `O_DIRECT` where the filesystem
+//! supports it (so the page cache neither doubles memory nor hides write errors until fsync), with
+//! bounce buffers for callers whose buffers are not aligned. `discard` punches holes.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use edgevol_core::{BlockDevice, ErrorType};
+
+use crate::buf::AlignedBuf;
+use crate::error::{check_blocks, check_range, Error};
+use crate::fdio;
+
+/// Whether to open with `O_DIRECT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectIo {
+    /// Use `O_DIRECT` if the filesystem accepts it (probed with one aligned read), else buffered.
+    Auto,
+    /// Require `O_DIRECT`; opening fails where the filesystem refuses it.
+    Required,
+    /// Buffered I/O through the page cache.
+    Off,
+}
+
+/// How to open a [`FileDevice`].
+#[derive(Debug, Clone)]
+pub struct FileOptions {
+    /// Block size exposed to core (power of two, >= 512). Default 4096.
+    pub block_size: u32,
+    /// `O_DIRECT` policy. Default [`DirectIo::Auto`].
+    pub direct: DirectIo,
+    /// Create the file (or grow it) sparse to this many bytes. Default: open an existing file.
+    pub create_size: Option<u64>,
+    /// Open read-only. Default false.
+    pub read_only: bool,
+}
+
+impl Default for FileOptions {
+    fn default() -> Self {
+        Self { block_size: 4096, direct: DirectIo::Auto, create_size: None, read_only: false }
+    }
+}
+
+/// A [`BlockDevice`] in a regular file. The capacity is the file length rounded down to blocks.
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    block_size: u32,
+    block_count: u64,
+    direct: bool,
+    read_only: bool,
+}
+
+impl FileDevice {
+    /// Opens an existing file with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
+        Self::open_with(path, &FileOptions::default())
+    }
+
+    /// Creates (or grows) a sparse file of `size` bytes and opens it with default options.
+    pub fn create(path: impl AsRef<Path>, size: u64) -> Result<Self, Error> {
+        Self::open_with(path, &FileOptions { create_size: Some(size), ..FileOptions::default() })
+    }
+
+    /// Opens with explicit options.
+    pub fn open_with(path: impl AsRef<Path>, opts: &FileOptions) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let bs = opts.block_size;
+        if !(bs.is_power_of_two() && bs >= 512) {
+            return Err(Error::Misaligned { value: u64::from(bs), align: 512 });
+        }
+        if let Some(size) = opts.create_size {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| Error::io("create", Some(path), e))?;
+            let len = f.metadata().map_err(|e| Error::io("stat", Some(path), e))?.len();
+            if len < size {
+                f.set_len(size).map_err(|e| Error::io("ftruncate", Some(path), e))?;
+            }
+        }
+        let (file, direct) = match opts.direct {
+            DirectIo::Off => (open_file(path, opts.read_only, false)?, false),
+            DirectIo::Required => (open_file(path, opts.read_only, true)?, true),
+            DirectIo::Auto => match open_file(path, opts.read_only, true) {
+                Ok(f) if direct_read_works(&f, bs) => (f, true),
+                Ok(_) | Err(_) => (open_file(path, opts.read_only, false)?, false),
+            },
+        };
+        let len = file.metadata().map_err(|e| Error::io("stat", Some(path), e))?.len();
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            block_size: bs,
+            block_count: len / u64::from(bs),
+            direct,
+            read_only: opts.read_only,
+        })
+    }
+
+    /// Whether I/O bypasses the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Number of blocks.
+    pub fn block_count(&self) -> u64 {
+        self.block_count
+    }
+
+    /// A second handle on the same open file (for the asynchronous engines).
+    pub fn try_clone_file(&self) -> Result<File, Error> {
+        self.file.try_clone().map_err(|e| Error::io("dup", Some(&self.path), e))
+    }
+
+    fn align(&self) -> Option<usize> {
+        self.direct.then_some(self.block_size as usize)
+    }
+
+    /// Reads whole blocks from `block`.
+    pub fn read_blocks(&self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
+        check_blocks(self.block_size, self.block_count, block, buf.len())?;
+        fdio::read_exact_at(&self.file, &self.path, block * u64::from(self.block_size), buf, self.align())
+    }
+
+    /// Writes whole blocks from `block` (volatile until [`flush`](Self::sync)).
+    pub fn write_blocks(&self, block: u64, data: &[u8]) -> Result<(), Error> {
+        check_blocks(self.block_size, self.block_count, block, data.len())?;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        fdio::write_all_at(&self.file, &self.path, block * u64::from(self.block_size), data, self.align())
+    }
+
+    /// `fdatasync`: makes completed writes durable (and, on a block-backed filesystem, sends a
+    /// cache flush to the drive).
+    pub fn sync(&self) -> Result<(), Error> {
+        self.file.sync_data().map_err(|e| Error::io("fdatasync", Some(&self.path), e))
+    }
+
+    /// Punches a hole over `count` blocks from `block` (reads return zeros). Where the filesystem
+    /// cannot punch holes, writes zeros instead.
+    pub fn discard_blocks(&self, block: u64, count: u64) -> Result<(), Error> {
+        check_range(self.block_count, block, count)?;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let bs = u64::from(self.block_size);
+        match punch_hole(&self.file, block * bs, count * bs) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => self.zero_fill(block, count),
+            Err(e) => Err(Error::io("fallocate(PUNCH_HOLE)", Some(&self.path), e)),
+        }
+    }
+
+    fn zero_fill(&self, block: u64, count: u64) -> Result<(), Error> {
+        const CHUNK: u64 = 256;
+        let zeros = AlignedBuf::zeroed((CHUNK * u64::from(self.block_size)) as usize);
+        let mut b = block;
+        while b < block + count {
+            let n = CHUNK.min(block + count - b);
+            self.write_blocks(b, &zeros[..(n * u64::from(self.block_size)) as usize])?;
+            b += n;
+        }
+        Ok(())
+    }
+}
+
+fn open_file(path: &Path, read_only: bool, direct: bool) -> Result<File, Error> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(!read_only);
+    #[cfg(target_os = "linux")]
+    if direct {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_DIRECT);
+    }
+    #[cfg(not(target_os = "linux"))]
+    if direct {
+        return Err(Error::Unsupported("O_DIRECT outside Linux"));
+    }
+    o.open(path).map_err(|e| Error::io(if direct { "open(O_DIRECT)" } else { "open" }, Some(path), e))
+}
+
+/// Some filesystems accept `O_DIRECT` at open and fail at the first I/O: probe with one read.
+fn direct_read_works(f: &File, block_size: u32) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut b = AlignedBuf::with_align(block_size as usize, block_size as usize);
+    f.read_at(&mut b, 0).is_ok()
+}
+
+#[cfg(target_os = "linux")]
+fn punch_hole(f: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    let off = i64::try_from(offset).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let len = i64::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    fallocate(f, FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE, off, len)
+        .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn punch_hole(_f: &File, _offset: u64, _len: u64) -> std::io::Result<()> {
+    Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+}
+
+impl ErrorType for FileDevice {
+    type Error = Error;
+}
+
+impl BlockDevice for FileDevice {
+    fn block_size(&self) -> u32 {
+        self.block_size
+    }
+    fn block_count(&self) -> u64 {
+        self.block_count
+    }
+    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.read_blocks(block, buf)
+    }
+    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), Error> {
+        self.write_blocks(block, data)
+    }
+    fn flush(&mut self) -> Result<(), Error> {
+        self.sync()
+    }
+    fn discard(&mut self, block: u64, count: u64) -> Result<(), Error> {
+        self.discard_blocks(block, count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgevol_core::{DeviceError, DeviceErrorKind};
+    use std::os::unix::fs::MetadataExt;
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    #[test]
+    fn sparse_create_read_write_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dev.img");
+        let mut d = FileDevice::create(&p, 64 << 20).unwrap();
+        assert_eq!(d.block_count(), (64 << 20) / 4096);
+        // Sparse: a 64 MiB device costs (almost) nothing until written.
+        assert!(std::fs::metadata(&p).unwrap().blocks() * 512 < 1 << 20);
+        let data = pattern(3 * 4096, 7);
+        d.write(10, &data).unwrap();
+        // Unaligned caller buffer: bounced when O_DIRECT is on.
+        let mut unaligned = vec![0u8; 3 * 4096 + 1];
+        d.read(10, &mut unaligned[1..]).unwrap();
+        assert_eq!(&unaligned[1..], &data[..]);
+        d.write(12, &unaligned[1..4097]).unwrap();
+        d.flush().unwrap();
+        drop(d);
+        let mut d = FileDevice::open(&p).unwrap();
+        let mut back = vec![0u8; 4096];
+        d.read(12, &mut back).unwrap();
+        assert_eq!(&back[..], &data[..4096]);
+        d.read(11, &mut back).unwrap();
+        assert_eq!(&back[..], &data[4096..8192]);
+    }
+
+    #[test]
+    fn discard_punches_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dev.img");
+        let mut d = FileDevice::create(&p, 16 << 20).unwrap();
+        d.write(0, &pattern(256 * 4096, 1)).unwrap();
+        d.flush().unwrap();
+        let used = std::fs::metadata(&p).unwrap().blocks() * 512;
+        assert!(used >= 1 << 20, "written data allocated: {used}");
+        d.discard(0, 256).unwrap();
+        d.flush().unwrap();
+        let after = std::fs::metadata(&p).unwrap().blocks() * 512;
+        let mut b = vec![1u8; 4096];
+        d.read(100, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0), "discarded blocks read zeros");
+        assert!(after < used, "hole punched: {used} -> {after}");
+    }
+
+    #[test]
+    fn errors_and_direct_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dev.img");
+        let mut d = FileDevice::create(&p, 1 << 20).unwrap();
+        assert_eq!(d.write(255, &[0; 8192]).unwrap_err().kind(), DeviceErrorKind::OutOfBounds);
+        assert_eq!(d.read(0, &mut [0; 100]).unwrap_err().kind(), DeviceErrorKind::NotAligned);
+        assert_eq!(d.discard(250, 7).unwrap_err().kind(), DeviceErrorKind::OutOfBounds);
+        let buffered = FileDevice::open_with(&p, &FileOptions { direct: DirectIo::Off, ..Default::default() }).unwrap();
+        assert!(!buffered.is_direct());
+        let mut ro = FileDevice::open_with(&p, &FileOptions { read_only: true, ..Default::default() }).unwrap();
+        assert_eq!(ro.write(0, &[0; 4096]).unwrap_err().kind(), DeviceErrorKind::ReadOnly);
+        let e = FileDevice::open(dir.path().join("missing")).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+        // /dev/shm is tmpfs: O_DIRECT is either honoured or cleanly refused, never an I/O error.
+        if let Ok(f) = tempfile::NamedTempFile::new_in("/dev/shm") {
+            let mut d = FileDevice::create(f.path(), 1 << 20).unwrap();
+            d.write(3, &pattern(4096, 9)).unwrap();
+            let mut b = vec![0; 4096];
+            d.read(3, &mut b).unwrap();
+            assert_eq!(b, pattern(4096, 9));
+            println!("tmpfs O_DIRECT: {}", d.is_direct());
+        }
+    }
+}
