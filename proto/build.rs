@@ -12,7 +12,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
     for proto in PROTOS {
-        println!("cargo:rerun-if-changed={}", manifest_dir.join(proto).display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            manifest_dir.join(proto).display()
+        );
     }
     println!("cargo:rerun-if-changed=build.rs");
 
