@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up and run the whole test suite: formatting, lints, the no_std build of core, unit,
+# integration and crash tests, fuzz smoke runs and the QEMU guest tests.
+# Every step has a time budget; the first failure stops the run.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ROOT"
+
+started=$SECONDS
+step() {
+    local budget=$1 name=$2
+    shift 2
+    log "$name"
+    local t0=$SECONDS
+    if ! timeout --foreground "$budget" "$@"; then
+        log "FAILED: $name (after $((SECONDS - t0)) s, budget $budget)"
+        exit 1
+    fi
+    log "ok: $name ($((SECONDS - t0)) s)"
+}
+
+rust_setup
+rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
+
+step 120 "cargo fmt --check" cargo fmt --all --check
+step 1200 "cargo clippy (warnings are errors)" cargo clippy --workspace --all-targets --locked -- -D warnings
+step 300 "core builds for thumbv7em-none-eabihf (no_std)" \
+    cargo build -p edgevol-core --target thumbv7em-none-eabihf --locked
+step 60 "one rustls crypto provider (ring, no aws-lc-rs)" \
+    bash -c '! cargo tree --workspace -e normal,build,dev -i aws-lc-rs >/dev/null 2>&1'
+step 1800 "cargo test --workspace" cargo test --workspace --locked
+
+log "all tests passed in $((SECONDS - started)) s"
