@@ -124,11 +124,7 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
 
 /// Bounds and alignment check every `read`/`write` implementation runs first: `len` bytes from
 /// `block` must be whole blocks inside the device.
-pub fn check_io<D: BlockDevice + ?Sized>(
-    dev: &D,
-    block: u64,
-    len: usize,
-) -> Result<(), DeviceErrorKind> {
+pub fn check_io<D: BlockDevice + ?Sized>(dev: &D, block: u64, len: usize) -> Result<(), DeviceErrorKind> {
     let bs = u64::from(dev.block_size());
     let len = u64::try_from(len).map_err(|_| DeviceErrorKind::OutOfBounds)?;
     if len % bs != 0 {
@@ -138,11 +134,7 @@ pub fn check_io<D: BlockDevice + ?Sized>(
 }
 
 /// Bounds check for `discard` (and the block range behind [`check_io`]).
-pub fn check_discard<D: BlockDevice + ?Sized>(
-    dev: &D,
-    block: u64,
-    count: u64,
-) -> Result<(), DeviceErrorKind> {
+pub fn check_discard<D: BlockDevice + ?Sized>(dev: &D, block: u64, count: u64) -> Result<(), DeviceErrorKind> {
     match block.checked_add(count) {
         Some(end) if end <= dev.block_count() => Ok(()),
         _ => Err(DeviceErrorKind::OutOfBounds),

@@ -18,10 +18,7 @@ impl RamDevice {
     /// # Panics
     /// If `block_size` is not a power of two of at least 512, or the size overflows `usize`.
     pub fn new(block_size: u32, block_count: u64) -> Self {
-        assert!(
-            block_size.is_power_of_two() && block_size >= 512,
-            "bad block size"
-        );
+        assert!(block_size.is_power_of_two() && block_size >= 512, "bad block size");
         let len = usize::try_from(block_count)
             .ok()
             .and_then(|n| n.checked_mul(block_size as usize))
@@ -44,8 +41,7 @@ impl RamDevice {
 
     fn range(&self, block: u64, len: usize) -> Result<core::ops::Range<usize>, DeviceErrorKind> {
         check_io(self, block, len)?;
-        let start = usize::try_from(block * u64::from(self.block_size))
-            .map_err(|_| DeviceErrorKind::OutOfBounds)?;
+        let start = usize::try_from(block * u64::from(self.block_size)).map_err(|_| DeviceErrorKind::OutOfBounds)?;
         Ok(start..start + len)
     }
 }
@@ -104,7 +100,11 @@ mod tests {
         let data = [7u8; 1024];
         d.write(2, &data).unwrap();
         let mut back = [0u8; 1024];
-        (&mut d).read(2, &mut back).unwrap();
+        // Through the `&mut T` blanket impl, as adapters will.
+        fn read_via<D: BlockDevice>(mut dev: D, block: u64, buf: &mut [u8]) {
+            dev.read(block, buf).unwrap();
+        }
+        read_via(&mut d, 2, &mut back);
         assert_eq!(back, data);
         d.discard(3, 1).unwrap();
         d.read(2, &mut back).unwrap();

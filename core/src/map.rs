@@ -1,0 +1,279 @@
+//! The data path: translate (volume, byte offset, length) into device offsets.
+//!
+//! Lookups (`map_read`, and `map_write` on clusters the volume already owns alone) allocate
+//! nothing and cost one B-tree lookup per cluster. `map_write` allocates clusters on first write
+//! and for copy-on-write, and `trim` unmaps; those changes are durable at the next [`Pool::flush`]
+//! or control-path commit.
+
+use crate::device::BlockDevice;
+use crate::error::{Error, Limit, Range, Result};
+use crate::id::{ImageId, VolumeId};
+use crate::pool::Pool;
+use crate::record::Record;
+use crate::volume::{ClusterMap, Provisioning};
+
+/// Part of a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadSegment {
+    /// Read `len` bytes at `device_offset`.
+    Data {
+        /// Byte offset on the device.
+        device_offset: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// `len` bytes that were never written (or were trimmed): return zeros.
+    Zero {
+        /// Bytes.
+        len: u64,
+    },
+}
+
+impl ReadSegment {
+    /// Bytes this segment covers.
+    pub fn len(&self) -> u64 {
+        match *self {
+            Self::Data { len, .. } | Self::Zero { len } => len,
+        }
+    }
+
+    /// Whether it covers nothing (never produced by [`ReadMap`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Iterator over the segments of a read, merging physically contiguous clusters. Allocation-free.
+#[derive(Debug, Clone)]
+pub struct ReadMap<'a> {
+    map: &'a ClusterMap,
+    cluster_size: u64,
+    data_offset: u64,
+    pos: u64,
+    end: u64,
+}
+
+impl Iterator for ReadMap<'_> {
+    type Item = ReadSegment;
+
+    fn next(&mut self) -> Option<ReadSegment> {
+        if self.pos >= self.end {
+            return None;
+        }
+        let cs = self.cluster_size;
+        let first = self.map.get(&(self.pos / cs)).copied();
+        let start = self.pos;
+        // Extend while the next cluster continues the same run (hole after hole, or pc + 1).
+        let mut expect = first;
+        while self.pos < self.end && self.map.get(&(self.pos / cs)).copied() == expect {
+            self.pos = (self.pos / cs + 1).saturating_mul(cs).min(self.end);
+            expect = expect.map(|pc| pc + 1);
+        }
+        let len = self.pos - start;
+        Some(match first {
+            Some(pc) => ReadSegment::Data {
+                device_offset: self.data_offset + pc * cs + start % cs,
+                len,
+            },
+            None => ReadSegment::Zero { len },
+        })
+    }
+}
+
+/// What the caller must do to a freshly allocated cluster before (or together with) writing its
+/// data, so the bytes of the cluster it does not write are right. Clusters are
+/// [`Pool::cluster_size`] bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepare {
+    /// Nothing: the cluster was already the volume's, or the write covers it whole.
+    None,
+    /// New cluster at `device_offset`: write zeros to the parts the write does not cover.
+    Zero {
+        /// Byte offset of the cluster on the device.
+        device_offset: u64,
+    },
+    /// Copy-on-write: copy the cluster at `from` to `to` (the parts the write does not cover
+    /// suffice), then write. The old cluster stays with the snapshots or clones sharing it.
+    Copy {
+        /// Byte offset of the shared cluster.
+        from: u64,
+        /// Byte offset of the new cluster.
+        to: u64,
+    },
+}
+
+/// Part of a write: within one cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteSegment {
+    /// Byte offset in the volume.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Where those bytes go on the device.
+    pub device_offset: u64,
+    /// What to do first.
+    pub prepare: Prepare,
+}
+
+impl WriteSegment {
+    /// An empty segment, to fill arrays passed to [`Pool::map_write`].
+    pub const EMPTY: Self = Self {
+        offset: 0,
+        len: 0,
+        device_offset: 0,
+        prepare: Prepare::None,
+    };
+}
+
+impl<D: BlockDevice> Pool<D> {
+    /// Maps a read of `len` bytes at `offset` of a volume or snapshot.
+    pub fn map_read(&self, image: impl Into<ImageId>, offset: u64, len: u64) -> Result<ReadMap<'_>> {
+        let (map, size) = match image.into() {
+            ImageId::Volume(id) => self.state.volume(id).map(|v| (&v.map, v.spec.size))?,
+            ImageId::Snapshot(id) => self.state.snapshot(id).map(|s| (&s.map, s.size))?,
+        };
+        check_range(offset, len, size)?;
+        let cluster_size = u64::from(self.cluster_size());
+        Ok(ReadMap {
+            map,
+            cluster_size,
+            data_offset: self.data_offset(),
+            pos: offset,
+            end: offset + len,
+        })
+    }
+
+    /// Maps a write of `len` bytes at `offset`, one segment per cluster, allocating clusters for
+    /// first writes and copy-on-write. Fills at most `out.len()` segments and returns how many; they
+    /// cover a prefix of the range (call again for the rest). Either every needed cluster of that
+    /// prefix is allocated or none is (`ResourceExhausted(Clusters)`).
+    ///
+    /// The new mappings are visible at once and durable after the next [`Pool::flush`]: until then
+    /// a power cut reverts them, like the unflushed data written through them.
+    pub fn map_write(&mut self, id: VolumeId, offset: u64, len: u64, out: &mut [WriteSegment]) -> Result<usize> {
+        self.check_usable()?;
+        let cs = u64::from(self.cluster_size());
+        let v = self.state.volume(id)?;
+        check_range(offset, len, v.spec.size)?;
+        if len == 0 || out.is_empty() {
+            return Ok(0);
+        }
+        let first = offset / cs;
+        let count = ((offset + len - 1) / cs - first + 1).min(out.len() as u64);
+        let thick = v.spec.provisioning == Provisioning::Thick;
+        let (mut fresh, mut unreserved) = (0u64, 0u64);
+        for vc in first..first + count {
+            match v.map.get(&vc) {
+                Some(&pc) if self.state.alloc.refs(pc) == 1 => {}
+                Some(_) => (fresh, unreserved) = (fresh + 1, unreserved + 1),
+                None => (fresh, unreserved) = (fresh + 1, unreserved + u64::from(!thick)),
+            }
+        }
+        let alloc = &self.state.alloc;
+        if unreserved > alloc.available() || fresh > alloc.free_now() {
+            let available = alloc.available().min(alloc.free_now());
+            return Err(Error::ResourceExhausted(Limit::Clusters {
+                needed: fresh,
+                available,
+            }));
+        }
+        let data = self.data_offset();
+        for (i, vc) in (first..first + count).enumerate() {
+            let start = (vc * cs).max(offset);
+            let end = ((vc + 1) * cs).min(offset + len);
+            let whole = end - start == cs;
+            let old = self.state.volume(id)?.map.get(&vc).copied();
+            let (pc, prepare) = match old {
+                Some(pc) if self.state.alloc.refs(pc) == 1 => (pc, Prepare::None),
+                _ => {
+                    let pc = self
+                        .state
+                        .alloc
+                        .find_free()
+                        .ok_or(Error::ResourceExhausted(Limit::Clusters {
+                            needed: 1,
+                            available: 0,
+                        }))?;
+                    let prepare = match old {
+                        _ if whole => Prepare::None,
+                        Some(from) => Prepare::Copy {
+                            from: data + from * cs,
+                            to: data + pc * cs,
+                        },
+                        None => Prepare::Zero {
+                            device_offset: data + pc * cs,
+                        },
+                    };
+                    let rec = Record::Map {
+                        id,
+                        vcluster: vc,
+                        pcluster: pc,
+                    };
+                    debug_assert_eq!(self.state.validate(&rec), Ok(()));
+                    self.pending.push(rec.clone());
+                    self.state.apply(rec);
+                    (pc, prepare)
+                }
+            };
+            out[i] = WriteSegment {
+                offset: start,
+                len: end - start,
+                device_offset: data + pc * cs + start % cs,
+                prepare,
+            };
+        }
+        self.data_dirty = true;
+        Ok(usize::try_from(count).unwrap_or(out.len()))
+    }
+
+    /// Deallocates the clusters wholly inside the range: they read as zeros from now on, and are
+    /// freed when no snapshot or clone shares them. Partial clusters at either end are left as they
+    /// are (deallocation is advisory; write zeros to clear them). A thick volume's trimmed clusters
+    /// go back under its reservation, and are kept if no cluster is free to stand for them. Returns
+    /// the bytes unmapped. Durable at the next flush, like writes.
+    pub fn trim(&mut self, id: VolumeId, offset: u64, len: u64) -> Result<u64> {
+        self.check_usable()?;
+        let cs = u64::from(self.cluster_size());
+        check_range(offset, len, self.state.volume(id)?.spec.size)?;
+        let (first, end) = (offset.div_ceil(cs), (offset + len) / cs);
+        let mut vc = first;
+        let mut unmapped = 0;
+        while vc < end {
+            let map = &self.state.volume(id)?.map;
+            let Some((&next, _)) = map.range(vc..end).next() else {
+                break;
+            };
+            let rec = Record::Unmap { id, vcluster: next };
+            if self.state.validate(&rec).is_ok() {
+                self.pending.push(rec.clone());
+                self.state.apply(rec);
+                unmapped += cs;
+            }
+            vc = next + 1;
+        }
+        Ok(unmapped)
+    }
+
+    /// Makes every completed data write and every mapping change durable (NVMe Flush): device
+    /// flush, then the pending mapping records in the journal, then another device flush. Clusters
+    /// freed since the last commit become allocatable afterwards.
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_usable()?;
+        if self.pending.is_empty() && !self.data_dirty {
+            return self
+                .dev
+                .flush()
+                .map_err(|e| Error::Device(crate::device::DeviceError::kind(&e)));
+        }
+        self.commit(None, 0)?;
+        self.state.alloc.release_pending();
+        Ok(())
+    }
+}
+
+fn check_range(offset: u64, len: u64, size: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfRange(Range::PastEnd { size })),
+    }
+}
