@@ -153,9 +153,15 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         let (state, stop, fatal) = (state.clone(), stop.clone(), fatal.clone());
         let (devices, dev) = (config.devices.clone(), config.dev);
         tokio::task::spawn_blocking(move || match pool::open(&devices, dev) {
-            Ok(()) => {
-                state.set_ready();
-                tracing::info!("pool open: ready");
+            Ok(pool) => {
+                let c = pool.capacity();
+                tracing::info!(
+                    total = c.total,
+                    free = c.free,
+                    used = c.used,
+                    "pool open: ready"
+                );
+                state.set_pool(pool);
             }
             Err(e) => {
                 *fatal.lock().expect("fatal slot") = Some(DaemonError::Pool(e));
@@ -169,12 +175,16 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         .add_service(IdentityServer::new(IdentityService::new(state.clone())));
     let incoming = transport::incoming(listener, tls);
     let task = {
-        let stop = stop.clone();
+        let (stop, state) = (stop.clone(), state.clone());
         tokio::spawn(async move {
             server
                 .serve_with_incoming_shutdown(incoming, stop.notified())
                 .await
                 .map_err(DaemonError::Serve)?;
+            // Calls have drained: make the data path's allocations durable before exiting.
+            tokio::task::spawn_blocking(move || flush_pool(&state))
+                .await
+                .map_err(|e| DaemonError::Task(e.to_string()))??;
             match fatal.lock().expect("fatal slot").take() {
                 Some(e) => Err(e),
                 None => Ok(()),
@@ -188,6 +198,17 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         task,
         _lock: lock,
     })
+}
+
+fn flush_pool(state: &State) -> Result<(), DaemonError> {
+    let Some(pool) = state.pool() else {
+        return Ok(());
+    };
+    let mut pool = pool
+        .lock()
+        .map_err(|_| DaemonError::Task("pool lock poisoned".into()))?;
+    pool.flush()
+        .map_err(|e| DaemonError::Pool(pool::PoolError::Flush(e)))
 }
 
 fn io_err(path: &Path) -> impl Fn(io::Error) -> DaemonError + '_ {

@@ -1,12 +1,22 @@
-//! Opening the pool behind the volumes: the devices named in the config, formatted on first
-//! use in dev mode.
+//! Opening the pool behind the volumes: core's [`Pool`] on a hal device.
+//!
+//! A device that holds an edgevol pool is opened (core recovers it). In dev mode a pool file
+//! that was never written (created just now, or still fully sparse) is formatted; anything
+//! else that holds no pool is refused, never formatted over.
 
 use std::fmt;
 use std::fs;
 use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use edgevol_core::{BlockDevice, Corruption, ErrorType, FormatOptions, Pool};
+use edgevol_hal::{FileDevice, LinuxBlockDevice};
+
 use crate::config::DEV_POOL_BYTES;
+
+/// Allocation unit of pools the appliance formats.
+pub const CLUSTER_SIZE: u32 = 1 << 20;
 
 /// Why the pool could not be opened.
 #[derive(Debug)]
@@ -15,55 +25,206 @@ pub enum PoolError {
     Device {
         /// The device.
         path: PathBuf,
-        /// What the OS said.
-        error: io::Error,
+        /// What went wrong.
+        error: String,
     },
+    /// More devices than a pool spans.
+    SeveralDevices(usize),
+    /// The device holds no edgevol pool and is not known blank: refused.
+    NotAPool(PathBuf),
+    /// Core refused to format or open the pool.
+    Core {
+        /// The device.
+        path: PathBuf,
+        /// Core's error.
+        error: edgevol_core::Error,
+    },
+    /// The final flush at shutdown failed.
+    Flush(edgevol_core::Error),
 }
 
 impl fmt::Display for PoolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PoolError::Device { path, error } => write!(f, "device {}: {error}", path.display()),
+            PoolError::SeveralDevices(n) => {
+                write!(f, "{n} devices given; a pool spans exactly one device")
+            }
+            PoolError::NotAPool(path) => write!(
+                f,
+                "device {} holds no edgevol pool and is not blank; refusing to format it",
+                path.display()
+            ),
+            PoolError::Core { path, error } => write!(f, "pool on {}: {error:?}", path.display()),
+            PoolError::Flush(error) => write!(f, "flush at shutdown: {error:?}"),
         }
     }
 }
 
 impl std::error::Error for PoolError {}
 
-/// Opens (and in dev mode first creates) the pool on `devices`. Blocking: run it off the reactor.
-pub fn open(devices: &[PathBuf], dev: bool) -> Result<(), PoolError> {
-    for path in devices {
-        if dev {
-            create_sparse(path, DEV_POOL_BYTES)?;
-        }
-        fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|error| PoolError::Device {
-                path: path.clone(),
-                error,
-            })?;
-    }
-    Ok(())
+/// The device under the pool: a regular file or a Linux block device.
+#[derive(Debug)]
+pub enum PoolDevice {
+    /// A (sparse) file.
+    File(FileDevice),
+    /// `/dev/nvmeXnY`, `/dev/vdX`, `/dev/loopN`...
+    Block(LinuxBlockDevice),
 }
 
-/// Creates a sparse file of `bytes` unless the file exists.
-fn create_sparse(path: &Path, bytes: u64) -> Result<(), PoolError> {
-    let err = |error| PoolError::Device {
-        path: path.to_path_buf(),
+impl ErrorType for PoolDevice {
+    type Error = edgevol_hal::Error;
+}
+
+impl BlockDevice for PoolDevice {
+    fn block_size(&self) -> u32 {
+        match self {
+            PoolDevice::File(d) => BlockDevice::block_size(d),
+            PoolDevice::Block(d) => BlockDevice::block_size(d),
+        }
+    }
+    fn block_count(&self) -> u64 {
+        match self {
+            PoolDevice::File(d) => BlockDevice::block_count(d),
+            PoolDevice::Block(d) => BlockDevice::block_count(d),
+        }
+    }
+    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), Self::Error> {
+        match self {
+            PoolDevice::File(d) => BlockDevice::read(d, block, buf),
+            PoolDevice::Block(d) => BlockDevice::read(d, block, buf),
+        }
+    }
+    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), Self::Error> {
+        match self {
+            PoolDevice::File(d) => BlockDevice::write(d, block, data),
+            PoolDevice::Block(d) => BlockDevice::write(d, block, data),
+        }
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        match self {
+            PoolDevice::File(d) => BlockDevice::flush(d),
+            PoolDevice::Block(d) => BlockDevice::flush(d),
+        }
+    }
+    fn discard(&mut self, block: u64, count: u64) -> Result<(), Self::Error> {
+        match self {
+            PoolDevice::File(d) => BlockDevice::discard(d, block, count),
+            PoolDevice::Block(d) => BlockDevice::discard(d, block, count),
+        }
+    }
+}
+
+/// Opens the pool on `devices` (formatting a never-written dev pool file first). Blocking: run
+/// it off the reactor.
+pub fn open(devices: &[PathBuf], dev: bool) -> Result<Pool<PoolDevice>, PoolError> {
+    let path = match devices {
+        [one] => one,
+        _ => return Err(PoolError::SeveralDevices(devices.len())),
+    };
+    let device_err = |error: &dyn fmt::Display| PoolError::Device {
+        path: path.clone(),
+        error: error.to_string(),
+    };
+    let created = dev && create_sparse(path, DEV_POOL_BYTES).map_err(|e| device_err(&e))?;
+    let meta = fs::metadata(path).map_err(|e| device_err(&e))?;
+    // A file with no allocated blocks was never written: it cannot hold anyone's data.
+    let never_written = created || (meta.is_file() && meta.blocks() == 0);
+    let device = if meta.file_type().is_block_device() {
+        PoolDevice::Block(LinuxBlockDevice::open(path).map_err(|e| device_err(&e))?)
+    } else if meta.is_file() {
+        PoolDevice::File(FileDevice::open(path).map_err(|e| device_err(&e))?)
+    } else {
+        return Err(device_err(&"neither a regular file nor a block device"));
+    };
+    let core_err = |error| PoolError::Core {
+        path: path.clone(),
         error,
     };
+    if dev && never_written {
+        tracing::info!(device = %path.display(), "formatting a new pool");
+        return Pool::format(device, FormatOptions::new(new_uuid()?, CLUSTER_SIZE))
+            .map_err(core_err);
+    }
+    match Pool::open(device) {
+        Ok(pool) => Ok(pool),
+        Err(edgevol_core::Error::Corrupt(Corruption::NoSuperblock)) => {
+            Err(PoolError::NotAPool(path.clone()))
+        }
+        Err(e) => Err(core_err(e)),
+    }
+}
+
+/// Creates a sparse file of `bytes`; `false` if it already existed.
+fn create_sparse(path: &Path, bytes: u64) -> io::Result<bool> {
     match fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
     {
         Ok(file) => {
-            file.set_len(bytes).map_err(err)?;
-            file.sync_all().map_err(err)
+            file.set_len(bytes)?;
+            file.sync_all()?;
+            Ok(true)
         }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(err(e)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A random pool UUID from the kernel.
+fn new_uuid() -> Result<[u8; 16], PoolError> {
+    let source = "/proc/sys/kernel/random/uuid";
+    let text = fs::read_to_string(source).map_err(|e| PoolError::Device {
+        path: source.into(),
+        error: e.to_string(),
+    })?;
+    let hex: Vec<u8> = text.trim().bytes().filter(|b| *b != b'-').collect();
+    let mut uuid = [0u8; 16];
+    for (byte, pair) in uuid.iter_mut().zip(hex.chunks(2)) {
+        let digits = std::str::from_utf8(pair).unwrap_or("");
+        *byte = u8::from_str_radix(digits, 16).map_err(|_| PoolError::Device {
+            path: source.into(),
+            error: format!("unexpected content {text:?}"),
+        })?;
+    }
+    Ok(uuid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dev_pool_is_formatted_once_then_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pool.img");
+        let pool = open(std::slice::from_ref(&path), true).unwrap();
+        let uuid = pool.uuid();
+        assert!(pool.capacity().total > 0);
+        drop(pool);
+        let pool = open(std::slice::from_ref(&path), true).unwrap();
+        assert_eq!(pool.uuid(), uuid, "reopened, not reformatted");
+    }
+
+    #[test]
+    fn foreign_data_is_never_formatted_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("disk.img");
+        let mut data = vec![0u8; 64 << 20];
+        data[..4].copy_from_slice(b"\x7fELF");
+        fs::write(&path, &data).unwrap();
+        for dev in [true, false] {
+            match open(std::slice::from_ref(&path), dev) {
+                Err(PoolError::NotAPool(p)) => assert_eq!(p, path),
+                other => panic!("expected NotAPool, got {other:?}"),
+            }
+        }
+        assert_eq!(fs::read(&path).unwrap(), data, "untouched");
+        let two = [path.clone(), path.clone()];
+        assert!(matches!(
+            open(&two, true),
+            Err(PoolError::SeveralDevices(2))
+        ));
     }
 }

@@ -120,3 +120,19 @@ fn a_data_dir_in_use_by_another_daemon_is_refused() {
     );
     assert_refused(&out, "is held by another edgevold");
 }
+
+#[test]
+fn a_device_with_foreign_data_is_refused_not_formatted() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    let mut data = vec![0u8; 8 << 20];
+    data[510] = 0x55;
+    data[511] = 0xaa; // an MBR signature
+    std::fs::write(&disk, &data).unwrap();
+    let out = edgevold(
+        &["--dev", "--data-dir", "d", "--listen", "127.0.0.1:0", "--device", "disk.img"],
+        dir.path(),
+    );
+    assert_refused(&out, "holds no edgevol pool and is not blank; refusing to format it");
+    assert_eq!(std::fs::read(&disk).unwrap(), data);
+}

@@ -87,7 +87,9 @@ mod tests {
                 .ready
         };
         assert_eq!(probe().await, Some(false));
-        state.set_ready();
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::pool::open(&[dir.path().join("pool.img")], true).unwrap();
+        state.set_pool(pool);
         assert_eq!(probe().await, Some(true));
     }
 }
