@@ -43,7 +43,9 @@ impl AlignedBuf {
         let layout = Layout::from_size_align(size, align).expect("valid buffer layout");
         // SAFETY: layout has a non-zero size (at least `align` bytes).
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(raw) else { alloc::handle_alloc_error(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
         Self { ptr, len, layout }
     }
 
@@ -102,7 +104,10 @@ impl Clone for AlignedBuf {
 
 impl fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AlignedBuf").field("len", &self.len).field("align", &self.align()).finish()
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .field("align", &self.align())
+            .finish()
     }
 }
 

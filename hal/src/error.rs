@@ -84,7 +84,11 @@ pub enum Error {
 impl Error {
     /// An [`Error::Io`] from the last OS error or a given one.
     pub(crate) fn io(op: &'static str, path: Option<&std::path::Path>, source: io::Error) -> Self {
-        Self::Io { op, path: path.map(PathBuf::from), source }
+        Self::Io {
+            op,
+            path: path.map(PathBuf::from),
+            source,
+        }
     }
 
     /// An [`Error::Io`] from an errno returned by nix.
@@ -97,9 +101,21 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io { op, path: Some(p), source } => write!(f, "{op} on {}: {source}", p.display()),
-            Self::Io { op, path: None, source } => write!(f, "{op}: {source}"),
-            Self::OutOfBounds { start, len, capacity } => {
+            Self::Io {
+                op,
+                path: Some(p),
+                source,
+            } => write!(f, "{op} on {}: {source}", p.display()),
+            Self::Io {
+                op,
+                path: None,
+                source,
+            } => write!(f, "{op}: {source}"),
+            Self::OutOfBounds {
+                start,
+                len,
+                capacity,
+            } => {
                 write!(f, "access [{start}, +{len}) beyond capacity {capacity}")
             }
             Self::Misaligned { value, align } => write!(f, "{value} is not a multiple of {align}"),
@@ -107,7 +123,10 @@ impl fmt::Display for Error {
             Self::PowerLoss => f.write_str("device lost power"),
             Self::InjectedIo { block } => write!(f, "injected I/O error at block {block}"),
             Self::Nvme { opcode, status } => {
-                write!(f, "NVMe admin opcode {opcode:#04x} failed with status {status:#06x}")
+                write!(
+                    f,
+                    "NVMe admin opcode {opcode:#04x} failed with status {status:#06x}"
+                )
             }
             Self::Corrupt(what) => write!(f, "corrupt data: {what}"),
             Self::NotErased { offset } => write!(f, "flash not erased at byte {offset}"),
@@ -115,7 +134,11 @@ impl fmt::Display for Error {
             Self::RecordTooLarge { len, max } => write!(f, "record of {len} bytes exceeds {max}"),
             Self::Unsupported(what) => write!(f, "unsupported: {what}"),
             Self::Refused { path, found } => {
-                write!(f, "refusing to format {}: it carries {found} (force to override)", path.display())
+                write!(
+                    f,
+                    "refusing to format {}: it carries {found} (force to override)",
+                    path.display()
+                )
             }
             Self::EngineStopped => f.write_str("I/O engine stopped"),
         }
@@ -135,7 +158,9 @@ impl DeviceError for Error {
     fn kind(&self) -> DeviceErrorKind {
         match self {
             Self::Io { source, .. } => match source.raw_os_error() {
-                Some(libc::EROFS) | Some(libc::EPERM) | Some(libc::EACCES) => DeviceErrorKind::ReadOnly,
+                Some(libc::EROFS) | Some(libc::EPERM) | Some(libc::EACCES) => {
+                    DeviceErrorKind::ReadOnly
+                }
                 Some(libc::ENODEV) | Some(libc::ENXIO) => DeviceErrorKind::PowerLoss,
                 Some(libc::EINVAL) => DeviceErrorKind::NotAligned,
                 _ => DeviceErrorKind::Io,
@@ -144,9 +169,10 @@ impl DeviceError for Error {
             Self::Misaligned { .. } => DeviceErrorKind::NotAligned,
             Self::ReadOnly => DeviceErrorKind::ReadOnly,
             Self::PowerLoss => DeviceErrorKind::PowerLoss,
-            Self::InjectedIo { .. } | Self::Nvme { .. } | Self::Corrupt(_) | Self::NotErased { .. } => {
-                DeviceErrorKind::Io
-            }
+            Self::InjectedIo { .. }
+            | Self::Nvme { .. }
+            | Self::Corrupt(_)
+            | Self::NotErased { .. } => DeviceErrorKind::Io,
             Self::JournalFull
             | Self::RecordTooLarge { .. }
             | Self::Unsupported(_)
@@ -159,22 +185,38 @@ impl DeviceError for Error {
 impl From<DeviceErrorKind> for Error {
     fn from(kind: DeviceErrorKind) -> Self {
         match kind {
-            DeviceErrorKind::OutOfBounds => Self::OutOfBounds { start: 0, len: 0, capacity: 0 },
+            DeviceErrorKind::OutOfBounds => Self::OutOfBounds {
+                start: 0,
+                len: 0,
+                capacity: 0,
+            },
             DeviceErrorKind::NotAligned => Self::Misaligned { value: 0, align: 0 },
             DeviceErrorKind::ReadOnly => Self::ReadOnly,
             DeviceErrorKind::PowerLoss => Self::PowerLoss,
-            _ => Self::Io { op: "device", path: None, source: io::Error::other(kind.to_string()) },
+            _ => Self::Io {
+                op: "device",
+                path: None,
+                source: io::Error::other(kind.to_string()),
+            },
         }
     }
 }
 
 /// Bounds and alignment check shared by every block backend: `len` bytes from `block` must be
 /// whole blocks of `block_size` inside `block_count`.
-pub(crate) fn check_blocks(block_size: u32, block_count: u64, block: u64, len: usize) -> Result<u64, Error> {
+pub(crate) fn check_blocks(
+    block_size: u32,
+    block_count: u64,
+    block: u64,
+    len: usize,
+) -> Result<u64, Error> {
     let bs = u64::from(block_size);
     let len = len as u64;
     if len % bs != 0 {
-        return Err(Error::Misaligned { value: len, align: bs });
+        return Err(Error::Misaligned {
+            value: len,
+            align: bs,
+        });
     }
     let n = len / bs;
     check_range(block_count, block, n)?;
@@ -185,6 +227,10 @@ pub(crate) fn check_blocks(block_size: u32, block_count: u64, block: u64, len: u
 pub(crate) fn check_range(block_count: u64, block: u64, count: u64) -> Result<(), Error> {
     match block.checked_add(count) {
         Some(end) if end <= block_count => Ok(()),
-        _ => Err(Error::OutOfBounds { start: block, len: count, capacity: block_count }),
+        _ => Err(Error::OutOfBounds {
+            start: block,
+            len: count,
+            capacity: block_count,
+        }),
     }
 }

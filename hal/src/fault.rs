@@ -121,7 +121,15 @@ impl<D: BlockDevice> FaultDevice<D> {
     /// Wraps `inner`.
     pub fn new(inner: D, cfg: FaultConfig) -> Self {
         let rng = Prng::new(cfg.seed);
-        Self { inner, cfg, rng, powered: true, writes_since_power_on: 0, unflushed: BTreeMap::new(), stats: FaultStats::default() }
+        Self {
+            inner,
+            cfg,
+            rng,
+            powered: true,
+            writes_since_power_on: 0,
+            unflushed: BTreeMap::new(),
+            stats: FaultStats::default(),
+        }
     }
 
     /// The configuration, to change faults between steps.
@@ -168,9 +176,12 @@ impl<D: BlockDevice> FaultDevice<D> {
                 1 => self.inner.write(block, &old).map_err(FaultError::Inner)?,
                 _ => {
                     // Torn: a prefix of sectors is new, the rest old (or the reverse).
-                    self.inner.read(block, &mut cur).map_err(FaultError::Inner)?;
+                    self.inner
+                        .read(block, &mut cur)
+                        .map_err(FaultError::Inner)?;
                     let sectors = bs / 512;
-                    let cut = 512 * (1 + self.rng.below(sectors.max(2) as u64 - 1) as usize).min(bs);
+                    let cut =
+                        512 * (1 + self.rng.below(sectors.max(2) as u64 - 1) as usize).min(bs);
                     if self.rng.below(2) == 0 {
                         cur[cut..].copy_from_slice(&old[cut..]);
                     } else {
@@ -206,7 +217,12 @@ impl<D: BlockDevice> FaultDevice<D> {
     pub fn read_blocks(&mut self, block: u64, buf: &mut [u8]) -> Result<(), FaultError<D::Error>> {
         self.pre()?;
         let n = (buf.len() / self.inner.block_size() as usize) as u64;
-        if let Some(&b) = self.cfg.read_errors.range(block..block.saturating_add(n)).next() {
+        if let Some(&b) = self
+            .cfg
+            .read_errors
+            .range(block..block.saturating_add(n))
+            .next()
+        {
             return Err(FaultError::Injected { block: b });
         }
         self.inner.read(block, buf).map_err(FaultError::Inner)?;
@@ -219,7 +235,12 @@ impl<D: BlockDevice> FaultDevice<D> {
         self.pre()?;
         let bs = self.inner.block_size() as usize;
         let n = (data.len() / bs) as u64;
-        if let Some(&b) = self.cfg.write_errors.range(block..block.saturating_add(n)).next() {
+        if let Some(&b) = self
+            .cfg
+            .write_errors
+            .range(block..block.saturating_add(n))
+            .next()
+        {
             return Err(FaultError::Injected { block: b });
         }
         if edgevol_core::device::check_io(&self.inner, block, data.len()).is_err() {
@@ -229,15 +250,20 @@ impl<D: BlockDevice> FaultDevice<D> {
         let mut old = vec![0u8; bs];
         for i in 0..n {
             if !self.unflushed.contains_key(&(block + i)) {
-                self.inner.read(block + i, &mut old).map_err(FaultError::Inner)?;
-                self.unflushed.insert(block + i, old.clone().into_boxed_slice());
+                self.inner
+                    .read(block + i, &mut old)
+                    .map_err(FaultError::Inner)?;
+                self.unflushed
+                    .insert(block + i, old.clone().into_boxed_slice());
             }
         }
         self.writes_since_power_on += 1;
         if self.cfg.cut_after_writes == Some(self.writes_since_power_on) {
             // The write in flight at the cut: a random prefix of its blocks lands.
             let landed = self.rng.below(n + 1) as usize;
-            self.inner.write(block, &data[..landed * bs]).map_err(FaultError::Inner)?;
+            self.inner
+                .write(block, &data[..landed * bs])
+                .map_err(FaultError::Inner)?;
             self.cut_power()?;
             return Err(FaultError::PowerLoss);
         }
@@ -258,7 +284,9 @@ impl<D: BlockDevice> FaultDevice<D> {
     /// Discards on the inner device.
     pub fn discard_blocks(&mut self, block: u64, count: u64) -> Result<(), FaultError<D::Error>> {
         self.pre()?;
-        self.inner.discard(block, count).map_err(FaultError::Inner)?;
+        self.inner
+            .discard(block, count)
+            .map_err(FaultError::Inner)?;
         self.stats.discards += 1;
         Ok(())
     }
@@ -300,7 +328,12 @@ mod tests {
 
     #[test]
     fn cut_after_n_writes_keeps_flushed_and_tears_in_flight() {
-        let cfg = FaultConfig { seed: 7, cut_after_writes: Some(3), lose_unflushed: true, ..Default::default() };
+        let cfg = FaultConfig {
+            seed: 7,
+            cut_after_writes: Some(3),
+            lose_unflushed: true,
+            ..Default::default()
+        };
         let mut d = FaultDevice::new(RamDevice::new(4096, 64), cfg);
         d.write(0, &blk(1)).unwrap();
         d.flush().unwrap();
@@ -308,7 +341,10 @@ mod tests {
         let e = d.write(2, &[blk(3), blk(3)].concat()).unwrap_err();
         assert_eq!(e.kind(), DeviceErrorKind::PowerLoss);
         assert!(!d.is_powered());
-        assert_eq!(d.read(0, &mut [0; 4096]).unwrap_err().kind(), DeviceErrorKind::PowerLoss);
+        assert_eq!(
+            d.read(0, &mut [0; 4096]).unwrap_err().kind(),
+            DeviceErrorKind::PowerLoss
+        );
         assert_eq!(d.stats().power_cuts, 1);
         d.power_on();
         let mut b = vec![0u8; 4096];
@@ -316,10 +352,17 @@ mod tests {
         assert_eq!(b, blk(1), "flushed write survives");
         // Unflushed block 1: old (zeros), new (2s), or a sector-granular mix of both.
         d.read(1, &mut b).unwrap();
-        assert!(b.chunks(512).all(|s| s.iter().all(|&x| x == 0) || s.iter().all(|&x| x == 2)), "{:?}", &b[..8]);
+        assert!(
+            b.chunks(512)
+                .all(|s| s.iter().all(|&x| x == 0) || s.iter().all(|&x| x == 2)),
+            "{:?}",
+            &b[..8]
+        );
         for blk_no in [2u64, 3] {
             d.read(blk_no, &mut b).unwrap();
-            assert!(b.chunks(512).all(|s| s.iter().all(|&x| x == 0) || s.iter().all(|&x| x == 3)));
+            assert!(b
+                .chunks(512)
+                .all(|s| s.iter().all(|&x| x == 0) || s.iter().all(|&x| x == 3)));
         }
         // After power-on the cut point is consumed.
         for i in 0..10 {
@@ -331,7 +374,11 @@ mod tests {
     fn every_outcome_of_unflushed_writes_appears_over_seeds() {
         let (mut new, mut old, mut torn) = (0, 0, 0);
         for seed in 0..200 {
-            let cfg = FaultConfig { seed, lose_unflushed: true, ..Default::default() };
+            let cfg = FaultConfig {
+                seed,
+                lose_unflushed: true,
+                ..Default::default()
+            };
             let mut d = FaultDevice::new(RamDevice::new(4096, 4), cfg);
             d.write(0, &blk(0xAA)).unwrap();
             d.cut_power().unwrap();
@@ -344,7 +391,10 @@ mod tests {
                 _ => torn += 1,
             }
         }
-        assert!(new > 0 && old > 0 && torn > 0, "new {new} old {old} torn {torn}");
+        assert!(
+            new > 0 && old > 0 && torn > 0,
+            "new {new} old {old} torn {torn}"
+        );
         // Without a volatile cache nothing acknowledged is lost.
         let mut d = FaultDevice::new(RamDevice::new(4096, 4), FaultConfig::default());
         d.write(0, &blk(5)).unwrap();
@@ -365,14 +415,26 @@ mod tests {
         };
         let mut d = FaultDevice::new(RamDevice::new(512, 16), cfg);
         let t = std::time::Instant::now();
-        assert!(matches!(d.read(4, &mut [0; 1024]), Err(FaultError::Injected { block: 5 })));
-        assert!(matches!(d.write(8, &[1; 1024]), Err(FaultError::Injected { block: 9 })));
+        assert!(matches!(
+            d.read(4, &mut [0; 1024]),
+            Err(FaultError::Injected { block: 5 })
+        ));
+        assert!(matches!(
+            d.write(8, &[1; 1024]),
+            Err(FaultError::Injected { block: 9 })
+        ));
         let mut b = [7u8; 512];
         d.read(8, &mut b).unwrap();
         assert_eq!(b, [0; 512], "failed write wrote nothing");
         assert!(t.elapsed() >= Duration::from_millis(6));
-        assert!(matches!(d.write(16, &[0; 512]), Err(FaultError::Inner(crate::Error::OutOfBounds { .. }))));
-        assert_eq!(d.write(0, &[0; 100]).unwrap_err().kind(), DeviceErrorKind::NotAligned);
+        assert!(matches!(
+            d.write(16, &[0; 512]),
+            Err(FaultError::Inner(crate::Error::OutOfBounds { .. }))
+        ));
+        assert_eq!(
+            d.write(0, &[0; 100]).unwrap_err().kind(),
+            DeviceErrorKind::NotAligned
+        );
         d.discard(0, 16).unwrap();
         d.config_mut().read_errors.clear();
         d.read(4, &mut [0; 1024]).unwrap();

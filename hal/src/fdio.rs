@@ -20,11 +20,14 @@ pub(crate) fn read_exact_at(
     match direct_align {
         Some(a) if !is_aligned(buf, a) => {
             let mut bounce = AlignedBuf::with_align(buf.len(), a);
-            file.read_exact_at(&mut bounce, offset).map_err(|e| Error::io("pread", Some(path), e))?;
+            file.read_exact_at(&mut bounce, offset)
+                .map_err(|e| Error::io("pread", Some(path), e))?;
             buf.copy_from_slice(&bounce);
             Ok(())
         }
-        _ => file.read_exact_at(buf, offset).map_err(|e| Error::io("pread", Some(path), e)),
+        _ => file
+            .read_exact_at(buf, offset)
+            .map_err(|e| Error::io("pread", Some(path), e)),
     }
 }
 
@@ -43,8 +46,11 @@ pub(crate) fn write_all_at(
                 b.copy_from_slice(data);
                 b
             };
-            file.write_all_at(&bounce, offset).map_err(|e| Error::io("pwrite", Some(path), e))
+            file.write_all_at(&bounce, offset)
+                .map_err(|e| Error::io("pwrite", Some(path), e))
         }
-        _ => file.write_all_at(data, offset).map_err(|e| Error::io("pwrite", Some(path), e)),
+        _ => file
+            .write_all_at(data, offset)
+            .map_err(|e| Error::io("pwrite", Some(path), e)),
     }
 }

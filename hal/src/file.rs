@@ -37,7 +37,12 @@ pub struct FileOptions {
 
 impl Default for FileOptions {
     fn default() -> Self {
-        Self { block_size: 4096, direct: DirectIo::Auto, create_size: None, read_only: false }
+        Self {
+            block_size: 4096,
+            direct: DirectIo::Auto,
+            create_size: None,
+            read_only: false,
+        }
     }
 }
 
@@ -60,7 +65,13 @@ impl FileDevice {
 
     /// Creates (or grows) a sparse file of `size` bytes and opens it with default options.
     pub fn create(path: impl AsRef<Path>, size: u64) -> Result<Self, Error> {
-        Self::open_with(path, &FileOptions { create_size: Some(size), ..FileOptions::default() })
+        Self::open_with(
+            path,
+            &FileOptions {
+                create_size: Some(size),
+                ..FileOptions::default()
+            },
+        )
     }
 
     /// Opens with explicit options.
@@ -68,7 +79,10 @@ impl FileDevice {
         let path = path.as_ref();
         let bs = opts.block_size;
         if !(bs.is_power_of_two() && bs >= 512) {
-            return Err(Error::Misaligned { value: u64::from(bs), align: 512 });
+            return Err(Error::Misaligned {
+                value: u64::from(bs),
+                align: 512,
+            });
         }
         if let Some(size) = opts.create_size {
             let f = OpenOptions::new()
@@ -78,9 +92,13 @@ impl FileDevice {
                 .truncate(false)
                 .open(path)
                 .map_err(|e| Error::io("create", Some(path), e))?;
-            let len = f.metadata().map_err(|e| Error::io("stat", Some(path), e))?.len();
+            let len = f
+                .metadata()
+                .map_err(|e| Error::io("stat", Some(path), e))?
+                .len();
             if len < size {
-                f.set_len(size).map_err(|e| Error::io("ftruncate", Some(path), e))?;
+                f.set_len(size)
+                    .map_err(|e| Error::io("ftruncate", Some(path), e))?;
             }
         }
         let (file, direct) = match opts.direct {
@@ -91,7 +109,10 @@ impl FileDevice {
                 Ok(_) | Err(_) => (open_file(path, opts.read_only, false)?, false),
             },
         };
-        let len = file.metadata().map_err(|e| Error::io("stat", Some(path), e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", Some(path), e))?
+            .len();
         Ok(Self {
             file,
             path: path.to_path_buf(),
@@ -124,7 +145,9 @@ impl FileDevice {
 
     /// A second handle on the same open file (for the asynchronous engines).
     pub fn try_clone_file(&self) -> Result<File, Error> {
-        self.file.try_clone().map_err(|e| Error::io("dup", Some(&self.path), e))
+        self.file
+            .try_clone()
+            .map_err(|e| Error::io("dup", Some(&self.path), e))
     }
 
     fn align(&self) -> Option<usize> {
@@ -134,7 +157,13 @@ impl FileDevice {
     /// Reads whole blocks from `block`.
     pub fn read_blocks(&self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
         check_blocks(self.block_size, self.block_count, block, buf.len())?;
-        fdio::read_exact_at(&self.file, &self.path, block * u64::from(self.block_size), buf, self.align())
+        fdio::read_exact_at(
+            &self.file,
+            &self.path,
+            block * u64::from(self.block_size),
+            buf,
+            self.align(),
+        )
     }
 
     /// Writes whole blocks from `block` (volatile until [`flush`](Self::sync)).
@@ -143,13 +172,21 @@ impl FileDevice {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        fdio::write_all_at(&self.file, &self.path, block * u64::from(self.block_size), data, self.align())
+        fdio::write_all_at(
+            &self.file,
+            &self.path,
+            block * u64::from(self.block_size),
+            data,
+            self.align(),
+        )
     }
 
     /// `fdatasync`: makes completed writes durable (and, on a block-backed filesystem, sends a
     /// cache flush to the drive).
     pub fn sync(&self) -> Result<(), Error> {
-        self.file.sync_data().map_err(|e| Error::io("fdatasync", Some(&self.path), e))
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io("fdatasync", Some(&self.path), e))
     }
 
     /// Punches a hole over `count` blocks from `block` (reads return zeros). Where the filesystem
@@ -192,7 +229,13 @@ fn open_file(path: &Path, read_only: bool, direct: bool) -> Result<File, Error> 
     if direct {
         return Err(Error::Unsupported("O_DIRECT outside Linux"));
     }
-    o.open(path).map_err(|e| Error::io(if direct { "open(O_DIRECT)" } else { "open" }, Some(path), e))
+    o.open(path).map_err(|e| {
+        Error::io(
+            if direct { "open(O_DIRECT)" } else { "open" },
+            Some(path),
+            e,
+        )
+    })
 }
 
 /// Some filesystems accept `O_DIRECT` at open and fail at the first I/O: probe with one read.
@@ -207,8 +250,13 @@ fn punch_hole(f: &File, offset: u64, len: u64) -> std::io::Result<()> {
     use nix::fcntl::{fallocate, FallocateFlags};
     let off = i64::try_from(offset).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     let len = i64::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    fallocate(f, FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE, off, len)
-        .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+    fallocate(
+        f,
+        FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+        off,
+        len,
+    )
+    .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -248,7 +296,9 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
     }
 
     #[test]
@@ -299,13 +349,39 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("dev.img");
         let mut d = FileDevice::create(&p, 1 << 20).unwrap();
-        assert_eq!(d.write(255, &[0; 8192]).unwrap_err().kind(), DeviceErrorKind::OutOfBounds);
-        assert_eq!(d.read(0, &mut [0; 100]).unwrap_err().kind(), DeviceErrorKind::NotAligned);
-        assert_eq!(d.discard(250, 7).unwrap_err().kind(), DeviceErrorKind::OutOfBounds);
-        let buffered = FileDevice::open_with(&p, &FileOptions { direct: DirectIo::Off, ..Default::default() }).unwrap();
+        assert_eq!(
+            d.write(255, &[0; 8192]).unwrap_err().kind(),
+            DeviceErrorKind::OutOfBounds
+        );
+        assert_eq!(
+            d.read(0, &mut [0; 100]).unwrap_err().kind(),
+            DeviceErrorKind::NotAligned
+        );
+        assert_eq!(
+            d.discard(250, 7).unwrap_err().kind(),
+            DeviceErrorKind::OutOfBounds
+        );
+        let buffered = FileDevice::open_with(
+            &p,
+            &FileOptions {
+                direct: DirectIo::Off,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert!(!buffered.is_direct());
-        let mut ro = FileDevice::open_with(&p, &FileOptions { read_only: true, ..Default::default() }).unwrap();
-        assert_eq!(ro.write(0, &[0; 4096]).unwrap_err().kind(), DeviceErrorKind::ReadOnly);
+        let mut ro = FileDevice::open_with(
+            &p,
+            &FileOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            ro.write(0, &[0; 4096]).unwrap_err().kind(),
+            DeviceErrorKind::ReadOnly
+        );
         let e = FileDevice::open(dir.path().join("missing")).unwrap_err();
         assert!(matches!(e, Error::Io { .. }), "{e}");
         // /dev/shm is tmpfs: O_DIRECT is either honoured or cleanly refused, never an I/O error.

@@ -30,6 +30,10 @@ mod fdio;
 mod file;
 
 #[cfg(target_os = "linux")]
+pub mod aio;
+#[cfg(target_os = "linux")]
+pub mod discovery;
+#[cfg(target_os = "linux")]
 mod linux_block;
 #[cfg(target_os = "linux")]
 pub mod nvme;
@@ -46,7 +50,7 @@ pub use ram::RamDevice;
 pub use file::{DirectIo, FileDevice, FileOptions};
 #[cfg(target_os = "linux")]
 pub use linux_block::{BlockOptions, LinuxBlockDevice};
-#[cfg(target_os = "linux")]
-pub use nvme::NvmeDevice;
 #[cfg(feature = "nor-flash")]
 pub use nor::{NorBlockDevice, NorError, NorJournal, NorSim, NorSimError};
+#[cfg(target_os = "linux")]
+pub use nvme::NvmeDevice;

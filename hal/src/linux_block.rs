@@ -41,7 +41,12 @@ pub struct BlockOptions {
 
 impl Default for BlockOptions {
     fn default() -> Self {
-        Self { exclusive: true, read_only: false, direct: true, block_size: None }
+        Self {
+            exclusive: true,
+            read_only: false,
+            direct: true,
+            block_size: None,
+        }
     }
 }
 
@@ -69,7 +74,9 @@ impl LinuxBlockDevice {
         let path = path.as_ref();
         let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", Some(path), e))?;
         if !meta.file_type().is_block_device() {
-            return Err(Error::Unsupported("not a block device (use FileDevice for files)"));
+            return Err(Error::Unsupported(
+                "not a block device (use FileDevice for files)",
+            ));
         }
         let mut flags = libc::O_CLOEXEC;
         if opts.direct {
@@ -87,20 +94,28 @@ impl LinuxBlockDevice {
         let fd = file.as_raw_fd();
         let mut size_bytes = 0u64;
         // SAFETY: fd is open for the duration of the call; the kernel writes one u64.
-        unsafe { ioctl::blkgetsize64(fd, &mut size_bytes) }.map_err(|e| Error::errno("BLKGETSIZE64", Some(path), e))?;
+        unsafe { ioctl::blkgetsize64(fd, &mut size_bytes) }
+            .map_err(|e| Error::errno("BLKGETSIZE64", Some(path), e))?;
         let mut lbs: libc::c_int = 0;
         // SAFETY: fd is open; the kernel writes one int.
-        unsafe { ioctl::blksszget(fd, &mut lbs) }.map_err(|e| Error::errno("BLKSSZGET", Some(path), e))?;
+        unsafe { ioctl::blksszget(fd, &mut lbs) }
+            .map_err(|e| Error::errno("BLKSSZGET", Some(path), e))?;
         let mut pbs: libc::c_uint = 0;
         // SAFETY: fd is open; the kernel writes one unsigned int.
-        unsafe { ioctl::blkpbszget(fd, &mut pbs) }.map_err(|e| Error::errno("BLKPBSZGET", Some(path), e))?;
+        unsafe { ioctl::blkpbszget(fd, &mut pbs) }
+            .map_err(|e| Error::errno("BLKPBSZGET", Some(path), e))?;
         let mut ro: libc::c_int = 0;
         // SAFETY: fd is open; the kernel writes one int.
-        unsafe { ioctl::blkroget(fd, &mut ro) }.map_err(|e| Error::errno("BLKROGET", Some(path), e))?;
-        let logical = u32::try_from(lbs).map_err(|_| Error::Corrupt("negative logical block size"))?;
+        unsafe { ioctl::blkroget(fd, &mut ro) }
+            .map_err(|e| Error::errno("BLKROGET", Some(path), e))?;
+        let logical =
+            u32::try_from(lbs).map_err(|_| Error::Corrupt("negative logical block size"))?;
         let block_size = opts.block_size.unwrap_or(logical);
         if !block_size.is_power_of_two() || block_size < logical || block_size % logical != 0 {
-            return Err(Error::Misaligned { value: u64::from(block_size), align: u64::from(logical) });
+            return Err(Error::Misaligned {
+                value: u64::from(block_size),
+                align: u64::from(logical),
+            });
         }
         Ok(Self {
             file,
@@ -148,7 +163,9 @@ impl LinuxBlockDevice {
     }
     /// A second handle on the same open device (for the asynchronous engines).
     pub fn try_clone_file(&self) -> Result<File, Error> {
-        self.file.try_clone().map_err(|e| Error::io("dup", Some(&self.path), e))
+        self.file
+            .try_clone()
+            .map_err(|e| Error::io("dup", Some(&self.path), e))
     }
 
     fn align(&self) -> Option<usize> {
@@ -158,7 +175,13 @@ impl LinuxBlockDevice {
     /// Reads whole blocks from `block`.
     pub fn read_blocks(&self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
         check_blocks(self.block_size, self.block_count(), block, buf.len())?;
-        fdio::read_exact_at(&self.file, &self.path, block * u64::from(self.block_size), buf, self.align())
+        fdio::read_exact_at(
+            &self.file,
+            &self.path,
+            block * u64::from(self.block_size),
+            buf,
+            self.align(),
+        )
     }
 
     /// Writes whole blocks from `block` (volatile until [`sync`](Self::sync)).
@@ -167,12 +190,20 @@ impl LinuxBlockDevice {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        fdio::write_all_at(&self.file, &self.path, block * u64::from(self.block_size), data, self.align())
+        fdio::write_all_at(
+            &self.file,
+            &self.path,
+            block * u64::from(self.block_size),
+            data,
+            self.align(),
+        )
     }
 
     /// `fdatasync`: the kernel issues a cache flush (NVMe Flush) to the drive.
     pub fn sync(&self) -> Result<(), Error> {
-        self.file.sync_data().map_err(|e| Error::io("fdatasync", Some(&self.path), e))
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io("fdatasync", Some(&self.path), e))
     }
 
     fn range_ioctl(&self, block: u64, count: u64) -> Result<[u64; 2], Error> {
@@ -255,7 +286,13 @@ pub(crate) mod tests {
             let img = dir.path().join("loop.img");
             File::create(&img).ok()?.set_len(size).ok()?;
             let out = Command::new("losetup")
-                .args(["--find", "--show", "--direct-io=on", "--sector-size", &sector.to_string()])
+                .args([
+                    "--find",
+                    "--show",
+                    "--direct-io=on",
+                    "--sector-size",
+                    &sector.to_string(),
+                ])
                 .arg(&img)
                 .output();
             match out {
@@ -264,7 +301,10 @@ pub(crate) mod tests {
                     Some(Self { dev, _dir: dir })
                 }
                 Ok(o) => {
-                    println!("SKIP loop-device test: losetup failed: {}", String::from_utf8_lossy(&o.stderr).trim());
+                    println!(
+                        "SKIP loop-device test: losetup failed: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    );
                     None
                 }
                 Err(e) => {
@@ -283,14 +323,19 @@ pub(crate) mod tests {
 
     #[test]
     fn loop_device_geometry_io_discard() {
-        let Some(lo) = Loop::new(32 << 20, 4096) else { return };
+        let Some(lo) = Loop::new(32 << 20, 4096) else {
+            return;
+        };
         let mut d = LinuxBlockDevice::open(&lo.dev).unwrap();
         assert_eq!(d.size_bytes(), 32 << 20);
         assert_eq!(d.logical_block_size(), 4096);
         assert_eq!(BlockDevice::block_count(&d), (32 << 20) / 4096);
         // Exclusive open: a second O_EXCL opener is refused.
         let e = LinuxBlockDevice::open(&lo.dev).unwrap_err();
-        assert!(matches!(&e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::EBUSY)), "{e}");
+        assert!(
+            matches!(&e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::EBUSY)),
+            "{e}"
+        );
         let data: Vec<u8> = (0..8 * 4096u32).map(|i| (i % 253) as u8).collect();
         d.write(100, &data).unwrap();
         d.flush().unwrap();
@@ -299,20 +344,34 @@ pub(crate) mod tests {
         assert_eq!(&back[1..], &data[..]);
         d.discard(100, 4).unwrap();
         d.read(100, &mut back[1..]).unwrap();
-        assert!(back[1..4 * 4096 + 1].iter().all(|&b| b == 0), "loop discard punches a hole");
+        assert!(
+            back[1..4 * 4096 + 1].iter().all(|&b| b == 0),
+            "loop discard punches a hole"
+        );
         assert_eq!(&back[4 * 4096 + 1..], &data[4 * 4096..]);
         d.zero_blocks(104, 4).unwrap();
         d.read(104, &mut back[1..4 * 4096 + 1]).unwrap();
         assert!(back[1..4 * 4096 + 1].iter().all(|&b| b == 0));
-        assert!(matches!(d.write(8191, &data[..8192]), Err(Error::OutOfBounds { .. })));
+        assert!(matches!(
+            d.write(8191, &data[..8192]),
+            Err(Error::OutOfBounds { .. })
+        ));
     }
 
     #[test]
     fn loop_device_block_size_override_and_not_a_block_device() {
         let f = tempfile::NamedTempFile::new().unwrap();
-        assert!(matches!(LinuxBlockDevice::open(f.path()), Err(Error::Unsupported(_))));
-        let Some(lo) = Loop::new(8 << 20, 512) else { return };
-        let opts = BlockOptions { block_size: Some(4096), ..Default::default() };
+        assert!(matches!(
+            LinuxBlockDevice::open(f.path()),
+            Err(Error::Unsupported(_))
+        ));
+        let Some(lo) = Loop::new(8 << 20, 512) else {
+            return;
+        };
+        let opts = BlockOptions {
+            block_size: Some(4096),
+            ..Default::default()
+        };
         let mut d = LinuxBlockDevice::open_with(&lo.dev, &opts).unwrap();
         assert_eq!(d.logical_block_size(), 512);
         assert_eq!(BlockDevice::block_size(&d), 4096);
@@ -320,8 +379,14 @@ pub(crate) mod tests {
         let mut b = [0u8; 4096];
         d.read(3, &mut b).unwrap();
         assert!(b.iter().all(|&x| x == 0x5A));
-        let bad = BlockOptions { block_size: Some(256), ..Default::default() };
+        let bad = BlockOptions {
+            block_size: Some(256),
+            ..Default::default()
+        };
         drop(d);
-        assert!(matches!(LinuxBlockDevice::open_with(&lo.dev, &bad), Err(Error::Misaligned { .. })));
+        assert!(matches!(
+            LinuxBlockDevice::open_with(&lo.dev, &bad),
+            Err(Error::Misaligned { .. })
+        ));
     }
 }

@@ -10,8 +10,8 @@ use std::fmt;
 
 use edgevol_core::{BlockDevice, DeviceError, DeviceErrorKind, ErrorType};
 use embedded_storage::nor_flash::{
-    check_erase, check_read, check_write, ErrorType as NorErrorType, NorFlash, NorFlashError, NorFlashErrorKind,
-    ReadNorFlash,
+    check_erase, check_read, check_write, ErrorType as NorErrorType, NorFlash, NorFlashError,
+    NorFlashErrorKind, ReadNorFlash,
 };
 
 use crate::fault::Prng;
@@ -106,9 +106,14 @@ impl<const WRITE: usize, const ERASE: usize> NorSim<WRITE, ERASE> {
 
     /// Programs `data` at `offset` (bits can only go 1 -> 0).
     pub fn program(&mut self, offset: u32, data: &[u8]) -> Result<(), NorSimError> {
-        check_write(self, offset, data.len()).map_err(|_| self.range_err(offset, data.len(), WRITE))?;
+        check_write(self, offset, data.len())
+            .map_err(|_| self.range_err(offset, data.len(), WRITE))?;
         let start = offset as usize;
-        if let Some(i) = data.iter().zip(&self.mem[start..]).position(|(&new, &old)| new & !old != 0) {
+        if let Some(i) = data
+            .iter()
+            .zip(&self.mem[start..])
+            .position(|(&new, &old)| new & !old != 0)
+        {
             return Err(NorSimError::NotErased(offset + i as u32));
         }
         if self.tick()? {
@@ -119,7 +124,10 @@ impl<const WRITE: usize, const ERASE: usize> NorSim<WRITE, ERASE> {
             }
             if full < data.len() {
                 let mask = self.rng.next_u64().to_le_bytes();
-                for (i, m) in self.mem[start + full..start + full + WRITE].iter_mut().enumerate() {
+                for (i, m) in self.mem[start + full..start + full + WRITE]
+                    .iter_mut()
+                    .enumerate()
+                {
                     *m &= data[full + i] | mask[i % 8];
                 }
             }
@@ -134,7 +142,8 @@ impl<const WRITE: usize, const ERASE: usize> NorSim<WRITE, ERASE> {
 
     /// Erases `[from, to)` (whole erase blocks).
     pub fn erase_range(&mut self, from: u32, to: u32) -> Result<(), NorSimError> {
-        check_erase(self, from, to).map_err(|_| self.range_err(from, to.saturating_sub(from) as usize, ERASE))?;
+        check_erase(self, from, to)
+            .map_err(|_| self.range_err(from, to.saturating_sub(from) as usize, ERASE))?;
         for b in (from as usize / ERASE)..(to as usize / ERASE) {
             let cut = self.tick()?;
             self.erase_counts[b] += 1;
@@ -234,7 +243,11 @@ impl<E: fmt::Debug> fmt::Display for NorError<E> {
             Self::NotAligned => f.write_str("not aligned"),
             Self::Full => f.write_str("journal full"),
             Self::TooLarge { len, max } => write!(f, "record {len} > {max} bytes"),
-            Self::Corrupt { block, offset, what } => write!(f, "journal corrupt at block {block} +{offset}: {what}"),
+            Self::Corrupt {
+                block,
+                offset,
+                what,
+            } => write!(f, "journal corrupt at block {block} +{offset}: {what}"),
         }
     }
 }
@@ -290,7 +303,9 @@ impl<F: NorFlash> NorBlockDevice<F> {
         if len % bs != 0 {
             return Err(NorError::NotAligned);
         }
-        let end = block.checked_add((len / bs) as u64).ok_or(NorError::OutOfBounds)?;
+        let end = block
+            .checked_add((len / bs) as u64)
+            .ok_or(NorError::OutOfBounds)?;
         if end > self.flash.capacity() as u64 / bs as u64 {
             return Err(NorError::OutOfBounds);
         }
@@ -311,7 +326,9 @@ impl<F: NorFlash> NorBlockDevice<F> {
             let o = off + (i * F::ERASE_SIZE) as u32;
             self.flash.read(o, &mut cur).map_err(NorError::Flash)?;
             if cur.iter().any(|&b| b != 0xFF) {
-                return Err(NorError::NotErased { block: block + i as u64 });
+                return Err(NorError::NotErased {
+                    block: block + i as u64,
+                });
             }
             self.flash.write(o, chunk).map_err(NorError::Flash)?;
         }
@@ -320,9 +337,14 @@ impl<F: NorFlash> NorBlockDevice<F> {
 
     /// Erases `count` blocks.
     pub fn erase_blocks(&mut self, block: u64, count: u64) -> Result<(), NorError<F::Error>> {
-        let len = usize::try_from(count).ok().and_then(|c| c.checked_mul(F::ERASE_SIZE)).ok_or(NorError::OutOfBounds)?;
+        let len = usize::try_from(count)
+            .ok()
+            .and_then(|c| c.checked_mul(F::ERASE_SIZE))
+            .ok_or(NorError::OutOfBounds)?;
         let off = self.span(block, len)?;
-        self.flash.erase(off, off + len as u32).map_err(NorError::Flash)
+        self.flash
+            .erase(off, off + len as u32)
+            .map_err(NorError::Flash)
     }
 }
 
@@ -398,10 +420,12 @@ pub struct NorJournal<F> {
 }
 
 impl<F: NorFlash> NorJournal<F> {
-    const GEOMETRY_OK: () = assert!(F::ERASE_SIZE >= 4 * (BLOCK_HDR + REC_HDR) && F::WRITE_SIZE <= 64);
+    const GEOMETRY_OK: () =
+        assert!(F::ERASE_SIZE >= 4 * (BLOCK_HDR + REC_HDR) && F::WRITE_SIZE <= 64);
 
     /// Largest payload one record can carry.
-    pub const MAX_PAYLOAD: usize = F::ERASE_SIZE - BLOCK_HDR.next_multiple_of(F::WRITE_SIZE) - REC_HDR;
+    pub const MAX_PAYLOAD: usize =
+        F::ERASE_SIZE - BLOCK_HDR.next_multiple_of(F::WRITE_SIZE) - REC_HDR;
 
     /// Opens (recovers) the journal on `flash`; an erased flash is an empty journal.
     pub fn open(mut flash: F) -> Result<Self, NorError<F::Error>> {
@@ -411,7 +435,9 @@ impl<F: NorFlash> NorJournal<F> {
         let mut hdr = [0u8; BLOCK_HDR];
         let mut prev_ends = vec![0usize; blocks];
         for (i, e) in epochs.iter_mut().enumerate() {
-            flash.read((i * F::ERASE_SIZE) as u32, &mut hdr).map_err(NorError::Flash)?;
+            flash
+                .read((i * F::ERASE_SIZE) as u32, &mut hdr)
+                .map_err(NorError::Flash)?;
             if let Some((epoch, prev_end)) = parse_block_header(&hdr) {
                 *e = Some(epoch);
                 prev_ends[i] = prev_end;
@@ -426,7 +452,10 @@ impl<F: NorFlash> NorJournal<F> {
             next_seq: 0,
             released: None,
         };
-        let Some(head) = (0..blocks).filter(|&i| epochs[i].is_some()).max_by_key(|&i| epochs[i]) else {
+        let Some(head) = (0..blocks)
+            .filter(|&i| epochs[i].is_some())
+            .max_by_key(|&i| epochs[i])
+        else {
             return Ok(j);
         };
         let head_epoch = epochs[head].unwrap_or(0);
@@ -434,7 +463,11 @@ impl<F: NorFlash> NorJournal<F> {
         let mut epoch = head_epoch;
         let mut chain = std::collections::VecDeque::new();
         loop {
-            chain.push_front(LiveBlock { index: idx, epoch, last_seq: None });
+            chain.push_front(LiveBlock {
+                index: idx,
+                epoch,
+                last_seq: None,
+            });
             if chain.len() == blocks || epoch == 1 {
                 break;
             }
@@ -449,7 +482,11 @@ impl<F: NorFlash> NorJournal<F> {
         let mut expected_seq: Option<u64> = None;
         for k in 0..chain.len() {
             let b = chain[k].index;
-            let limit = if k + 1 < chain.len() { Some(prev_ends[chain[k + 1].index]) } else { None };
+            let limit = if k + 1 < chain.len() {
+                Some(prev_ends[chain[k + 1].index])
+            } else {
+                None
+            };
             let mut last = None;
             let end = j.scan_block(b, limit, |seq, _| {
                 if expected_seq.is_some_and(|e| e != seq) {
@@ -479,9 +516,15 @@ impl<F: NorFlash> NorJournal<F> {
     ) -> Result<ScanEnd, NorError<F::Error>> {
         let base = b * F::ERASE_SIZE;
         let mut block = vec![0u8; F::ERASE_SIZE];
-        self.flash.read(base as u32, &mut block).map_err(NorError::Flash)?;
+        self.flash
+            .read(base as u32, &mut block)
+            .map_err(NorError::Flash)?;
         let mut off = pad::<F>(BLOCK_HDR);
-        let corrupt = |offset, what| NorError::Corrupt { block: b, offset, what };
+        let corrupt = |offset, what| NorError::Corrupt {
+            block: b,
+            offset,
+            what,
+        };
         let stop = limit.unwrap_or(F::ERASE_SIZE);
         if stop > F::ERASE_SIZE || stop < off && limit.is_some() {
             return Err(corrupt(0, "block end out of range"));
@@ -489,10 +532,16 @@ impl<F: NorFlash> NorJournal<F> {
         while off < stop {
             match parse_record(&block[off..stop.min(F::ERASE_SIZE)]) {
                 Rec::Valid { seq, payload_len } => {
-                    f(seq, &block[off + REC_HDR..off + REC_HDR + payload_len]).map_err(|w| corrupt(off, w))?;
+                    f(seq, &block[off + REC_HDR..off + REC_HDR + payload_len])
+                        .map_err(|w| corrupt(off, w))?;
                     off += pad::<F>(REC_HDR + payload_len);
                 }
-                Rec::Erased if limit.is_none() => return Ok(ScanEnd { offset: off, torn: false }),
+                Rec::Erased if limit.is_none() => {
+                    return Ok(ScanEnd {
+                        offset: off,
+                        torn: false,
+                    })
+                }
                 Rec::Erased => return Err(corrupt(off, "erased before recorded end")),
                 Rec::Bad { next } => {
                     if limit.is_some() {
@@ -501,22 +550,33 @@ impl<F: NorFlash> NorJournal<F> {
                     // Head block: torn tail, unless a valid record follows a trustworthy length.
                     if let Some(n) = next {
                         let n = off + pad::<F>(REC_HDR + n);
-                        if n < F::ERASE_SIZE && matches!(parse_record(&block[n..]), Rec::Valid { .. }) {
+                        if n < F::ERASE_SIZE
+                            && matches!(parse_record(&block[n..]), Rec::Valid { .. })
+                        {
                             return Err(corrupt(off, "bad record followed by valid records"));
                         }
                     }
-                    return Ok(ScanEnd { offset: off, torn: true });
+                    return Ok(ScanEnd {
+                        offset: off,
+                        torn: true,
+                    });
                 }
             }
         }
-        Ok(ScanEnd { offset: off, torn: false })
+        Ok(ScanEnd {
+            offset: off,
+            torn: false,
+        })
     }
 
     /// Appends a record; returns its sequence number. Durable when this returns `Ok` (NOR
     /// programs are synchronous). A power cut during the call may leave it absent or present.
     pub fn append(&mut self, payload: &[u8]) -> Result<u64, NorError<F::Error>> {
         if payload.len() > Self::MAX_PAYLOAD {
-            return Err(NorError::TooLarge { len: payload.len(), max: Self::MAX_PAYLOAD });
+            return Err(NorError::TooLarge {
+                len: payload.len(),
+                max: Self::MAX_PAYLOAD,
+            });
         }
         let rec_len = pad::<F>(REC_HDR + payload.len());
         if self.chain.is_empty() || self.head_sealed || self.write_off + rec_len > F::ERASE_SIZE {
@@ -554,7 +614,10 @@ impl<F: NorFlash> NorJournal<F> {
         };
         if let Some(oldest) = self.chain.front().copied() {
             if oldest.index == next {
-                if oldest.last_seq.is_some_and(|s| self.released.is_none_or(|r| s > r)) {
+                if oldest
+                    .last_seq
+                    .is_some_and(|s| self.released.is_none_or(|r| s > r))
+                {
                     return Err(NorError::Full);
                 }
                 self.chain.pop_front();
@@ -563,7 +626,9 @@ impl<F: NorFlash> NorJournal<F> {
         let base = (next * F::ERASE_SIZE) as u32;
         // From here the new head is in use: a failure below leaves it sealed for the next try.
         self.head_sealed = true;
-        self.flash.erase(base, base + F::ERASE_SIZE as u32).map_err(NorError::Flash)?;
+        self.flash
+            .erase(base, base + F::ERASE_SIZE as u32)
+            .map_err(NorError::Flash)?;
         let mut hdr = vec![0xFFu8; pad::<F>(BLOCK_HDR)];
         hdr[0..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
         hdr[4..12].copy_from_slice(&epoch.to_le_bytes());
@@ -571,7 +636,11 @@ impl<F: NorFlash> NorJournal<F> {
         let crc = crc32c::crc32c(&hdr[0..16]) ^ HDR_XOR;
         hdr[16..20].copy_from_slice(&crc.to_le_bytes());
         self.flash.write(base, &hdr).map_err(NorError::Flash)?;
-        self.chain.push_back(LiveBlock { index: next, epoch, last_seq: None });
+        self.chain.push_back(LiveBlock {
+            index: next,
+            epoch,
+            last_seq: None,
+        });
         self.write_off = pad::<F>(BLOCK_HDR);
         self.head_sealed = false;
         Ok(())
@@ -593,7 +662,9 @@ impl<F: NorFlash> NorJournal<F> {
         for (k, b) in chain.iter().enumerate() {
             let limit = if k + 1 < chain.len() {
                 let mut hdr = [0u8; BLOCK_HDR];
-                self.flash.read((chain[k + 1].index * F::ERASE_SIZE) as u32, &mut hdr).map_err(NorError::Flash)?;
+                self.flash
+                    .read((chain[k + 1].index * F::ERASE_SIZE) as u32, &mut hdr)
+                    .map_err(NorError::Flash)?;
                 parse_block_header(&hdr).map(|(_, end)| end)
             } else {
                 Some(self.write_off)
@@ -623,10 +694,15 @@ struct ScanEnd {
 }
 
 enum Rec {
-    Valid { seq: u64, payload_len: usize },
+    Valid {
+        seq: u64,
+        payload_len: usize,
+    },
     Erased,
     /// A record that does not validate; `next` is its payload length when the header CRC holds.
-    Bad { next: Option<usize> },
+    Bad {
+        next: Option<usize>,
+    },
 }
 
 fn parse_block_header(h: &[u8; BLOCK_HDR]) -> Option<(u64, usize)> {
@@ -642,7 +718,11 @@ fn parse_block_header(h: &[u8; BLOCK_HDR]) -> Option<(u64, usize)> {
 
 fn parse_record(b: &[u8]) -> Rec {
     if b.len() < REC_HDR {
-        return if b.iter().all(|&x| x == 0xFF) { Rec::Erased } else { Rec::Bad { next: None } };
+        return if b.iter().all(|&x| x == 0xFF) {
+            Rec::Erased
+        } else {
+            Rec::Bad { next: None }
+        };
     }
     if b[..REC_HDR].iter().all(|&x| x == 0xFF) {
         return Rec::Erased;
@@ -660,7 +740,10 @@ fn parse_record(b: &[u8]) -> Rec {
         return Rec::Bad { next: Some(len) };
     }
     let seq = u64::from_le_bytes(b[4..12].try_into().expect("8 bytes"));
-    Rec::Valid { seq, payload_len: len }
+    Rec::Valid {
+        seq,
+        payload_len: len,
+    }
 }
 
 #[cfg(test)]
@@ -692,8 +775,17 @@ mod tests {
         f.read(4096, &mut blk).unwrap();
         // Whole words programmed, then at most one partly programmed word, then erased words.
         let words: Vec<&[u8]> = blk.chunks(4).collect();
-        let done = words.iter().take_while(|w| w.iter().all(|&x| x == 0)).count();
-        assert!(words.iter().skip(done + 1).all(|w| w.iter().all(|&x| x == 0xFF)), "{blk:?}");
+        let done = words
+            .iter()
+            .take_while(|w| w.iter().all(|&x| x == 0))
+            .count();
+        assert!(
+            words
+                .iter()
+                .skip(done + 1)
+                .all(|w| w.iter().all(|&x| x == 0xFF)),
+            "{blk:?}"
+        );
     }
 
     #[test]
@@ -702,21 +794,32 @@ mod tests {
         assert_eq!(BlockDevice::block_size(&d), 4096);
         assert_eq!(BlockDevice::block_count(&d), 8);
         d.write(1, &[0xA5; 4096]).unwrap(); // fresh flash is erased
-        assert!(matches!(d.write(1, &[0x5A; 4096]), Err(NorError::NotErased { block: 1 })));
+        assert!(matches!(
+            d.write(1, &[0x5A; 4096]),
+            Err(NorError::NotErased { block: 1 })
+        ));
         d.discard(1, 1).unwrap();
         d.write(1, &[0x5A; 4096]).unwrap();
         d.flush().unwrap();
         let mut b = vec![0u8; 4096];
         d.read(1, &mut b).unwrap();
         assert!(b.iter().all(|&x| x == 0x5A));
-        assert_eq!(d.read(8, &mut b).unwrap_err().kind(), DeviceErrorKind::OutOfBounds);
-        assert_eq!(d.write(0, &b[..100]).unwrap_err().kind(), DeviceErrorKind::NotAligned);
+        assert_eq!(
+            d.read(8, &mut b).unwrap_err().kind(),
+            DeviceErrorKind::OutOfBounds
+        );
+        assert_eq!(
+            d.write(0, &b[..100]).unwrap_err().kind(),
+            DeviceErrorKind::NotAligned
+        );
         assert_eq!(d.flash_mut().erase_counts()[1], 1);
     }
 
     fn payload(seq: u64) -> Vec<u8> {
         let len = 8 + (seq.wrapping_mul(2_654_435_761) % 180) as usize;
-        (0..len).map(|i| (seq as u8).wrapping_add(i as u8).wrapping_mul(13)).collect()
+        (0..len)
+            .map(|i| (seq as u8).wrapping_add(i as u8).wrapping_mul(13))
+            .collect()
     }
 
     fn collect<F: NorFlash>(j: &mut NorJournal<F>) -> Vec<(u64, Vec<u8>)> {
@@ -748,7 +851,10 @@ mod tests {
         assert!(matches!(full, NorError::Full), "{full}");
         j.release_through(s - 1);
         j.append(&payload(s)).unwrap();
-        assert!(matches!(j.append(&[0; 2000]), Err(NorError::TooLarge { .. })));
+        assert!(matches!(
+            j.append(&[0; 2000]),
+            Err(NorError::TooLarge { .. })
+        ));
     }
 
     #[test]
@@ -819,7 +925,11 @@ mod tests {
                     // Everything after the checkpoint is still there.
                     let first_needed = checkpoint.map_or(0, |c| c + 1);
                     if let (Some(first), Some(a)) = (recs.first(), acked) {
-                        assert!(first.0 <= first_needed.min(a), "first {} needed {first_needed}", first.0);
+                        assert!(
+                            first.0 <= first_needed.min(a),
+                            "first {} needed {first_needed}",
+                            first.0
+                        );
                     }
                 }
                 Err(e) => panic!("append {seq}: {e}"),
@@ -830,6 +940,9 @@ mod tests {
         println!("{appends} appends, {cuts} power cuts ({torn_seen} in-flight records lost), erase counts min {min} max {max}: {counts:?}");
         assert!(cuts >= 100, "power cuts exercised: {cuts}");
         assert!(min >= 100, "journal wrapped many times: min erases {min}");
-        assert!(max - min <= max / 10 + 2, "erases spread evenly: {min}..{max}");
+        assert!(
+            max - min <= max / 10 + 2,
+            "erases spread evenly: {min}..{max}"
+        );
     }
 }

@@ -54,9 +54,14 @@ const ADMIN_TIMEOUT_MS: u32 = 10_000;
 
 /// Sends one admin command whose data (if any) is read into `data`. Returns the completion's
 /// DW0 (`result`).
-pub fn admin_command(fd: &impl AsRawFd, cmd: &mut NvmePassthruCmd, data: &mut [u8]) -> Result<u32, Error> {
+pub fn admin_command(
+    fd: &impl AsRawFd,
+    cmd: &mut NvmePassthruCmd,
+    data: &mut [u8],
+) -> Result<u32, Error> {
     cmd.addr = data.as_mut_ptr() as u64;
-    cmd.data_len = u32::try_from(data.len()).map_err(|_| Error::Unsupported("admin data > 4 GiB"))?;
+    cmd.data_len =
+        u32::try_from(data.len()).map_err(|_| Error::Unsupported("admin data > 4 GiB"))?;
     if cmd.timeout_ms == 0 {
         cmd.timeout_ms = ADMIN_TIMEOUT_MS;
     }
@@ -65,7 +70,10 @@ pub fn admin_command(fd: &impl AsRawFd, cmd: &mut NvmePassthruCmd, data: &mut [u
     let r = unsafe { ioctl::nvme_admin_cmd(fd.as_raw_fd(), cmd) }
         .map_err(|e| Error::errno("NVME_IOCTL_ADMIN_CMD", None, e))?;
     if r != 0 {
-        return Err(Error::Nvme { opcode: cmd.opcode, status: r.unsigned_abs() });
+        return Err(Error::Nvme {
+            opcode: cmd.opcode,
+            status: r.unsigned_abs(),
+        });
     }
     Ok(cmd.result)
 }
@@ -73,13 +81,19 @@ pub fn admin_command(fd: &impl AsRawFd, cmd: &mut NvmePassthruCmd, data: &mut [u
 /// The namespace id behind a namespace block device (`NVME_IOCTL_ID`).
 pub fn namespace_id(fd: &impl AsRawFd) -> Result<u32, Error> {
     // SAFETY: no argument; fd is open for the call.
-    let r = unsafe { ioctl::nvme_ioctl_id(fd.as_raw_fd()) }.map_err(|e| Error::errno("NVME_IOCTL_ID", None, e))?;
+    let r = unsafe { ioctl::nvme_ioctl_id(fd.as_raw_fd()) }
+        .map_err(|e| Error::errno("NVME_IOCTL_ID", None, e))?;
     u32::try_from(r).map_err(|_| Error::Corrupt("negative namespace id"))
 }
 
 fn identify(fd: &impl AsRawFd, cns: u32, nsid: u32) -> Result<AlignedBuf, Error> {
     let mut page = AlignedBuf::zeroed(4096);
-    let mut cmd = NvmePassthruCmd { opcode: OPC_IDENTIFY, nsid, cdw10: cns, ..Default::default() };
+    let mut cmd = NvmePassthruCmd {
+        opcode: OPC_IDENTIFY,
+        nsid,
+        cdw10: cns,
+        ..Default::default()
+    };
     admin_command(fd, &mut cmd, &mut page)?;
     Ok(page)
 }
@@ -129,7 +143,10 @@ fn le128(b: &[u8], o: usize) -> u128 {
 }
 /// ASCII fields are space padded (and sometimes NUL padded by emulators).
 fn ascii(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).trim_end_matches([' ', '\0']).trim_start().to_string()
+    String::from_utf8_lossy(b)
+        .trim_end_matches([' ', '\0'])
+        .trim_start()
+        .to_string()
 }
 
 /// Identify Controller (CNS 01h), the fields edgevol uses.
@@ -244,7 +261,9 @@ impl IdentifyNamespace {
             let o = 128 + 4 * i;
             let lbads = p[o + 2];
             if !(9..=31).contains(&lbads) && i == current {
-                return Err(Error::Corrupt("identify namespace: LBADS of current format out of range"));
+                return Err(Error::Corrupt(
+                    "identify namespace: LBADS of current format out of range",
+                ));
             }
             lba_formats.push(LbaFormat {
                 metadata_size: le16(p, o),
@@ -364,7 +383,9 @@ impl SmartLog {
     /// Whether the drive asks for attention: any critical warning, spare below threshold, or
     /// media errors. The appliance reports such a volume condition as abnormal.
     pub fn is_degraded(&self) -> bool {
-        self.critical_warning != 0 || self.available_spare < self.available_spare_threshold || self.media_errors > 0
+        self.critical_warning != 0
+            || self.available_spare < self.available_spare_threshold
+            || self.media_errors > 0
     }
 }
 
@@ -493,7 +514,14 @@ mod tests {
         assert_eq!(ns.size_blocks, 262144);
         assert_eq!(ns.utilization_blocks, 1000);
         assert_eq!(ns.lba_formats.len(), 2);
-        assert_eq!(ns.current_lba_format(), LbaFormat { metadata_size: 8, data_size: 4096, relative_performance: 2 });
+        assert_eq!(
+            ns.current_lba_format(),
+            LbaFormat {
+                metadata_size: 8,
+                data_size: 4096,
+                relative_performance: 2
+            }
+        );
         assert_eq!(ns.dealloc_read_value, 1);
         assert!(ns.has_eui64() && !ns.has_nguid());
         assert_eq!(hex_id(&ns.eui64), "0011223344556677");
@@ -511,7 +539,10 @@ mod tests {
         assert_eq!(ns.eui64, [0xEF; 8]);
 
         p[26] = 5; // current format beyond NLBAF
-        assert!(matches!(IdentifyNamespace::parse(&p), Err(Error::Corrupt(_))));
+        assert!(matches!(
+            IdentifyNamespace::parse(&p),
+            Err(Error::Corrupt(_))
+        ));
     }
 
     #[test]

@@ -23,8 +23,16 @@ impl RamDevice {
     /// # Panics
     /// If `block_size` is not a power of two of at least 512.
     pub fn new(block_size: u32, block_count: u64) -> Self {
-        assert!(block_size.is_power_of_two() && block_size >= 512, "bad block size {block_size}");
-        Self { block_size, block_count, blocks: BTreeMap::new(), read_only: false }
+        assert!(
+            block_size.is_power_of_two() && block_size >= 512,
+            "bad block size {block_size}"
+        );
+        Self {
+            block_size,
+            block_count,
+            blocks: BTreeMap::new(),
+            read_only: false,
+        }
     }
 
     /// Makes later writes and discards fail with [`Error::ReadOnly`] (or allows them again).
@@ -66,7 +74,10 @@ impl RamDevice {
             return Err(Error::ReadOnly);
         }
         for (i, chunk) in data.chunks_exact(self.block_size as usize).enumerate() {
-            let slot = self.blocks.entry(block + i as u64).or_insert_with(|| chunk.into());
+            let slot = self
+                .blocks
+                .entry(block + i as u64)
+                .or_insert_with(|| chunk.into());
             slot.copy_from_slice(chunk);
         }
         Ok(())
@@ -78,7 +89,11 @@ impl RamDevice {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        let doomed: Vec<u64> = self.blocks.range(block..block + count).map(|(&b, _)| b).collect();
+        let doomed: Vec<u64> = self
+            .blocks
+            .range(block..block + count)
+            .map(|(&b, _)| b)
+            .collect();
         for b in doomed {
             self.blocks.remove(&b);
         }
@@ -122,7 +137,10 @@ mod tests {
         let mut d = RamDevice::new(4096, 1 << 28);
         let mut buf = vec![0xAAu8; 8192];
         d.read(5, &mut buf).unwrap();
-        assert!(buf.iter().all(|&b| b == 0), "unwritten blocks read as zeros");
+        assert!(
+            buf.iter().all(|&b| b == 0),
+            "unwritten blocks read as zeros"
+        );
         let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
         d.write((1 << 28) - 2, &data).unwrap();
         d.read((1 << 28) - 2, &mut buf).unwrap();
@@ -142,8 +160,14 @@ mod tests {
         assert_eq!(e.kind(), DeviceErrorKind::OutOfBounds);
         let e = d.write(0, &[0; 100]).unwrap_err();
         assert_eq!(e.kind(), DeviceErrorKind::NotAligned);
-        assert_eq!(d.discard(u64::MAX, 2).unwrap_err().kind(), DeviceErrorKind::OutOfBounds);
+        assert_eq!(
+            d.discard(u64::MAX, 2).unwrap_err().kind(),
+            DeviceErrorKind::OutOfBounds
+        );
         d.set_read_only(true);
-        assert_eq!(d.write(0, &[1; 512]).unwrap_err().kind(), DeviceErrorKind::ReadOnly);
+        assert_eq!(
+            d.write(0, &[1; 512]).unwrap_err().kind(),
+            DeviceErrorKind::ReadOnly
+        );
     }
 }

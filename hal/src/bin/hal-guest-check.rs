@@ -1,1 +1,214 @@
-fn main() {}
+//! Run inside the QEMU guest by `scripts/test-hal-qemu.sh`: identifies an NVMe namespace through
+//! admin passthrough, checks the serial (and EUI64/UUID when given) against what QEMU was told,
+//! writes/reads/discards through the hal block backend (sync and async engines), reads the SMART
+//! log before and after, and prints `HAL-GUEST-CHECK PASS` (or `FAIL: reason`, exit 1).
+//!
+//! usage: hal-guest-check DEVICE EXPECTED_SERIAL [EXPECTED_EUI64_HEX] [EXPECTED_UUID_HEX]
+
+#[cfg(target_os = "linux")]
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: hal-guest-check DEVICE EXPECTED_SERIAL [EUI64_HEX] [UUID_HEX]");
+        std::process::exit(2);
+    }
+    match check(
+        &args[1],
+        &args[2],
+        args.get(3).map(String::as_str),
+        args.get(4).map(String::as_str),
+    ) {
+        Ok(()) => println!("HAL-GUEST-CHECK PASS"),
+        Err(e) => {
+            println!("HAL-GUEST-CHECK FAIL: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!("hal-guest-check runs on Linux only");
+    std::process::exit(2);
+}
+
+#[cfg(target_os = "linux")]
+fn check(path: &str, serial: &str, eui64: Option<&str>, uuid: Option<&str>) -> Result<(), String> {
+    use edgevol_core::BlockDevice;
+    use edgevol_hal::aio::{block_on_all, AsyncDevice, EngineKind};
+    use edgevol_hal::nvme::hex_id;
+    use edgevol_hal::{AlignedBuf, NvmeDevice};
+
+    let mut dev = NvmeDevice::open(path).map_err(|e| format!("open {path}: {e}"))?;
+    let c = dev
+        .identify_controller()
+        .map_err(|e| format!("identify controller: {e}"))?;
+    println!(
+        "controller: vid {:#06x} serial '{}' model '{}' firmware '{}' version {:#x} mdts {} nn {} oncs {:#x} vwc {} subnqn {}",
+        c.vid, c.serial, c.model, c.firmware, c.version, c.mdts, c.nn, c.oncs, c.volatile_write_cache, c.subnqn
+    );
+    if c.serial != serial {
+        return Err(format!("serial '{}' != expected '{serial}'", c.serial));
+    }
+    if c.model.is_empty() || c.firmware.is_empty() {
+        return Err("empty model or firmware".into());
+    }
+    let ns = dev
+        .identify_namespace()
+        .map_err(|e| format!("identify namespace: {e}"))?;
+    println!(
+        "namespace {}: nsze {} ncap {} nuse {} dlfeat-read {} eui64 {} nguid {} uuid {}",
+        dev.nsid(),
+        ns.size_blocks,
+        ns.capacity_blocks,
+        ns.utilization_blocks,
+        ns.dealloc_read_value,
+        if ns.has_eui64() {
+            hex_id(&ns.eui64)
+        } else {
+            "absent".into()
+        },
+        if ns.has_nguid() {
+            hex_id(&ns.nguid)
+        } else {
+            "absent".into()
+        },
+        ns.uuid.map_or("absent".into(), |u| hex_id(&u)),
+    );
+    for (i, f) in ns.lba_formats.iter().enumerate() {
+        let cur = if i == ns.current_format {
+            " (in use)"
+        } else {
+            ""
+        };
+        println!(
+            "  lbaf {i}: {} B data + {} B metadata, rp {}{cur}",
+            f.data_size, f.metadata_size, f.relative_performance
+        );
+    }
+    if let Some(want) = eui64 {
+        if hex_id(&ns.eui64) != want.to_lowercase() {
+            return Err(format!("eui64 {} != expected {want}", hex_id(&ns.eui64)));
+        }
+    }
+    if let Some(want) = uuid {
+        let got = ns.uuid.map(|u| hex_id(&u)).unwrap_or_default();
+        if got != want.replace('-', "").to_lowercase() {
+            return Err(format!("uuid {got} != expected {want}"));
+        }
+    }
+    let lbs = ns.current_lba_format().data_size;
+    if lbs != dev.block().logical_block_size() {
+        return Err(format!(
+            "LBA format {lbs} != BLKSSZGET {}",
+            dev.block().logical_block_size()
+        ));
+    }
+    if ns.size_blocks * u64::from(lbs) != dev.block().size_bytes() {
+        return Err("NSZE x LBA size != BLKGETSIZE64".into());
+    }
+    let smart0 = dev.smart_log().map_err(|e| format!("smart log: {e}"))?;
+    println!("smart before: {smart0:?}");
+
+    // Sync path through core's trait.
+    let bs = BlockDevice::block_size(&dev) as usize;
+    let last = BlockDevice::block_count(&dev) - 16;
+    let pattern = |b: u64| -> Vec<u8> {
+        (0..bs * 16)
+            .map(|i| (i as u64 ^ b).wrapping_mul(0x9E37) as u8)
+            .collect()
+    };
+    for start in [0u64, 1000, last] {
+        let data = pattern(start);
+        dev.write(start, &data)
+            .map_err(|e| format!("write {start}: {e}"))?;
+    }
+    dev.flush().map_err(|e| format!("flush: {e}"))?;
+    let mut back = vec![0u8; bs * 16];
+    for start in [0u64, 1000, last] {
+        dev.read(start, &mut back)
+            .map_err(|e| format!("read {start}: {e}"))?;
+        if back != pattern(start) {
+            return Err(format!("read back mismatch at block {start}"));
+        }
+    }
+    println!("sync write/flush/read: ok (16 blocks x 3 places)");
+    dev.discard(1000, 8).map_err(|e| format!("discard: {e}"))?;
+    dev.read(1000, &mut back)
+        .map_err(|e| format!("read after discard: {e}"))?;
+    let zeroed = back[..8 * bs].iter().all(|&b| b == 0);
+    println!(
+        "discard: ok; deallocated blocks read {}",
+        if zeroed {
+            "zeros"
+        } else {
+            "old/unspecified data"
+        }
+    );
+    if ns.dealloc_read_value == 1 && !zeroed {
+        return Err("DLFEAT promises zeros after deallocate, got data".into());
+    }
+    if back[8 * bs..] != pattern(1000)[8 * bs..] {
+        return Err("discard touched blocks outside its range".into());
+    }
+
+    // Async path, both engines.
+    for kind in [EngineKind::IoUring, EngineKind::Pool] {
+        let file = dev.block().try_clone_file().map_err(|e| e.to_string())?;
+        let a = AsyncDevice::open(file, bs as u32, BlockDevice::block_count(&dev), kind, 8)
+            .map_err(|e| format!("{kind:?}: {e}"))?;
+        let a = &a;
+        let errors = std::sync::Mutex::new(Vec::new());
+        let errs = &errors;
+        let futs: Vec<_> = (0..16u64)
+            .map(|i| async move {
+                let blk = 4096 + i * 4;
+                let (_, r) = a
+                    .write(blk, AlignedBuf::from_slice(&vec![i as u8 ^ 0x5A; bs * 4]))
+                    .await;
+                if let Err(e) = r {
+                    errs.lock().unwrap().push(format!("write {blk}: {e}"));
+                    return;
+                }
+                let (buf, r) = a.read(blk, AlignedBuf::zeroed(bs * 4)).await;
+                match r {
+                    Ok(()) if buf.iter().all(|&b| b == i as u8 ^ 0x5A) => {}
+                    Ok(()) => errs.lock().unwrap().push(format!("mismatch at {blk}")),
+                    Err(e) => errs.lock().unwrap().push(format!("read {blk}: {e}")),
+                }
+            })
+            .collect();
+        block_on_all(futs);
+        let mut flushed = Ok(());
+        block_on_all(vec![async { flushed = a.flush().await }]);
+        flushed.map_err(|e| format!("{kind:?} flush: {e}"))?;
+        let errs = errors.into_inner().unwrap();
+        if !errs.is_empty() {
+            return Err(format!("{kind:?}: {}", errs.join("; ")));
+        }
+        println!("async {kind:?}: 16 concurrent write+read pairs ok");
+    }
+
+    let smart1 = dev.smart_log().map_err(|e| format!("smart log: {e}"))?;
+    println!(
+        "smart after: temperature {} C, percentage used {}%, media errors {}, critical warning {:#x}, host writes {} -> {}, data units written {} -> {}",
+        smart1.temperature_celsius(),
+        smart1.percentage_used,
+        smart1.media_errors,
+        smart1.critical_warning,
+        smart0.host_write_commands,
+        smart1.host_write_commands,
+        smart0.data_units_written,
+        smart1.data_units_written
+    );
+    if smart1.host_write_commands <= smart0.host_write_commands {
+        return Err("SMART host write commands did not grow after writes".into());
+    }
+    if !(-40..=150).contains(&smart1.temperature_celsius()) {
+        return Err(format!(
+            "implausible temperature {}",
+            smart1.temperature_celsius()
+        ));
+    }
+    Ok(())
+}
