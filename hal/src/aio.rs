@@ -22,6 +22,8 @@
 //! per request, better on real queues), the pool as fallback where io_uring is missing or
 //! forbidden (seccomp, `kernel.io_uring_disabled`, old kernels). Metadata I/O of core stays on the
 //! synchronous [`BlockDevice`](edgevol_core::BlockDevice) path, run off the reactor.
+// Casts: ring slot indexes < depth <= 4096; buffer lengths fit u32 (checked) .
+#![allow(clippy::cast_possible_truncation)]
 #![allow(unsafe_code)]
 
 use std::collections::VecDeque;

@@ -1,6 +1,8 @@
 //! Device discovery for the appliance: candidate block devices from sysfs with size, model and
 //! serial, and the format guard that refuses a device carrying a partition table or filesystem
 //! signature unless forced.
+// Casts: offsets are small constants < 128 KiB.
+#![allow(clippy::cast_possible_truncation)]
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -177,7 +179,8 @@ mod tests {
         let blank = img(1 << 17, &[]);
         assert_eq!(detect_signature(blank.path()).unwrap(), None);
         check_formattable(blank.path(), false).unwrap();
-        let cases: [(&[(usize, &[u8])], &str); 5] = [
+        type Case<'a> = (&'a [(usize, &'a [u8])], &'a str);
+        let cases: [Case; 5] = [
             (&[(512, b"EFI PART")], "GPT partition table"),
             (&[(1080, &[0x53, 0xEF])], "ext2/3/4 filesystem"),
             (&[(0, b"XFSB")], "XFS filesystem"),

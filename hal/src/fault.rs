@@ -3,6 +3,8 @@
 //! contract, decided by a seeded PRNG), I/O errors on chosen blocks, and added latency.
 //!
 //! Like tigerbeetle's `testing/storage.zig`: every run is reproducible from its seed; print it.
+// Casts: block counts index in-memory buffers whose length already fits usize.
+#![allow(clippy::cast_possible_truncation)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

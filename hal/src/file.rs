@@ -1,6 +1,8 @@
 //! A device in a regular file: sparse (created with `set_len`), `O_DIRECT` where the filesystem
 //! supports it (so the page cache neither doubles memory nor hides write errors until fsync), with
 //! bounce buffers for callers whose buffers are not aligned. `discard` punches holes.
+// Casts: lengths are bounded by in-memory buffer sizes (usize) checked before the cast.
+#![allow(clippy::cast_possible_truncation)]
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};

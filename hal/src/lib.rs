@@ -19,6 +19,9 @@
 //! `linux_block.rs` and `nvme.rs` (ioctls) and `aio.rs` (io_uring), each block with a `SAFETY`
 //! comment.
 
+// `u64::is_multiple_of` is stable only since Rust 1.87; the workspace's rust-version is 1.85.
+#![allow(clippy::manual_is_multiple_of)]
+
 mod buf;
 mod error;
 mod fault;
