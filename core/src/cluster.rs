@@ -5,8 +5,11 @@
 //!
 //! A cluster whose last reference goes is *pending* until the next metadata commit: it may not be
 //! handed out again before the unmap is durable, or a crash could leave the old owner's map
-//! pointing at a new owner's data.
+//! pointing at a new owner's data. Likewise a cluster that lost a reference but kept others is
+//! *unsettled* until then: its remaining owner must still copy on write, because after a crash the
+//! dropped reference (say a clone's unflushed copy-on-write) comes back.
 
+use alloc::collections::BTreeSet;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -33,6 +36,7 @@ pub(crate) struct Allocator {
     refs: Vec<u32>,
     free: u64,
     pending: Vec<u64>,
+    unsettled: BTreeSet<u64>,
     reserved: u64,
     cursor: usize,
 }
@@ -43,6 +47,7 @@ impl Allocator {
             refs: vec![0; clusters],
             free: clusters as u64,
             pending: Vec::new(),
+            unsettled: BTreeSet::new(),
             reserved: 0,
             cursor: 0,
         }
@@ -58,6 +63,11 @@ impl Allocator {
             Some(PENDING) | None => 0,
             Some(n) => n,
         }
+    }
+
+    /// Whether the one map referencing `c` may write it in place: it is the only reference, durably.
+    pub(crate) fn exclusive(&self, c: u64) -> bool {
+        self.refs(c) == 1 && !self.unsettled.contains(&c)
     }
 
     /// Whether `c` exists and may be handed out now.
@@ -90,6 +100,8 @@ impl Allocator {
         if self.refs[i] == 0 {
             self.refs[i] = PENDING;
             self.pending.push(c);
+        } else {
+            self.unsettled.insert(c);
         }
     }
 
@@ -112,8 +124,10 @@ impl Allocator {
         Some(at as u64)
     }
 
-    /// Makes pending clusters allocatable: call once the unmaps that freed them are durable.
+    /// Makes pending clusters allocatable and unsettled ones settled: call once the records that
+    /// dropped their references are durable.
     pub(crate) fn release_pending(&mut self) {
+        self.unsettled.clear();
         for c in self.pending.drain(..) {
             // Pending clusters came from `decref`, so the index is in range.
             if let Some(r) = self.refs.get_mut(c as usize) {
@@ -160,6 +174,20 @@ mod tests {
         assert_eq!(a.find_free(), Some(c));
         let cap = a.capacity(10);
         assert_eq!((cap.total, cap.free, cap.used, cap.reserved), (20, 10, 10, 0));
+    }
+
+    #[test]
+    fn a_dropped_reference_settles_at_release() {
+        let mut a = Allocator::new(1);
+        a.incref(0);
+        a.incref(0);
+        a.decref(0);
+        assert!(
+            !a.exclusive(0),
+            "written in place before the dropped reference is durable"
+        );
+        a.release_pending();
+        assert!(a.exclusive(0));
     }
 
     #[test]

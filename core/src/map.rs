@@ -164,7 +164,7 @@ impl<D: BlockDevice> Pool<D> {
         let (mut fresh, mut unreserved) = (0u64, 0u64);
         for vc in first..first + count {
             match v.map.get(&vc) {
-                Some(&pc) if self.state.alloc.refs(pc) == 1 => {}
+                Some(&pc) if self.state.alloc.exclusive(pc) => {}
                 Some(_) => (fresh, unreserved) = (fresh + 1, unreserved + 1),
                 None => (fresh, unreserved) = (fresh + 1, unreserved + u64::from(!thick)),
             }
@@ -184,7 +184,7 @@ impl<D: BlockDevice> Pool<D> {
             let whole = end - start == cs;
             let old = self.state.volume(id)?.map.get(&vc).copied();
             let (pc, prepare) = match old {
-                Some(pc) if self.state.alloc.refs(pc) == 1 => (pc, Prepare::None),
+                Some(pc) if self.state.alloc.exclusive(pc) => (pc, Prepare::None),
                 _ => {
                     let pc = self
                         .state
