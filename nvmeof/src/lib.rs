@@ -4,12 +4,13 @@
 //! value (the quinn-proto design).
 //!
 //! Modules: [`pdu`] (PDU types and encoding), [`decoder`] (incremental, validating decoder),
-//! [`pdu_error`] (typed errors with their TermReq FES), [`sqe`], [`cqe`], [`status`].
+//! [`pdu_error`] (typed errors with their TermReq FES), [`sqe`], [`cqe`], [`status`], [`fabrics_cmd`] (Connect, Property Get/Set).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod cqe;
 pub mod decoder;
+pub mod fabrics_cmd;
 pub mod pdu;
 pub mod pdu_error;
 pub mod sqe;

@@ -96,6 +96,8 @@ pub enum StatusCode {
     TransientTransportError,
     /// The LBA range exceeds the namespace size.
     LbaOutOfRange,
+    /// Fabrics Connect: the record format is not one we speak.
+    ConnectIncompatibleFormat,
     /// Fabrics Connect: a parameter is invalid (the CQE result says which).
     ConnectInvalidParameters,
     /// Fabrics Connect: the controller is busy (cntlid in use).
@@ -131,6 +133,7 @@ impl StatusCode {
             StatusCode::TransientTransportError => (sct::GENERIC, 0x22, false),
             StatusCode::LbaOutOfRange => (sct::GENERIC, 0x80, true),
             StatusCode::InvalidQueueIdentifier => (sct::COMMAND_SPECIFIC, 0x01, true),
+            StatusCode::ConnectIncompatibleFormat => (sct::COMMAND_SPECIFIC, 0x80, true),
             StatusCode::ConnectInvalidParameters => (sct::COMMAND_SPECIFIC, 0x82, true),
             StatusCode::ConnectControllerBusy => (sct::COMMAND_SPECIFIC, 0x81, true),
             StatusCode::ConnectInvalidHost => (sct::COMMAND_SPECIFIC, 0x84, true),
