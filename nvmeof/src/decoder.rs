@@ -51,6 +51,9 @@ pub struct Decoder {
     framing: Option<Framing>,
     header_checked: bool,
     failed: bool,
+    /// Header of the last complete PDU, for a TermReq about a PDU that decoded but was refused.
+    last_header: [u8; TERM_REQ_MAX_DATA],
+    last_header_len: usize,
 }
 
 /// What one [`Decoder::decode`] call produced.
@@ -79,6 +82,8 @@ impl Decoder {
             framing: None,
             header_checked: false,
             failed: false,
+            last_header: [0; TERM_REQ_MAX_DATA],
+            last_header_len: 0,
         }
     }
 
@@ -102,9 +107,12 @@ impl Decoder {
         self.buf.is_empty()
     }
 
-    /// The bytes of the PDU header received so far (at most 128): the data of a TermReq that
-    /// reports an error in this PDU.
+    /// The header (at most 128 bytes) of the PDU in error, for the TermReq: the partial PDU if one
+    /// is buffered, else the last complete one.
     pub fn offending_header(&self) -> &[u8] {
+        if self.buf.is_empty() {
+            return &self.last_header[..self.last_header_len];
+        }
         let hlen = self.framing.map_or(COMMON_HEADER_LEN, |f| f.hlen);
         &self.buf[..self.buf.len().min(hlen).min(TERM_REQ_MAX_DATA)]
     }
@@ -171,6 +179,13 @@ impl Decoder {
     }
 
     fn reset(&mut self) {
+        let n = self
+            .framing
+            .map_or(0, |f| f.hlen)
+            .min(self.buf.len())
+            .min(TERM_REQ_MAX_DATA);
+        self.last_header[..n].copy_from_slice(&self.buf[..n]);
+        self.last_header_len = n;
         self.buf.clear();
         // Keep the buffer for the next PDU unless a large one inflated it.
         if self.buf.capacity() > 64 * 1024 {

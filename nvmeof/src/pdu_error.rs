@@ -83,9 +83,9 @@ pub enum SequenceError {
     RepeatedInitialization,
     /// More commands outstanding than the queue has slots for.
     QueueFull,
-    /// A command id that is already outstanding on this queue.
-    CommandIdInUse(u16),
-    /// A data or response PDU for a command that is not outstanding.
+    /// A PDU type that has no place in the current state.
+    UnexpectedPdu(PduType),
+    /// A data, R2T or response PDU for a command id that is not outstanding (host side).
     UnknownCommand(u16),
 }
 
