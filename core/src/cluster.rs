@@ -130,7 +130,7 @@ impl Allocator {
         self.unsettled.clear();
         for c in self.pending.drain(..) {
             // Pending clusters came from `decref`, so the index is in range.
-            if let Some(r) = self.refs.get_mut(c as usize) {
+            if let Some(r) = usize::try_from(c).ok().and_then(|i| self.refs.get_mut(i)) {
                 *r = 0;
                 self.free += 1;
             }

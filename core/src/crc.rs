@@ -5,15 +5,15 @@ const POLY: u32 = 0x82F6_3B78; // reflected 0x1EDC6F41
 
 const TABLE: [u32; 256] = {
     let mut t = [0u32; 256];
-    let mut i = 0;
+    let mut i: u32 = 0;
     while i < 256 {
-        let mut c = i as u32;
+        let mut c = i;
         let mut k = 0;
         while k < 8 {
             c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
             k += 1;
         }
-        t[i] = c;
+        t[i as usize] = c;
         i += 1;
     }
     t

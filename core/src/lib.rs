@@ -1,4 +1,50 @@
-//! edgevol core: the `no_std` volume manager.
+//! edgevol core: the `no_std` volume manager of the appliance.
+//!
+//! A [`Pool`] lives on one [`BlockDevice`]: two superblocks (blocks 0 and 1), two checkpoint
+//! slots, a journal, then data clusters. Volumes map virtual clusters to physical ones (absent:
+//! zeros); snapshots and clones share clusters by reference count; groups snapshot all members in
+//! one commit. Core is sans-I/O: it never spawns, sleeps or reads a clock, and touches storage only
+//! through the device trait. Control operations return typed [`Error`]s that map 1:1 onto CSI
+//! codes; the data path asks [`Pool::map_read`] / [`Pool::map_write`] / [`Pool::trim`] where bytes
+//! live and performs the I/O itself.
+//!
+//! # Durability rule
+//!
+//! - **Control operations** (create/delete/expand volume, snapshots, groups, publish/unpublish)
+//!   are durable when they return `Ok`: their journal record has been written and flushed. Answer
+//!   the CSI call only then. An operation that returns an error may or may not be durable if the
+//!   error is `Error::Device` (the pool then refuses further work until reopened); any other error
+//!   changed nothing.
+//! - **Data path**: a write through [`Pool::map_write`] may allocate a cluster (first write, or
+//!   copy-on-write of a shared cluster) and [`Pool::trim`] may unmap one. These mapping changes
+//!   are visible at once and become durable at the next [`Pool::flush`] (NVMe Flush) or the next
+//!   control operation, whichever comes first. Until then a power cut reverts them together with
+//!   the unflushed data written through them, exactly as for a disk's volatile cache (dm-thin
+//!   gives the same rule).
+//! - Every commit flushes the device *before* writing its record when data was mapped since the
+//!   last one, so a durable mapping never points at data that is not; and so a snapshot contains
+//!   every write completed before it was taken.
+//! - Clusters freed, or left with fewer references, by a change that is not durable yet are not
+//!   reused or written in place until it is (pending/unsettled clusters, see [`Capacity`]), so a
+//!   power cut never exposes one volume's data through another's map.
+//!
+//! # Recovery
+//!
+//! [`Pool::open`] takes the valid superblock copy with the highest generation and the newest
+//! checkpoint whose header and payload CRC32C check, then replays journal frames with consecutive
+//! sequence numbers. The first frame that fails its CRC ends the journal if it is a torn tail; if a
+//! frame of a later commit is intact after it, an acknowledged record was damaged and `open`
+//! refuses with [`Corruption::JournalGap`] rather than mount without it. No byte is used before
+//! its CRC is checked, and every decoded table is cross-checked before use.
+//!
+//! # Limits
+//!
+//! See [`limits`]: hitting a count limit is `Error::ResourceExhausted`. The metadata area is sized
+//! at format ([`FormatOptions`]); operations that grow the tables are refused with
+//! `ResourceExhausted(Limit::Metadata)` once the last checkpoint estimate passes half a slot, so
+//! deletions always stay possible.
+//!
+//! Benchmarks: `core/BENCHMARKS.md`.
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -47,7 +93,9 @@ pub mod fuzzing {
         if let Ok(tables) = postcard::from_bytes::<crate::state::Tables>(bytes) {
             let _ = crate::state::State::load(tables, 64, 4096);
         }
-        let Some(mut state) = crate::state::State::load(crate::state::Tables::default(), 64, 4096) else { return };
+        let Some(mut state) = crate::state::State::load(crate::state::Tables::default(), 64, 4096) else {
+            return;
+        };
         let mut rest = bytes;
         while let Ok((rec, tail)) = postcard::take_from_bytes::<crate::record::Record>(rest) {
             if state.validate(&rec).is_ok() {

@@ -7,7 +7,7 @@ use crate::checkpoint::{self, CheckpointHeader};
 use crate::cluster::Capacity;
 use crate::crc::crc32c;
 use crate::device::{BlockDevice, DeviceError, DeviceErrorKind};
-use crate::error::{Corruption, Error, Field, Limit, Problem, Result};
+use crate::error::{Corruption, Error, Limit, Result};
 use crate::journal::{self, encode_frame, frame_blocks, FrameHeader};
 use crate::record::Record;
 use crate::state::{State, Tables};
@@ -50,10 +50,6 @@ impl FormatOptions {
             slot_blocks: ckpt.div_ceil(bs),
             journal_blocks: journal.div_ceil(bs),
         };
-        // Frame lengths are u32 on media.
-        if geo.bytes(geo.journal_blocks) > u64::from(u32::MAX) {
-            return Err(Error::InvalidArgument(Field::FormatOptions, Problem::Unsupported));
-        }
         geo.validate().map(|()| geo)
     }
 }
@@ -238,7 +234,8 @@ impl<D: BlockDevice> Pool<D> {
         if blocks > self.geo.journal_blocks - pos {
             return Ok(None);
         }
-        let len = blocks as usize * bs;
+        // Frames are shorter than the journal, whose size `Geometry::validate` bounds to u32.
+        let len = usize::try_from(blocks).map_err(|_| Error::Corrupt(Corruption::Geometry))? * bs;
         buf.resize(len, 0);
         if blocks > 1 {
             self.dev.read(start + pos + 1, &mut buf[bs..len]).map_err(dev_err)?;

@@ -79,7 +79,7 @@ impl State {
         let total = s.alloc.total();
         let map_ok = |m: &ClusterMap, size: u64| {
             let vclusters = size / cluster_size;
-            size % cluster_size == 0
+            size.checked_rem(cluster_size) == Some(0)
                 && m.last_key_value().is_none_or(|(&vc, _)| vc < vclusters)
                 && m.values().all(|&pc| pc < total)
         };

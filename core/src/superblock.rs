@@ -48,6 +48,8 @@ impl Geometry {
             || cs < self.block_size
             || self.slot_blocks < 2
             || self.journal_blocks < 2
+            // Frame lengths are u32 on media.
+            || self.journal_blocks.saturating_mul(u64::from(self.block_size)) > u64::from(u32::MAX)
         {
             return bad;
         }

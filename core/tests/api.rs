@@ -1,4 +1,6 @@
 //! Behaviour of the public API, case by case.
+// Host-only test code on 64-bit machines: byte counts of test devices fit in usize.
+#![allow(clippy::cast_possible_truncation)]
 
 mod common;
 
@@ -289,7 +291,7 @@ fn reads_merge_contiguous_clusters_without_allocating() {
     let mut pool = ram_pool(16);
     let v = pool.create_volume(VolumeSpec::new("v", 4 * CS)).unwrap();
     write(&mut pool, v, 0, &vec![5; 2 * CS as usize]).unwrap();
-    let segs: Vec<ReadSegment> = pool.map_read(v, 100 * 0, 4 * CS).unwrap().collect();
+    let segs: Vec<ReadSegment> = pool.map_read(v, 0, 4 * CS).unwrap().collect();
     assert_eq!(segs.len(), 2, "{segs:?}");
     assert!(matches!(segs[0], ReadSegment::Data { len, .. } if len == 2 * CS));
     assert_eq!(segs[1], ReadSegment::Zero { len: 2 * CS });

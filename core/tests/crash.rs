@@ -6,6 +6,8 @@
 //! flight, whole), and return the last durable data of every block not written since.
 //!
 //! Seed: `CRASH_SEED=<n>` replays a run; the seed in use is printed.
+// Host-only test code on 64-bit machines: byte counts of test devices fit in usize.
+#![allow(clippy::cast_possible_truncation)]
 
 mod common;
 

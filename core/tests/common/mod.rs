@@ -1,6 +1,6 @@
 //! Fixtures shared by core's integration tests: small pools and data I/O through the mapping API,
 //! done the way the appliance's data path will do it.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::cast_possible_truncation)]
 
 use edgevol_core::{
     BlockDevice, FormatOptions, ImageId, Pool, Prepare, RamDevice, ReadSegment, VolumeId, WriteSegment,
