@@ -111,8 +111,6 @@ pub enum Precondition {
     SnapshotInGroupSnapshot(GroupSnapshotId),
     /// The volume's access modes are single-node and it is already published to another host.
     PublishedToOtherHost(VolumeId),
-    /// The source volume is in a different group from the one asked for the new volume.
-    WrongGroup(GroupId),
 }
 
 /// The argument an `InvalidArgument` is about.
