@@ -400,6 +400,10 @@ impl Queue {
     }
 
     /// Completes a command: queues its C2HData (reads) and CapsuleResp.
+    ///
+    /// One `handle_input` call may hand out commands and then close on a later bad PDU, so a
+    /// command can outlive its connection: completing it then returns [`HostError::Closed`], which
+    /// the host drops along with the connection.
     pub fn complete(&mut self, tag: CommandTag, c: Completion<'_>) -> Result<(), HostError> {
         let State::Live(live) = self.state else {
             return Err(HostError::Closed);
