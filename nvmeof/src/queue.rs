@@ -29,6 +29,9 @@ use crate::status::{Status, StatusCode};
 
 /// Most PDUs handled per [`Queue::handle_input`] call (tcp.c's io_work budget).
 pub const RECV_BUDGET: usize = 64;
+/// Above this many untransmitted bytes, [`Queue::handle_input`] stops consuming until the host
+/// drains [`Queue::poll_transmit`]: a host that never reads its responses cannot grow our buffer.
+pub const TX_HIGH_WATER: usize = 256 * 1024;
 /// Smallest MAXH2CDATA a Linux host accepts (`NVME_TCP_MIN_MAXH2CDATA`).
 pub const MIN_MAXH2CDATA: u32 = 4096;
 /// In-capsule data limit of an admin queue (`NVME_TCP_ADMIN_CCSZ`).
@@ -315,11 +318,16 @@ impl Queue {
     }
 
     /// Feeds bytes received from the socket. Returns how many were consumed: fewer than given
-    /// when the PDU budget is spent (call again after draining events) or the queue closed.
+    /// when the PDU budget is spent, when more than [`TX_HIGH_WATER`] bytes wait for
+    /// transmission (drain events and transmit, then call again), or when the queue closed.
     pub fn handle_input(&mut self, input: &[u8]) -> usize {
         let mut consumed = 0;
         let mut pdus = 0;
-        while consumed < input.len() && pdus < RECV_BUDGET && !self.is_closed() {
+        while consumed < input.len()
+            && pdus < RECV_BUDGET
+            && self.tx.len() <= TX_HIGH_WATER
+            && !self.is_closed()
+        {
             let d = self.decoder.decode(&input[consumed..]);
             consumed += d.consumed;
             let Some(result) = d.result else { break };

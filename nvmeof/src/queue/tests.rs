@@ -150,6 +150,9 @@ impl Pair {
                 self.to_target.drain(..used);
                 self.target_events();
                 progress |= used > 0;
+                if used == 0 {
+                    break;
+                }
             }
             self.target_events();
             progress |= self.target.poll_transmit(&mut self.to_host);
@@ -725,5 +728,39 @@ fn bad_data_pointers_complete_with_a_status() {
             (703, StatusCode::SglDescriptorTypeInvalid.status()),
         ]
     );
+    assert!(!p.target.is_closed());
+}
+
+#[test]
+fn a_host_that_never_reads_cannot_grow_the_transmit_buffer() {
+    let mut p = Pair::connected(small_limits(), host_config(Digests::NONE), 0, 1);
+    // Commands refused at once (keyed SGL) hold no slot: only backpressure bounds their responses.
+    let mut sqe = Sqe::default();
+    sqe.set_opcode(0x02).set_sgl(0x1000, 512, 0x40);
+    let one = raw(
+        &Pdu::CapsuleCmd(CapsuleCmd { sqe, data: vec![] }),
+        EncodeOptions::default(),
+    );
+    let stream: Vec<u8> = one
+        .iter()
+        .copied()
+        .cycle()
+        .take(one.len() * 20_000)
+        .collect();
+    let mut at = 0;
+    loop {
+        let used = p.target.handle_input(&stream[at..]);
+        at += used;
+        if used == 0 {
+            break;
+        }
+    }
+    assert!(at < stream.len(), "input stops being consumed");
+    assert_eq!(p.target.poll_event(), None);
+    let mut out = Vec::new();
+    p.target.poll_transmit(&mut out);
+    assert!(out.len() <= TX_HIGH_WATER + 24, "{}", out.len());
+    // Once drained, it consumes again.
+    assert!(p.target.handle_input(&stream[at..]) > 0);
     assert!(!p.target.is_closed());
 }
