@@ -130,9 +130,20 @@ fn a_device_with_foreign_data_is_refused_not_formatted() {
     data[511] = 0xaa; // an MBR signature
     std::fs::write(&disk, &data).unwrap();
     let out = edgevold(
-        &["--dev", "--data-dir", "d", "--listen", "127.0.0.1:0", "--device", "disk.img"],
+        &[
+            "--dev",
+            "--data-dir",
+            "d",
+            "--listen",
+            "127.0.0.1:0",
+            "--device",
+            "disk.img",
+        ],
         dir.path(),
     );
-    assert_refused(&out, "holds no edgevol pool and is not blank; refusing to format it");
+    assert_refused(
+        &out,
+        "holds no edgevol pool and is not blank; refusing to format it",
+    );
     assert_eq!(std::fs::read(&disk).unwrap(), data);
 }
