@@ -14,14 +14,12 @@ use std::sync::{Arc, Mutex};
 
 use edgevol_pki::tls::{server_config, TlsFiles};
 use edgevol_pki::PkiError;
-use edgevol_proto::csi::v1::identity_server::IdentityServer;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::auth::AuthLayer;
 use crate::config::{self, Config, TOPOLOGY_KEY};
-use crate::csi::identity::IdentityService;
 use crate::pool;
 use crate::state::State;
 use crate::transport;
@@ -172,7 +170,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
 
     let server = tonic::transport::Server::builder()
         .layer(AuthLayer)
-        .add_service(IdentityServer::new(IdentityService::new(state.clone())));
+        .add_routes(crate::csi::routes(&state));
     let incoming = transport::incoming(listener, tls);
     let task = {
         let (stop, state) = (stop.clone(), state.clone());

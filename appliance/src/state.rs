@@ -1,10 +1,14 @@
 //! What every service of the appliance shares.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use edgevol_core::Pool;
 
+use tonic::Status;
+
+use crate::csi::ids::Ids;
 use crate::pool::PoolDevice;
 
 /// The appliance's shared state.
@@ -44,4 +48,41 @@ impl State {
     pub fn pool(&self) -> Option<&Mutex<Pool<PoolDevice>>> {
         self.pool.get()
     }
+
+    /// The CSI ids of this appliance's objects.
+    pub fn ids(&self) -> Ids<'_> {
+        Ids::new(&self.appliance_id)
+    }
+
+    /// Runs `f` on the pool on the blocking pool (core commits flush the device), one call at a
+    /// time: calls on the pool are serialized, so two calls on the same volume never interleave.
+    /// `UNAVAILABLE` while the pool is still opening.
+    pub async fn with_pool<T, F>(self: &Arc<Self>, f: F) -> Result<T, Status>
+    where
+        F: FnOnce(&State, &mut Pool<PoolDevice>) -> Result<T, Status> + Send + 'static,
+        T: Send + 'static,
+    {
+        if !self.is_ready() {
+            return Err(Status::unavailable(
+                "the pool is still opening; retry shortly",
+            ));
+        }
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let pool = state.pool().expect("checked ready");
+            let mut pool = pool
+                .lock()
+                .map_err(|_| Status::internal("pool lock poisoned by an earlier failure"))?;
+            f(&state, &mut pool)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("pool task failed: {e}")))?
+    }
+}
+
+/// Now, as nanoseconds since the Unix epoch: what core stores as creation times.
+pub fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }

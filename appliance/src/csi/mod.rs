@@ -7,3 +7,20 @@ pub mod identity;
 pub mod ids;
 pub mod status;
 pub mod validate;
+
+use std::sync::Arc;
+
+use tonic::service::Routes;
+
+use crate::state::State;
+
+/// Every CSI service the appliance serves, routed.
+pub fn routes(state: &Arc<State>) -> Routes {
+    let mut routes = Routes::builder();
+    routes.add_service(
+        edgevol_proto::csi::v1::identity_server::IdentityServer::new(
+            identity::IdentityService::new(state.clone()),
+        ),
+    );
+    routes.routes()
+}
