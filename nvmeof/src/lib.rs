@@ -18,16 +18,20 @@
 //! Modules: [`pdu`] (PDU types and encoding), [`decoder`] (incremental, validating decoder),
 //! [`pdu_error`] (typed errors with their TermReq FES), [`sqe`], [`cqe`], [`status`],
 //! [`fabrics_cmd`] (Connect, Property Get/Set), [`queue`] (the target's connection state
-//! machine) and, with the `test-initiator` feature, `initiator` (a sans-I/O host for the
+//! machine), [`fabrics`] (`parse(&Sqe, data, &QueueState) -> Result<Command, Rejected>` routing
+//! as `nvmet_req_init` does), [`admin`] and [`io_cmd`] (field and length checks) and, with the `test-initiator` feature, `initiator` (a sans-I/O host for the
 //! appliance's loopback tests and benches).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod cqe;
 pub mod decoder;
+pub mod fabrics;
 pub mod fabrics_cmd;
 #[cfg(any(test, feature = "test-initiator"))]
 pub mod initiator;
+pub mod io_cmd;
 pub mod pdu;
 pub mod pdu_error;
 pub mod queue;
