@@ -9,9 +9,10 @@ use common::DevAppliance;
 use edgevol_pki::{Ca, Role, Validity};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::identity_client::IdentityClient;
+use edgevol_proto::csi::v1::plugin_capability::service::Type as Service;
 use edgevol_proto::csi::v1::{
-    CreateVolumeRequest, GetPluginCapabilitiesRequest, GetPluginInfoRequest, ListVolumesRequest,
-    ProbeRequest,
+    plugin_capability, CreateVolumeRequest, GetPluginCapabilitiesRequest, GetPluginInfoRequest,
+    ListVolumesRequest, ProbeRequest,
 };
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -39,9 +40,21 @@ async fn controller_gets_plugin_info_and_probe_turns_ready() {
         .await
         .unwrap()
         .into_inner();
+    let services: Vec<Service> = caps
+        .capabilities
+        .iter()
+        .filter_map(|c| match c.r#type {
+            Some(plugin_capability::Type::Service(s)) => Some(s.r#type()),
+            _ => None,
+        })
+        .collect();
     assert!(
-        caps.capabilities.is_empty(),
-        "nothing beyond Identity is served yet"
+        services.contains(&Service::ControllerService),
+        "{services:?}"
+    );
+    assert!(
+        services.contains(&Service::VolumeAccessibilityConstraints),
+        "{services:?}"
     );
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -204,13 +217,11 @@ async fn mtls_matrix_refuses_each_bad_client_with_its_exact_failure() {
         status.message(),
         "role observer of client \"observer\" may not call csi.v1.Controller/CreateVolume"
     );
-    // ...while a read-only Controller RPC passes the role check (and reaches routing: the
-    // Controller service is not served at this commit).
-    let status = controller
+    // ...while a read-only Controller RPC passes the role check.
+    controller
         .list_volumes(ListVolumesRequest::default())
         .await
-        .unwrap_err();
-    assert_eq!(status.code(), Code::Unimplemented);
+        .unwrap();
 
     // The same valid client still works after all the refusals.
     identity.probe(ProbeRequest {}).await.unwrap();

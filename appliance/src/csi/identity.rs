@@ -4,9 +4,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use edgevol_proto::csi::v1::identity_server::Identity;
+use edgevol_proto::csi::v1::plugin_capability::service::Type as Service;
 use edgevol_proto::csi::v1::{
-    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
-    GetPluginInfoResponse, ProbeRequest, ProbeResponse,
+    plugin_capability, GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse,
+    GetPluginInfoRequest, GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -52,11 +53,23 @@ impl Identity for IdentityService {
         &self,
         _request: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        // Only what works at this commit: no Controller service is served yet, so neither
-        // CONTROLLER_SERVICE nor VOLUME_ACCESSIBILITY_CONSTRAINTS (topology is a controller
-        // concern) nor GROUP_CONTROLLER_SERVICE is advertised.
+        // Only what is served: the Controller service, and topology (every volume is reachable
+        // only through this appliance: its `edgevol.io/appliance` segment).
+        let capabilities = [
+            Service::ControllerService,
+            Service::VolumeAccessibilityConstraints,
+        ]
+        .into_iter()
+        .map(|service| PluginCapability {
+            r#type: Some(plugin_capability::Type::Service(
+                plugin_capability::Service {
+                    r#type: service as i32,
+                },
+            )),
+        })
+        .collect();
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: Vec::new(),
+            capabilities,
         }))
     }
 

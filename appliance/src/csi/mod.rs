@@ -3,8 +3,11 @@
 //! Shared by every handler: [`ids`] (CSI ids of core objects), [`validate`] (size limits and
 //! uniform INVALID_ARGUMENT messages) and [`status`] (core errors as gRPC statuses).
 
+pub mod capability;
+pub mod controller;
 pub mod identity;
 pub mod ids;
+pub mod params;
 pub mod status;
 pub mod validate;
 
@@ -20,6 +23,11 @@ pub fn routes(state: &Arc<State>) -> Routes {
     routes.add_service(
         edgevol_proto::csi::v1::identity_server::IdentityServer::new(
             identity::IdentityService::new(state.clone()),
+        ),
+    );
+    routes.add_service(
+        edgevol_proto::csi::v1::controller_server::ControllerServer::new(
+            controller::ControllerService::new(state.clone()),
         ),
     );
     routes.routes()

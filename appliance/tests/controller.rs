@@ -1,0 +1,757 @@
+//! CSI Controller conformance over mTLS: the MUSTs and error rows of each served RPC.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{dev_config, DevAppliance};
+use edgevol_proto::csi::v1::controller_client::ControllerClient;
+use edgevol_proto::csi::v1::controller_service_capability::rpc::Type as Rpc;
+use edgevol_proto::csi::v1::controller_service_capability::Type as CapType;
+use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
+use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+use edgevol_proto::csi::v1::volume_content_source::{
+    SnapshotSource, Type as SourceType, VolumeSource,
+};
+use edgevol_proto::csi::v1::*;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+
+fn mount(mode: Mode) -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: "ext4".into(),
+            ..Default::default()
+        })),
+    }
+}
+
+fn block(mode: Mode) -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+        access_type: Some(AccessType::Block(BlockVolume {})),
+    }
+}
+
+fn create(name: &str, required: i64) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: required,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![mount(Mode::SingleNodeWriter)],
+        ..Default::default()
+    }
+}
+
+async fn client(app: &DevAppliance) -> ControllerClient<Channel> {
+    ControllerClient::new(app.channel("controller").await)
+}
+
+/// Waits until the pool is open (Probe ready), so calls do not meet UNAVAILABLE.
+async fn ready(app: &DevAppliance) {
+    for _ in 0..500 {
+        if app.running.state.is_ready() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("pool never opened");
+}
+
+async fn vol(c: &mut ControllerClient<Channel>, req: CreateVolumeRequest) -> Volume {
+    c.create_volume(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> (Code, String) {
+    let s = r.unwrap_err();
+    (s.code(), s.message().to_owned())
+}
+
+#[tokio::test]
+async fn capabilities_are_exactly_what_is_served() {
+    let app = DevAppliance::start().await;
+    let caps = client(&app)
+        .await
+        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got: Vec<Rpc> = caps
+        .capabilities
+        .iter()
+        .map(|c| match c.r#type {
+            Some(CapType::Rpc(r)) => r.r#type(),
+            None => panic!("capability without type"),
+        })
+        .collect();
+    got.sort_by_key(|r| *r as i32);
+    let mut want = edgevol_appliance::csi::controller::CAPABILITIES.to_vec();
+    want.sort_by_key(|r| *r as i32);
+    assert_eq!(got, want);
+    assert!(
+        !got.contains(&Rpc::PublishUnpublishVolume),
+        "not served yet"
+    );
+}
+
+#[tokio::test]
+async fn create_volume_validates_and_is_idempotent() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+
+    let v = vol(&mut c, create("pvc-1", 1)).await;
+    assert_eq!(v.capacity_bytes, MIB, "rounded up to the 1 MiB cluster");
+    assert!(v.volume_id.starts_with("test-box-v"));
+    assert_eq!(
+        v.accessible_topology[0].segments["edgevol.io/appliance"],
+        "test-box"
+    );
+    assert_eq!(v.volume_context["edgevol.io/cluster-size"], "1048576");
+
+    // Same name, same arguments: the same volume.
+    let again = vol(&mut c, create("pvc-1", 1)).await;
+    assert_eq!(again.volume_id, v.volume_id);
+    // Same name, a range the existing volume does not satisfy: ALREADY_EXISTS.
+    let (code_, msg) = code(c.create_volume(create("pvc-1", 10 * MIB)).await);
+    assert_eq!(code_, Code::AlreadyExists, "{msg}");
+    // Same name, other parameters: ALREADY_EXISTS.
+    let mut thick = create("pvc-1", 1);
+    thick
+        .parameters
+        .insert("provisioning".into(), "thick".into());
+    assert_eq!(code(c.create_volume(thick).await).0, Code::AlreadyExists);
+
+    // Without a capacity range: the 1 GiB default.
+    let mut no_range = create("pvc-default", 0);
+    no_range.capacity_range = None;
+    assert_eq!(vol(&mut c, no_range).await.capacity_bytes, GIB);
+    // The limit is honoured, rounding down inside the range.
+    let mut ranged = create("pvc-ranged", MIB + 1);
+    ranged.capacity_range.as_mut().unwrap().limit_bytes = 3 * MIB + 7;
+    assert_eq!(vol(&mut c, ranged).await.capacity_bytes, 2 * MIB);
+
+    let bad = [
+        (create("", MIB), "name is required"),
+        (create(&"n".repeat(129), MIB), "name is 129 bytes"),
+        (create("bad\u{7}name", MIB), "control character"),
+        (
+            CreateVolumeRequest {
+                volume_capabilities: vec![],
+                ..create("no-caps", MIB)
+            },
+            "volume_capabilities is required",
+        ),
+        (
+            CreateVolumeRequest {
+                volume_capabilities: vec![mount(Mode::MultiNodeMultiWriter)],
+                ..create("rwx-mount", MIB)
+            },
+            "MULTI_NODE_MULTI_WRITER",
+        ),
+        (
+            CreateVolumeRequest {
+                parameters: HashMap::from([("colour".into(), "blue".into())]),
+                ..create("odd-param", MIB)
+            },
+            "unknown parameter \"colour\"",
+        ),
+        (
+            CreateVolumeRequest {
+                capacity_range: Some(CapacityRange {
+                    required_bytes: 5 * MIB,
+                    limit_bytes: MIB,
+                }),
+                ..create("inverted", 0)
+            },
+            "below required_bytes",
+        ),
+        (create("negative", -1), "must not be negative"),
+    ];
+    for (req, text) in bad {
+        let (code_, msg) = code(c.create_volume(req).await);
+        assert_eq!(code_, Code::InvalidArgument, "{msg}");
+        assert!(msg.contains(text), "{msg:?} lacks {text:?}");
+    }
+    // Block volumes may be shared by several writers.
+    let rwx = CreateVolumeRequest {
+        volume_capabilities: vec![block(Mode::MultiNodeMultiWriter)],
+        ..create("rwx-block", MIB)
+    };
+    vol(&mut c, rwx).await;
+}
+
+#[tokio::test]
+async fn space_topology_and_sources() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+
+    // Thick beyond the pool: RESOURCE_EXHAUSTED. Thin of the same size: fine.
+    let mut huge = create("huge", 64 * GIB);
+    huge.parameters
+        .insert("provisioning".into(), "thick".into());
+    assert_eq!(code(c.create_volume(huge).await).0, Code::ResourceExhausted);
+    vol(&mut c, create("huge-thin", 64 * GIB)).await;
+
+    // Topology: a requisite that excludes this appliance cannot be satisfied.
+    let elsewhere = Topology {
+        segments: HashMap::from([("edgevol.io/appliance".into(), "other-box".into())]),
+    };
+    let here = Topology {
+        segments: HashMap::from([("edgevol.io/appliance".into(), "test-box".into())]),
+    };
+    let mut req = create("placed", MIB);
+    req.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![elsewhere.clone()],
+        preferred: vec![],
+    });
+    assert_eq!(
+        code(c.create_volume(req.clone()).await).0,
+        Code::ResourceExhausted
+    );
+    req.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![elsewhere, here.clone()],
+        preferred: vec![here],
+    });
+    vol(&mut c, req).await;
+
+    // Sources: a snapshot and a volume, echoed back; size rules.
+    let src = vol(&mut c, create("src", 8 * MIB)).await;
+    let snap = c
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: src.volume_id.clone(),
+            name: "snap-1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let from_snap = |name: &str, required: i64, id: &str| CreateVolumeRequest {
+        volume_content_source: Some(VolumeContentSource {
+            r#type: Some(SourceType::Snapshot(SnapshotSource {
+                snapshot_id: id.into(),
+            })),
+        }),
+        ..create(name, required)
+    };
+    let restored = vol(&mut c, from_snap("restored", 0, &snap.snapshot_id)).await;
+    assert_eq!(
+        restored.capacity_bytes,
+        8 * MIB,
+        "defaults to the source's size"
+    );
+    assert_eq!(
+        restored.content_source.unwrap().r#type,
+        Some(SourceType::Snapshot(SnapshotSource {
+            snapshot_id: snap.snapshot_id.clone()
+        }))
+    );
+    let (code_, msg) = code(
+        c.create_volume(from_snap("small", 4 * MIB, &snap.snapshot_id))
+            .await,
+    );
+    assert_eq!(code_, Code::OutOfRange, "{msg}");
+    let (code_, _) = code(
+        c.create_volume(from_snap("ghost", 0, "test-box-s999"))
+            .await,
+    );
+    assert_eq!(code_, Code::NotFound);
+    let (code_, _) = code(c.create_volume(from_snap("alien", 0, "elsewhere-s1")).await);
+    assert_eq!(code_, Code::NotFound);
+
+    let clone = CreateVolumeRequest {
+        volume_content_source: Some(VolumeContentSource {
+            r#type: Some(SourceType::Volume(VolumeSource {
+                volume_id: src.volume_id.clone(),
+            })),
+        }),
+        ..create("clone", 16 * MIB)
+    };
+    assert_eq!(vol(&mut c, clone).await.capacity_bytes, 16 * MIB);
+}
+
+#[tokio::test]
+async fn delete_volume_is_idempotent_and_keeps_snapshots() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let v = vol(&mut c, create("doomed", MIB)).await;
+    let snap = c
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: v.volume_id.clone(),
+            name: "keep-me".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    for _ in 0..2 {
+        c.delete_volume(DeleteVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: "not-ours-v1".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (code_, _) = code(c.delete_volume(DeleteVolumeRequest::default()).await);
+    assert_eq!(code_, Code::InvalidArgument);
+    let listed = c
+        .list_snapshots(ListSnapshotsRequest {
+            snapshot_id: snap.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.entries.len(), 1, "the snapshot outlives its source");
+    assert_eq!(
+        listed.entries[0]
+            .snapshot
+            .as_ref()
+            .unwrap()
+            .source_volume_id,
+        v.volume_id
+    );
+}
+
+#[tokio::test]
+async fn validate_volume_capabilities_confirms_only_what_works() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let v = vol(&mut c, create("checked", MIB)).await;
+    let ask = |caps: Vec<VolumeCapability>| ValidateVolumeCapabilitiesRequest {
+        volume_id: v.volume_id.clone(),
+        volume_capabilities: caps,
+        ..Default::default()
+    };
+    let ok = c
+        .validate_volume_capabilities(ask(vec![mount(Mode::SingleNodeWriter)]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        ok.confirmed.unwrap().volume_capabilities,
+        vec![mount(Mode::SingleNodeWriter)]
+    );
+    let no = c
+        .validate_volume_capabilities(ask(vec![mount(Mode::MultiNodeMultiWriter)]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(no.confirmed.is_none());
+    assert!(
+        no.message.contains("MULTI_NODE_MULTI_WRITER"),
+        "{}",
+        no.message
+    );
+    let mut wrong_params = ask(vec![mount(Mode::SingleNodeWriter)]);
+    wrong_params
+        .parameters
+        .insert("provisioning".into(), "thick".into());
+    let no = c
+        .validate_volume_capabilities(wrong_params)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(no.confirmed.is_none());
+
+    assert_eq!(
+        code(c.validate_volume_capabilities(ask(vec![])).await).0,
+        Code::InvalidArgument
+    );
+    let mut missing = ask(vec![mount(Mode::SingleNodeWriter)]);
+    missing.volume_id = "test-box-v4242".into();
+    assert_eq!(
+        code(c.validate_volume_capabilities(missing).await).0,
+        Code::NotFound
+    );
+}
+
+#[tokio::test]
+async fn list_volumes_paginates_while_volumes_come_and_go() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            vol(&mut c, create(&format!("list-{i}"), MIB))
+                .await
+                .volume_id,
+        );
+    }
+    let page = |token: String| ListVolumesRequest {
+        max_entries: 2,
+        starting_token: token,
+    };
+    let first = c
+        .list_volumes(page(String::new()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.entries.len(), 2);
+    assert!(!first.next_token.is_empty());
+    // Between pages: delete one already listed and one not yet listed; create a new one.
+    for gone in [&ids[0], &ids[3]] {
+        c.delete_volume(DeleteVolumeRequest {
+            volume_id: gone.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let late = vol(&mut c, create("list-late", MIB)).await.volume_id;
+    let mut seen: Vec<String> = first
+        .entries
+        .iter()
+        .map(|e| e.volume.as_ref().unwrap().volume_id.clone())
+        .collect();
+    let mut token = first.next_token;
+    while !token.is_empty() {
+        let next = c.list_volumes(page(token)).await.unwrap().into_inner();
+        assert!(next.entries.len() <= 2);
+        seen.extend(
+            next.entries
+                .iter()
+                .map(|e| e.volume.as_ref().unwrap().volume_id.clone()),
+        );
+        token = next.next_token;
+    }
+    let expect = [&ids[0], &ids[1], &ids[2], &ids[4], &late];
+    assert_eq!(
+        seen.iter().collect::<Vec<_>>(),
+        expect,
+        "no duplicates, no skips of survivors"
+    );
+
+    let (code_, _) = code(
+        c.list_volumes(ListVolumesRequest {
+            max_entries: 0,
+            starting_token: "garbage".into(),
+        })
+        .await,
+    );
+    assert_eq!(code_, Code::Aborted);
+    let (code_, _) = code(
+        c.list_volumes(ListVolumesRequest {
+            max_entries: -1,
+            starting_token: String::new(),
+        })
+        .await,
+    );
+    assert_eq!(code_, Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn get_capacity_tracks_thick_reservations_and_topology() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let free = |c: &mut ControllerClient<Channel>, req: GetCapacityRequest| {
+        let mut c = c.clone();
+        async move { c.get_capacity(req).await.unwrap().into_inner() }
+    };
+    let before = free(&mut c, GetCapacityRequest::default()).await;
+    assert!(before.available_capacity > 15 * GIB, "{before:?}");
+    assert_eq!(before.minimum_volume_size, Some(MIB));
+    let mut thick = create("reserved", GIB);
+    thick
+        .parameters
+        .insert("provisioning".into(), "thick".into());
+    vol(&mut c, thick).await;
+    vol(&mut c, create("thin", GIB)).await;
+    let after = free(&mut c, GetCapacityRequest::default()).await;
+    assert_eq!(
+        before.available_capacity - after.available_capacity,
+        GIB,
+        "only thick reserves"
+    );
+
+    let elsewhere = GetCapacityRequest {
+        accessible_topology: Some(Topology {
+            segments: HashMap::from([("edgevol.io/appliance".into(), "other".into())]),
+        }),
+        ..Default::default()
+    };
+    assert_eq!(free(&mut c, elsewhere).await.available_capacity, 0);
+    let rwx_mount = GetCapacityRequest {
+        volume_capabilities: vec![mount(Mode::MultiNodeMultiWriter)],
+        ..Default::default()
+    };
+    assert_eq!(free(&mut c, rwx_mount).await.available_capacity, 0);
+    let (code_, _) = code(
+        c.get_capacity(GetCapacityRequest {
+            parameters: HashMap::from([("speed".into(), "ludicrous".into())]),
+            ..Default::default()
+        })
+        .await,
+    );
+    assert_eq!(code_, Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn snapshots_are_idempotent_listed_and_deleted() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let a = vol(&mut c, create("a", 2 * MIB)).await.volume_id;
+    let b = vol(&mut c, create("b", MIB)).await.volume_id;
+    let snap = |source: &str, name: &str| CreateSnapshotRequest {
+        source_volume_id: source.into(),
+        name: name.into(),
+        ..Default::default()
+    };
+    let s1 = c
+        .create_snapshot(snap(&a, "s1"))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    assert!(s1.ready_to_use);
+    assert_eq!(s1.size_bytes, 2 * MIB);
+    assert!(s1.creation_time.unwrap().seconds > 1_700_000_000);
+    let again = c
+        .create_snapshot(snap(&a, "s1"))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    assert_eq!(again.snapshot_id, s1.snapshot_id);
+    assert_eq!(
+        code(c.create_snapshot(snap(&b, "s1")).await).0,
+        Code::AlreadyExists
+    );
+    assert_eq!(
+        code(c.create_snapshot(snap("test-box-v999", "s9")).await).0,
+        Code::NotFound
+    );
+    assert_eq!(
+        code(c.create_snapshot(snap(&a, "")).await).0,
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(c.create_snapshot(snap("", "s9")).await).0,
+        Code::InvalidArgument
+    );
+    let s2 = c
+        .create_snapshot(snap(&a, "s2"))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let s3 = c
+        .create_snapshot(snap(&b, "s3"))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+
+    let lister = c.clone();
+    let list = |req: ListSnapshotsRequest| {
+        let mut c = lister.clone();
+        async move {
+            c.list_snapshots(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .entries
+                .into_iter()
+                .map(|e| e.snapshot.unwrap().snapshot_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let by_source = ListSnapshotsRequest {
+        source_volume_id: a.clone(),
+        ..Default::default()
+    };
+    assert_eq!(
+        list(by_source).await,
+        vec![s1.snapshot_id.clone(), s2.snapshot_id.clone()]
+    );
+    let by_id = ListSnapshotsRequest {
+        snapshot_id: s3.snapshot_id.clone(),
+        ..Default::default()
+    };
+    assert_eq!(list(by_id).await, vec![s3.snapshot_id.clone()]);
+    let unknown = ListSnapshotsRequest {
+        snapshot_id: "test-box-s4242".into(),
+        ..Default::default()
+    };
+    assert!(list(unknown).await.is_empty());
+    let paged = c
+        .list_snapshots(ListSnapshotsRequest {
+            max_entries: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(paged.entries.len(), 2);
+    let rest = list(ListSnapshotsRequest {
+        starting_token: paged.next_token,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(rest, vec![s3.snapshot_id.clone()]);
+    assert_eq!(
+        code(
+            c.list_snapshots(ListSnapshotsRequest {
+                starting_token: "x".into(),
+                ..Default::default()
+            })
+            .await
+        )
+        .0,
+        Code::Aborted
+    );
+
+    for _ in 0..2 {
+        c.delete_snapshot(DeleteSnapshotRequest {
+            snapshot_id: s1.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        code(c.delete_snapshot(DeleteSnapshotRequest::default()).await).0,
+        Code::InvalidArgument
+    );
+    let all = list(ListSnapshotsRequest::default()).await;
+    assert_eq!(all, vec![s2.snapshot_id, s3.snapshot_id]);
+}
+
+#[tokio::test]
+async fn expand_grows_and_reports_node_expansion() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let v = vol(&mut c, create("grow", MIB)).await.volume_id;
+    let expand = |required: i64, cap: Option<VolumeCapability>| ControllerExpandVolumeRequest {
+        volume_id: v.clone(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: required,
+            limit_bytes: 0,
+        }),
+        volume_capability: cap,
+        ..Default::default()
+    };
+    let r = c
+        .controller_expand_volume(expand(4 * MIB, Some(mount(Mode::SingleNodeWriter))))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.capacity_bytes, r.node_expansion_required),
+        (4 * MIB, true)
+    );
+    let r = c
+        .controller_expand_volume(expand(6 * MIB, Some(block(Mode::SingleNodeWriter))))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.capacity_bytes, r.node_expansion_required),
+        (6 * MIB, false)
+    );
+    // Asking for less than the current size is already satisfied.
+    let r = c
+        .controller_expand_volume(expand(MIB, None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.capacity_bytes, 6 * MIB);
+
+    let mut missing = expand(8 * MIB, None);
+    missing.volume_id = "test-box-v777".into();
+    assert_eq!(
+        code(c.controller_expand_volume(missing).await).0,
+        Code::NotFound
+    );
+    let mut no_range = expand(8 * MIB, None);
+    no_range.capacity_range = None;
+    assert_eq!(
+        code(c.controller_expand_volume(no_range).await).0,
+        Code::InvalidArgument
+    );
+}
+
+#[tokio::test]
+async fn volumes_and_snapshots_survive_a_restart() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let v = vol(&mut c, create("durable", 3 * MIB)).await;
+    let s = c
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: v.volume_id.clone(),
+            name: "durable-snap".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let DevAppliance { dir, running } = app;
+    running.stop().await.unwrap();
+
+    let running = edgevol_appliance::start(dev_config(dir.path(), "127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let app = DevAppliance { dir, running };
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let listed = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let back = listed.entries[0].volume.as_ref().unwrap();
+    assert_eq!(
+        (back.volume_id.as_str(), back.capacity_bytes),
+        (v.volume_id.as_str(), 3 * MIB)
+    );
+    let again = vol(&mut c, create("durable", 3 * MIB)).await;
+    assert_eq!(
+        again.volume_id, v.volume_id,
+        "idempotency survives the restart"
+    );
+    let snaps = c
+        .list_snapshots(ListSnapshotsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        snaps.entries[0].snapshot.as_ref().unwrap().snapshot_id,
+        s.snapshot_id
+    );
+    app.running.stop().await.unwrap();
+}
