@@ -275,13 +275,21 @@ pub(crate) mod tests {
 
     /// A loop device over a sparse temp file, detached on drop. `None` (with the reason printed)
     /// where the host cannot make one (no root, no loop driver, container without /dev/loop*).
+    /// Loop devices are a host-wide resource: tests that use one run one at a time, so two
+    /// `losetup --find` calls never race for the same device.
     pub(crate) struct Loop {
         pub(crate) dev: PathBuf,
         _dir: tempfile::TempDir,
+        _serial: std::sync::MutexGuard<'static, ()>,
     }
+
+    static LOOP_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     impl Loop {
         pub(crate) fn new(size: u64, sector: u32) -> Option<Self> {
+            let serial = LOOP_SERIAL
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let dir = tempfile::tempdir().ok()?;
             let img = dir.path().join("loop.img");
             File::create(&img).ok()?.set_len(size).ok()?;
@@ -298,7 +306,11 @@ pub(crate) mod tests {
             match out {
                 Ok(o) if o.status.success() => {
                     let dev = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string());
-                    Some(Self { dev, _dir: dir })
+                    Some(Self {
+                        dev,
+                        _dir: dir,
+                        _serial: serial,
+                    })
                 }
                 Ok(o) => {
                     println!(
@@ -384,9 +396,7 @@ pub(crate) mod tests {
             ..Default::default()
         };
         drop(d);
-        assert!(matches!(
-            LinuxBlockDevice::open_with(&lo.dev, &bad),
-            Err(Error::Misaligned { .. })
-        ));
+        let e = LinuxBlockDevice::open_with(&lo.dev, &bad);
+        assert!(matches!(e, Err(Error::Misaligned { .. })), "{e:?}");
     }
 }
