@@ -5,11 +5,13 @@
 
 pub mod capability;
 pub mod controller;
+pub mod group_controller;
 pub mod identity;
 pub mod ids;
 pub mod params;
 pub mod status;
 pub mod validate;
+pub mod volume_group;
 
 use std::sync::Arc;
 
@@ -28,6 +30,16 @@ pub fn routes(state: &Arc<State>) -> Routes {
     routes.add_service(
         edgevol_proto::csi::v1::controller_server::ControllerServer::new(
             controller::ControllerService::new(state.clone()),
+        ),
+    );
+    routes.add_service(
+        edgevol_proto::csi::v1::group_controller_server::GroupControllerServer::new(
+            group_controller::GroupControllerService::new(state.clone()),
+        ),
+    );
+    routes.add_service(
+        edgevol_proto::volumegroup::controller_server::ControllerServer::new(
+            volume_group::VolumeGroupService::new(state.clone()),
         ),
     );
     routes.routes()
