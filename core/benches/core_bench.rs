@@ -162,7 +162,7 @@ fn commit<D: BlockDevice>(label: &str, dev: D, raw: impl FnOnce() -> f64, n: u64
     let t = Instant::now();
     for i in 0..n {
         if i % 2 == 0 {
-            pool.publish(v, "nqn.2014-08.org.nvmexpress:uuid:bench").unwrap();
+            pool.publish(v, "nqn.2014-08.org.nvmexpress:uuid:bench", false).unwrap();
         } else {
             pool.unpublish(v, "nqn.2014-08.org.nvmexpress:uuid:bench").unwrap();
         }

@@ -58,17 +58,24 @@ impl<D: BlockDevice> Pool<D> {
         Ok(self.state.volume(id)?.size())
     }
 
-    /// Publishes a volume to a host NQN (ControllerPublish). Idempotent. Single-node access modes
-    /// allow one host at a time.
-    pub fn publish(&mut self, id: VolumeId, host: &str) -> Result<()> {
-        if self.state.volume(id)?.published.iter().any(|h| h == host) {
-            return Ok(());
+    /// Publishes a volume to a host NQN (ControllerPublish), read-write or read-only. Idempotent;
+    /// publishing again to the same host with the other `readonly` is `AlreadyExists`.
+    /// Single-node access modes allow one host at a time; without MULTI_NODE_MULTI_WRITER at most
+    /// one host may write.
+    pub fn publish(&mut self, id: VolumeId, host: &str, readonly: bool) -> Result<()> {
+        if let Some(p) = self.state.volume(id)?.published.iter().find(|p| p.host == host) {
+            return if p.readonly == readonly {
+                Ok(())
+            } else {
+                Err(Error::AlreadyExists(ObjectRef::Volume(id)))
+            };
         }
         self.check_metadata_room(host.len() as u64)?;
         self.run(
             Record::Publish {
                 id,
                 host: host.to_string(),
+                readonly,
             },
             0,
         )
@@ -76,7 +83,7 @@ impl<D: BlockDevice> Pool<D> {
 
     /// Removes a host NQN from a volume (ControllerUnpublish). Idempotent.
     pub fn unpublish(&mut self, id: VolumeId, host: &str) -> Result<()> {
-        if !self.state.volume(id)?.published.iter().any(|h| h == host) {
+        if !self.state.volume(id)?.published.iter().any(|p| p.host == host) {
             return Ok(());
         }
         self.run(

@@ -81,7 +81,7 @@ pub use pool::{FormatOptions, Pool};
 pub use ram::RamDevice;
 pub use snapshot::Snapshot;
 pub use superblock::VERSION;
-pub use volume::{AccessMode, AccessModes, ContentSource, Provisioning, Volume, VolumeSpec};
+pub use volume::{AccessMode, AccessModes, ContentSource, Provisioning, Publication, Volume, VolumeSpec};
 
 /// Entry points for `fuzz/`: the decoders behind the CRCs, which a fuzzer cannot reach through
 /// `Pool::open` because it cannot forge checksums. Not API.

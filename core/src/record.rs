@@ -51,6 +51,7 @@ pub(crate) enum Record {
     Publish {
         id: VolumeId,
         host: String,
+        readonly: bool,
     },
     Unpublish {
         id: VolumeId,

@@ -20,7 +20,8 @@ use crate::limits::{
 use crate::record::Record;
 use crate::snapshot::Snapshot;
 use crate::volume::{
-    round_up, validate_name, validate_nqn, validate_parameters, ClusterMap, ContentSource, Provisioning, Volume,
+    round_up, validate_name, validate_nqn, validate_parameters, AccessMode, ClusterMap, ContentSource, Provisioning,
+    Publication, Volume,
 };
 
 /// What a checkpoint stores: everything else is derived at load.
@@ -98,8 +99,11 @@ impl State {
             let mut spec = v.spec.clone();
             let spec_ok = spec.normalize(cluster_size).is_ok() && spec == v.spec;
             let fresh = s.volume_names.insert(v.spec.name.clone(), id).is_none();
-            let hosts_ok =
-                v.published.len() <= MAX_PUBLISHED_HOSTS && v.published.iter().all(|h| validate_nqn(h).is_ok());
+            let hosts_ok = v.published.len() <= MAX_PUBLISHED_HOSTS
+                && v.published
+                    .iter()
+                    .enumerate()
+                    .all(|(i, p)| validate_nqn(&p.host).is_ok() && !v.published[..i].iter().any(|q| q.host == p.host));
             if id != v.id || !id_ok(id.0) || !spec_ok || !fresh || !hosts_ok || !map_ok(&v.map, v.spec.size) {
                 return None;
             }
@@ -336,13 +340,17 @@ impl State {
                 Ok(())
             }
             Record::DeleteGroupSnapshot(id) => self.group_snapshot(*id).map(drop),
-            Record::Publish { id, host } => {
+            Record::Publish { id, host, readonly } => {
                 validate_nqn(host)?;
                 let v = self.volume(*id)?;
-                if v.published.contains(host) {
+                if v.published.iter().any(|p| p.host == *host) {
                     return Err(Error::InvalidArgument(Field::HostNqn, Problem::Duplicate));
                 }
                 if v.spec.access_modes.single_node() && !v.published.is_empty() {
+                    return Err(Error::FailedPrecondition(Precondition::PublishedToOtherHost(*id)));
+                }
+                let shared_writers = v.spec.access_modes.contains(AccessMode::MultiNodeMultiWriter);
+                if !readonly && !shared_writers && v.published.iter().any(|p| !p.readonly) {
                     return Err(Error::FailedPrecondition(Precondition::PublishedToOtherHost(*id)));
                 }
                 if v.published.len() >= MAX_PUBLISHED_HOSTS {
@@ -351,7 +359,7 @@ impl State {
                 Ok(())
             }
             Record::Unpublish { id, host } => {
-                if self.volume(*id)?.published.contains(host) {
+                if self.volume(*id)?.published.iter().any(|p| p.host == *host) {
                     Ok(())
                 } else {
                     Err(Error::InvalidArgument(Field::HostNqn, Problem::Unsupported))
@@ -527,14 +535,14 @@ impl State {
                     self.remove_snapshot(s);
                 }
             }
-            Record::Publish { id, host } => {
+            Record::Publish { id, host, readonly } => {
                 if let Some(v) = self.t.volumes.get_mut(&id) {
-                    v.published.push(host);
+                    v.published.push(Publication { host, readonly });
                 }
             }
             Record::Unpublish { id, host } => {
                 if let Some(v) = self.t.volumes.get_mut(&id) {
-                    v.published.retain(|h| *h != host);
+                    v.published.retain(|p| p.host != host);
                 }
             }
             Record::Map { id, vcluster, pcluster } => {

@@ -143,12 +143,21 @@ impl VolumeSpec {
     }
 }
 
+/// One host a volume is published to (ControllerPublishVolume).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Publication {
+    /// The host's NVMe qualified name.
+    pub host: String,
+    /// Whether the host may only read.
+    pub readonly: bool,
+}
+
 /// A volume.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Volume {
     pub(crate) id: VolumeId,
     pub(crate) spec: VolumeSpec,
-    pub(crate) published: Vec<String>,
+    pub(crate) published: Vec<Publication>,
     pub(crate) map: ClusterMap,
 }
 
@@ -185,8 +194,8 @@ impl Volume {
     pub fn group(&self) -> Option<GroupId> {
         self.spec.group
     }
-    /// Host NQNs it is published to, in publication order.
-    pub fn published_hosts(&self) -> &[String] {
+    /// The hosts it is published to, in publication order.
+    pub fn publications(&self) -> &[Publication] {
         &self.published
     }
     /// Clusters mapped (own or shared with snapshots and clones).

@@ -199,10 +199,14 @@ fn publish_is_persistent_idempotent_and_single_node_enforced() {
     let mut pool = ram_pool(8);
     let v = pool.create_volume(VolumeSpec::new("v", CS)).unwrap();
     let host = "nqn.2014-08.org.nvmexpress:uuid:1";
-    pool.publish(v, host).unwrap();
-    pool.publish(v, host).unwrap();
+    pool.publish(v, host, false).unwrap();
+    pool.publish(v, host, false).unwrap();
     assert_eq!(
-        pool.publish(v, "nqn.other"),
+        pool.publish(v, host, true),
+        Err(Error::AlreadyExists(ObjectRef::Volume(v)))
+    );
+    assert_eq!(
+        pool.publish(v, "nqn.other", false),
         Err(Error::FailedPrecondition(Precondition::PublishedToOtherHost(v)))
     );
     assert_eq!(
@@ -210,7 +214,13 @@ fn publish_is_persistent_idempotent_and_single_node_enforced() {
         Err(Error::FailedPrecondition(Precondition::VolumePublished(v)))
     );
     let mut pool = reopen(pool);
-    assert_eq!(pool.volume(v).unwrap().published_hosts(), [host]);
+    assert_eq!(
+        pool.volume(v).unwrap().publications(),
+        [Publication {
+            host: host.into(),
+            readonly: false
+        }]
+    );
     pool.unpublish(v, host).unwrap();
     pool.unpublish(v, host).unwrap();
     pool.delete_volume(v).unwrap();
@@ -218,12 +228,37 @@ fn publish_is_persistent_idempotent_and_single_node_enforced() {
     spec.access_modes = AccessModes::EMPTY.with(AccessMode::MultiNodeMultiWriter);
     let m = pool.create_volume(spec).unwrap();
     for i in 0..limits::MAX_PUBLISHED_HOSTS {
-        pool.publish(m, &format!("nqn.host{i}")).unwrap();
+        pool.publish(m, &format!("nqn.host{i}"), false).unwrap();
     }
     assert_eq!(
-        pool.publish(m, "nqn.one-more"),
+        pool.publish(m, "nqn.one-more", true),
         Err(Error::ResourceExhausted(Limit::PublishedHosts))
     );
+    // Many readers, one writer: without MULTI_NODE_MULTI_WRITER a second writer is refused.
+    let mut spec = VolumeSpec::new("readers", CS);
+    spec.access_modes = AccessModes::EMPTY.with(AccessMode::MultiNodeSingleWriter);
+    let r = pool.create_volume(spec).unwrap();
+    pool.publish(r, "nqn.reader1", true).unwrap();
+    pool.publish(r, "nqn.writer", false).unwrap();
+    pool.publish(r, "nqn.reader2", true).unwrap();
+    assert_eq!(
+        pool.publish(r, "nqn.writer2", false),
+        Err(Error::FailedPrecondition(Precondition::PublishedToOtherHost(r)))
+    );
+    let mut pool = reopen(pool);
+    let hosts: Vec<(&str, bool)> = pool
+        .volume(r)
+        .unwrap()
+        .publications()
+        .iter()
+        .map(|p| (p.host.as_str(), p.readonly))
+        .collect();
+    assert_eq!(
+        hosts,
+        [("nqn.reader1", true), ("nqn.writer", false), ("nqn.reader2", true)]
+    );
+    pool.unpublish(r, "nqn.writer").unwrap();
+    pool.publish(r, "nqn.writer2", false).unwrap();
 }
 
 #[test]

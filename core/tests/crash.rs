@@ -104,7 +104,7 @@ fn summary<D: BlockDevice>(pool: &Pool<D>) -> String {
                 v.size(),
                 v.provisioning(),
                 v.group(),
-                v.published_hosts().to_vec(),
+                v.publications().to_vec(),
             )
         })
         .collect();
@@ -281,7 +281,7 @@ impl Workload {
                 if let Some(v) = self.pick(&vols) {
                     let host = format!("nqn.host{}", self.rng.below(2));
                     let _ = if self.rng.below(2) == 0 {
-                        pool.publish(v, &host)
+                        pool.publish(v, &host, false)
                     } else {
                         pool.unpublish(v, &host)
                     };

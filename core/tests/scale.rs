@@ -18,7 +18,7 @@ fn ten_thousand_volumes_reopen() {
         spec.parameters = vec![("csi.storage.k8s.io/fstype".into(), "xfs".into())];
         let v = pool.create_volume(spec).unwrap();
         if i % 100 == 0 {
-            pool.publish(v, &format!("nqn.2014-08.org.nvmexpress:uuid:{i}"))
+            pool.publish(v, &format!("nqn.2014-08.org.nvmexpress:uuid:{i}"), false)
                 .unwrap();
         }
     }
@@ -33,5 +33,5 @@ fn ten_thousand_volumes_reopen() {
             .size(),
         16 << 30
     );
-    assert_eq!(pool.volume(VolumeId(100)).unwrap().published_hosts().len(), 1);
+    assert_eq!(pool.volume(VolumeId(100)).unwrap().publications().len(), 1);
 }
