@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -15,6 +15,8 @@ pub const TOPOLOGY_KEY: &str = "edgevol.io/appliance";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9500";
 /// The data directory of `--dev` unless `--data-dir` says otherwise.
 pub const DEFAULT_DEV_DIR: &str = "./edgevol-dev";
+/// The conventional NVMe/TCP port.
+pub const NVME_PORT: u16 = 4420;
 /// Size of the sparse file pool `--dev` creates.
 pub const DEV_POOL_BYTES: u64 = 16 << 30;
 
@@ -56,6 +58,14 @@ pub struct Args {
     /// An extra topology segment KEY=VALUE; repeat for several.
     #[arg(long = "topology", value_parser = parse_segment)]
     pub topology: Vec<(String, String)>,
+    /// Address of the NVMe/TCP target (discovery and I/O). Default 0.0.0.0:4420
+    /// (127.0.0.1:4420 with --dev).
+    #[arg(long)]
+    pub nvme_listen: Option<SocketAddr>,
+    /// The address hosts connect to, given in publish_context and discovery log entries.
+    /// Default: the listen address, which must then not be 0.0.0.0 or ::.
+    #[arg(long)]
+    pub nvme_advertise: Option<IpAddr>,
 }
 
 /// The config file. Relative paths are relative to the file's directory.
@@ -70,6 +80,14 @@ struct FileConfig {
     tls: Option<FileTls>,
     #[serde(default)]
     topology: BTreeMap<String, String>,
+    nvme: Option<FileNvme>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileNvme {
+    listen: Option<SocketAddr>,
+    advertise: Option<IpAddr>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -91,6 +109,15 @@ pub struct TlsPaths {
     pub key: PathBuf,
 }
 
+/// Where the NVMe/TCP target listens, and the address hosts are told to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmeConfig {
+    /// Listen address (port 0 picks a free port: tests).
+    pub listen: SocketAddr,
+    /// Address for publish_context and discovery log pages.
+    pub advertise: IpAddr,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -108,6 +135,8 @@ pub struct Config {
     pub tls: TlsPaths,
     /// Extra topology segments (the appliance segment is always added).
     pub topology: BTreeMap<String, String>,
+    /// The NVMe/TCP target.
+    pub nvme: NvmeConfig,
 }
 
 /// A configuration error: one line naming the file, flag or value at fault.
@@ -183,6 +212,29 @@ impl Config {
                 "topology key {TOPOLOGY_KEY} is set by the appliance to its id; choose another key"
             )));
         }
+        let file_nvme = file.nvme.unwrap_or_default();
+        let nvme_listen = args.nvme_listen.or(file_nvme.listen).unwrap_or_else(|| {
+            let ip = if args.dev {
+                IpAddr::from([127, 0, 0, 1])
+            } else {
+                IpAddr::from([0, 0, 0, 0])
+            };
+            SocketAddr::new(ip, NVME_PORT)
+        });
+        let advertise = match args.nvme_advertise.or(file_nvme.advertise) {
+            Some(ip) => ip,
+            None if !nvme_listen.ip().is_unspecified() => nvme_listen.ip(),
+            None => {
+                return Err(ConfigError(format!(
+                    "NVMe/TCP listens on {nvme_listen}: set nvme.advertise (--nvme-advertise) to the address hosts should connect to"
+                )))
+            }
+        };
+        if advertise.is_unspecified() {
+            return Err(ConfigError(format!(
+                "nvme advertise address {advertise} is not an address hosts can connect to"
+            )));
+        }
         Ok(Config {
             dev: args.dev,
             appliance_id,
@@ -194,6 +246,10 @@ impl Config {
             devices,
             tls,
             topology,
+            nvme: NvmeConfig {
+                listen: nvme_listen,
+                advertise,
+            },
         })
     }
 }
@@ -305,6 +361,35 @@ mod tests {
         assert_eq!(c.devices, vec![dir.join("pool.img")]);
         assert_eq!(c.tls.ca, dir.join("pki/ca.pem"));
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.nvme.listen.to_string(), "127.0.0.1:4420");
+        assert_eq!(c.nvme.advertise.to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn a_wildcard_nvme_listener_needs_an_advertised_address() {
+        let base = || Args {
+            data_dir: Some("/tmp/x".into()),
+            devices: vec!["/dev/nvme0n1".into()],
+            ..Args::default()
+        };
+        let e = Config::from_args(base()).unwrap_err().0;
+        assert!(
+            e.contains("0.0.0.0:4420") && e.contains("--nvme-advertise"),
+            "{e}"
+        );
+        let c = Config::from_args(Args {
+            nvme_advertise: Some("192.0.2.7".parse().unwrap()),
+            ..base()
+        })
+        .unwrap();
+        assert_eq!(c.nvme.advertise.to_string(), "192.0.2.7");
+        let e = Config::from_args(Args {
+            nvme_advertise: Some("0.0.0.0".parse().unwrap()),
+            ..base()
+        })
+        .unwrap_err()
+        .0;
+        assert!(e.contains("not an address hosts can connect to"), "{e}");
     }
 
     #[test]
@@ -317,6 +402,9 @@ appliance_id = "box-1"
 listen = "0.0.0.0:9600"
 data_dir = "state"
 devices = ["/dev/nvme0n1", "pool.img"]
+[nvme]
+listen = "0.0.0.0:4420"
+advertise = "192.0.2.1"
 [tls]
 ca = "pki/ca.pem"
 [topology]

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod config;
 pub mod csi;
 pub mod daemon;
+pub mod naming;
 pub mod pool;
 pub mod state;
 pub mod transport;

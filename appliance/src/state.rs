@@ -1,15 +1,35 @@
 //! What every service of the appliance shares.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use edgevol_core::Pool;
+use edgevol_core::{Pool, VolumeId};
 
 use tonic::Status;
 
 use crate::csi::ids::Ids;
 use crate::pool::PoolDevice;
+
+/// What the control plane needs from the NVMe/TCP target: kept as a trait so the CSI services
+/// do not depend on the target's internals.
+pub trait HostAccess: Send + Sync + fmt::Debug {
+    /// Tears down every live controller `host` has on `volume`'s subsystem (after unpublish).
+    fn revoke(&self, volume: VolumeId, host: &str);
+    /// Tells hosts connected to `volume` that its namespace changed (size): an async event.
+    fn namespace_changed(&self, volume: VolumeId);
+}
+
+/// The running NVMe/TCP target, as the control plane sees it.
+#[derive(Debug, Clone)]
+pub struct TargetInfo {
+    /// The address and port hosts connect to (publish_context).
+    pub endpoint: SocketAddr,
+    /// Access control and notifications.
+    pub access: Arc<dyn HostAccess>,
+}
 
 /// The appliance's shared state.
 #[derive(Debug)]
@@ -20,6 +40,8 @@ pub struct State {
     pub topology: BTreeMap<String, String>,
     /// The pool, once opened and recovered.
     pool: OnceLock<Mutex<Pool<PoolDevice>>>,
+    /// The NVMe/TCP target, once listening.
+    target: OnceLock<TargetInfo>,
 }
 
 impl State {
@@ -29,6 +51,7 @@ impl State {
             appliance_id,
             topology,
             pool: OnceLock::new(),
+            target: OnceLock::new(),
         }
     }
 
@@ -42,6 +65,18 @@ impl State {
         if self.pool.set(Mutex::new(pool)).is_err() {
             tracing::error!("pool opened twice; keeping the first");
         }
+    }
+
+    /// Registers the running NVMe/TCP target.
+    pub fn set_target(&self, target: TargetInfo) {
+        if self.target.set(target).is_err() {
+            tracing::error!("NVMe/TCP target registered twice; keeping the first");
+        }
+    }
+
+    /// The NVMe/TCP target, if running.
+    pub fn target(&self) -> Option<&TargetInfo> {
+        self.target.get()
     }
 
     /// The pool, if open.

@@ -20,6 +20,7 @@ fn dev_config(dir: &Path, listen: std::net::SocketAddr) -> Config {
         dev: true,
         data_dir: Some(dir.to_path_buf()),
         listen: Some(listen),
+        nvme_listen: Some("127.0.0.1:0".parse().unwrap()),
         appliance_id: Some("proxied".into()),
         ..Args::default()
     })

@@ -56,6 +56,7 @@ pub fn dev_config(dir: &Path, listen: SocketAddr) -> Config {
         dev: true,
         data_dir: Some(dir.to_path_buf()),
         listen: Some(listen),
+        nvme_listen: Some("127.0.0.1:0".parse().unwrap()),
         appliance_id: Some("test-box".into()),
         ..Args::default()
     })

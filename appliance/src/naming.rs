@@ -1,0 +1,97 @@
+//! NVMe names of a volume: its subsystem NQN and its namespace's NGUID and UUID.
+//!
+//! All three are derived, never stored: from the appliance id, the pool's UUID and the volume's
+//! id, which are stable for the pool's life (core never reuses an id). So they survive restarts,
+//! and two volumes (of this pool or of another box's) never share one.
+
+use edgevol_core::VolumeId;
+
+/// Our NQN namespace (`nqn.<yyyy-mm>.<reversed domain>`).
+pub const NQN_PREFIX: &str = "nqn.2024-11.io.edgevol";
+
+/// The well-known NQN of discovery controllers.
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+
+/// `nqn.2024-11.io.edgevol:<appliance>:v<id>`.
+pub fn subsystem_nqn(appliance: &str, volume: VolumeId) -> String {
+    format!("{NQN_PREFIX}:{appliance}:v{}", volume.0)
+}
+
+/// The volume a subsystem NQN of this appliance names.
+pub fn parse_subsystem_nqn(appliance: &str, nqn: &str) -> Option<VolumeId> {
+    let digits = nqn
+        .strip_prefix(NQN_PREFIX)?
+        .strip_prefix(':')?
+        .strip_prefix(appliance)?
+        .strip_prefix(":v")?;
+    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().map(VolumeId)
+}
+
+/// Namespace Globally Unique Identifier: 8 bytes of the pool UUID, then the volume id (BE).
+pub fn nguid(pool_uuid: [u8; 16], volume: VolumeId) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&pool_uuid[..8]);
+    id[8..].copy_from_slice(&volume.0.to_be_bytes());
+    id
+}
+
+/// Namespace UUID: the other 8 bytes of the pool UUID and the volume id, shaped as an RFC 9562
+/// version 8 (custom) UUID.
+pub fn namespace_uuid(pool_uuid: [u8; 16], volume: VolumeId) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&pool_uuid[8..]);
+    id[8..].copy_from_slice(&volume.0.to_be_bytes());
+    id[6] = (id[6] & 0x0f) | 0x80; // version 8
+    id[8] = (id[8] & 0x3f) | 0x80; // RFC 9562 variant
+    id
+}
+
+/// Lower-case hex, as Linux shows an NGUID in sysfs (without separators).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `8-4-4-4-12` lower-case UUID text.
+pub fn uuid_string(id: [u8; 16]) -> String {
+    let h = hex(&id);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stable_unique_and_parse_back() {
+        let pool = *b"0123456789abcdef";
+        let nqn = subsystem_nqn("box-7", VolumeId(42));
+        assert_eq!(nqn, "nqn.2024-11.io.edgevol:box-7:v42");
+        assert!(nqn.len() <= 223);
+        assert_eq!(parse_subsystem_nqn("box-7", &nqn), Some(VolumeId(42)));
+        assert_eq!(parse_subsystem_nqn("box-8", &nqn), None);
+        assert_eq!(parse_subsystem_nqn("box-7", DISCOVERY_NQN), None);
+        assert_eq!(
+            parse_subsystem_nqn("box-7", "nqn.2024-11.io.edgevol:box-7:v042"),
+            None
+        );
+        assert_ne!(nguid(pool, VolumeId(1)), nguid(pool, VolumeId(2)));
+        assert_eq!(nguid(pool, VolumeId(1)), nguid(pool, VolumeId(1)));
+        let u = uuid_string(namespace_uuid(pool, VolumeId(1)));
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "8", "version 8: {u}");
+        assert_eq!(hex(&nguid(pool, VolumeId(1))).len(), 32);
+    }
+}
