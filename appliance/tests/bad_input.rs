@@ -89,6 +89,8 @@ fn an_unusable_data_dir_is_named() {
             "/nonexistent/state",
             "--device",
             "/nonexistent/pool.img",
+            "--nvme-advertise",
+            "192.0.2.1",
         ],
         dir.path(),
     );

@@ -96,12 +96,14 @@ async fn capabilities_are_exactly_what_is_served() {
         })
         .collect();
     got.sort_by_key(|r| *r as i32);
-    let mut want = edgevol_appliance::csi::controller::CAPABILITIES.to_vec();
+    let mut want = edgevol_appliance::csi::controller::capabilities(&app.running.state);
     want.sort_by_key(|r| *r as i32);
     assert_eq!(got, want);
-    assert!(
-        !got.contains(&Rpc::PublishUnpublishVolume),
-        "not served yet"
+    assert!(!got.contains(&Rpc::ModifyVolume), "not served");
+    assert_eq!(
+        got.contains(&Rpc::PublishUnpublishVolume),
+        app.running.state.target().is_some(),
+        "publishing is offered exactly while the NVMe/TCP target runs"
     );
 }
 

@@ -53,6 +53,10 @@ async fn controller_gets_plugin_info_and_probe_turns_ready() {
         "{services:?}"
     );
     assert!(
+        services.contains(&Service::GroupControllerService),
+        "{services:?}"
+    );
+    assert!(
         services.contains(&Service::VolumeAccessibilityConstraints),
         "{services:?}"
     );

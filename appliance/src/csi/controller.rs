@@ -4,11 +4,11 @@
 //! operation through [`State::with_pool`] (durable when it returns), convert back. Calls on the
 //! pool are serialized, so concurrent calls on one volume never interleave.
 //!
-//! Served now: CreateVolume, DeleteVolume, ValidateVolumeCapabilities, ListVolumes,
-//! GetCapacity, ControllerGetCapabilities, CreateSnapshot, DeleteSnapshot, ListSnapshots,
-//! ControllerExpandVolume, ControllerGetVolume. ControllerPublish/Unpublish wait for the NVMe/TCP
-//! target that gives publish_context its meaning, and ControllerModifyVolume for the QoS it
-//! stores: both answer UNIMPLEMENTED and are not advertised.
+//! Served: CreateVolume, DeleteVolume, ValidateVolumeCapabilities, ListVolumes, GetCapacity,
+//! ControllerGetCapabilities, CreateSnapshot, DeleteSnapshot, ListSnapshots,
+//! ControllerExpandVolume; and, while the NVMe/TCP target runs (it gives publish_context its
+//! meaning), ControllerPublishVolume, ControllerUnpublishVolume and ControllerGetVolume.
+//! ControllerModifyVolume waits for the target's QoS: UNIMPLEMENTED, not advertised.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,13 +29,14 @@ use super::capability;
 use super::params;
 use super::status::from_core;
 use super::validate;
+use crate::naming;
 use crate::pool::PoolDevice;
-use crate::state::{now_nanos, State};
+use crate::state::{now_nanos, State, TargetInfo};
 
 /// Size of a volume created without capacity_range: 1 GiB.
 pub const DEFAULT_VOLUME_BYTES: u64 = 1 << 30;
 
-/// The RPCs advertised by ControllerGetCapabilities: exactly those served.
+/// The RPCs served whatever else runs.
 pub const CAPABILITIES: [Rpc; 7] = [
     Rpc::CreateDeleteVolume,
     Rpc::ListVolumes,
@@ -45,6 +46,42 @@ pub const CAPABILITIES: [Rpc; 7] = [
     Rpc::CloneVolume,
     Rpc::ExpandVolume,
 ];
+
+/// The RPCs served while the NVMe/TCP target runs.
+pub const TARGET_CAPABILITIES: [Rpc; 5] = [
+    Rpc::PublishUnpublishVolume,
+    Rpc::PublishReadonly,
+    Rpc::GetVolume,
+    Rpc::ListVolumesPublishedNodes,
+    Rpc::SingleNodeMultiWriter,
+];
+
+/// publish_context keys the node plugin reads.
+pub mod publish_context {
+    /// Always `tcp`.
+    pub const TRANSPORT: &str = "transport";
+    /// The target's address.
+    pub const ADDRESS: &str = "targetAddress";
+    /// The target's port.
+    pub const PORT: &str = "targetPort";
+    /// The volume's subsystem NQN.
+    pub const SUBSYSTEM_NQN: &str = "subsystemNqn";
+    /// Namespace NGUID, 32 lower-case hex digits.
+    pub const NGUID: &str = "nguid";
+    /// Namespace UUID, 8-4-4-4-12.
+    pub const UUID: &str = "uuid";
+    /// `true` when the host may only read.
+    pub const READONLY: &str = "readonly";
+}
+
+/// Exactly the RPCs served now.
+pub fn capabilities(state: &State) -> Vec<Rpc> {
+    let mut rpcs = CAPABILITIES.to_vec();
+    if state.target().is_some() {
+        rpcs.extend(TARGET_CAPABILITIES);
+    }
+    rpcs
+}
 
 /// The Controller service.
 #[derive(Debug, Clone)]
@@ -56,6 +93,13 @@ impl ControllerService {
     /// Serves the volumes of `state`'s pool.
     pub fn new(state: Arc<State>) -> Self {
         ControllerService { state }
+    }
+
+    /// The running target: publishing means nothing without it.
+    fn target(&self) -> Result<TargetInfo, Status> {
+        self.state.target().cloned().ok_or_else(|| {
+            Status::unimplemented("publishing needs the NVMe/TCP target, which is not running")
+        })
     }
 }
 
@@ -330,20 +374,141 @@ impl Controller for ControllerService {
 
     async fn controller_publish_volume(
         &self,
-        _request: Request<ControllerPublishVolumeRequest>,
+        request: Request<ControllerPublishVolumeRequest>,
     ) -> Result<Response<ControllerPublishVolumeResponse>, Status> {
-        Err(Status::unimplemented(
-            "ControllerPublishVolume arrives with the NVMe/TCP target",
-        ))
+        let target = self.target()?;
+        let req = request.into_inner();
+        validate::required("volume_id", &req.volume_id)?;
+        validate::required("node_id", &req.node_id)?;
+        validate::map("volume_context", &req.volume_context)?;
+        validate::secrets(&req.secrets)?;
+        let cap = req
+            .volume_capability
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+        let mode = capability::check(cap).map_err(Status::invalid_argument)?;
+        let host = req.node_id.clone();
+        if !is_host_nqn(&host) {
+            return Err(Status::not_found(format!(
+                "node {host:?} is not an NVMe host NQN (the node plugin reports its host NQN as node_id)"
+            )));
+        }
+        let id = self
+            .state
+            .ids()
+            .parse_volume(&req.volume_id)
+            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        // Reader-only modes publish read-only whatever the CO says.
+        let readonly = req.readonly
+            || matches!(
+                mode,
+                edgevol_core::AccessMode::SingleNodeReaderOnly
+                    | edgevol_core::AccessMode::MultiNodeReaderOnly
+            );
+        let (nqn, nguid, uuid) = self
+            .state
+            .with_pool(move |state, pool| {
+                let ids = state.ids();
+                let v = pool.volume(id).map_err(|e| from_core(ids, e))?;
+                if !v.access_modes().contains(mode) {
+                    return Err(Status::invalid_argument(format!(
+                        "volume {} was not created for that access mode",
+                        ids.volume(id)
+                    )));
+                }
+                match pool.publish(id, &host, readonly) {
+                    Ok(()) => {}
+                    Err(edgevol_core::Error::FailedPrecondition(
+                        edgevol_core::Precondition::PublishedToOtherHost(_),
+                    )) => {
+                        let holders: Vec<&str> = pool
+                            .volume(id)
+                            .map_err(|e| from_core(ids, e))?
+                            .publications()
+                            .iter()
+                            .map(|p| p.host.as_str())
+                            .collect();
+                        return Err(Status::failed_precondition(format!(
+                            "volume {} is published to node(s) {} and its access mode does not allow another{}",
+                            ids.volume(id),
+                            holders.join(", "),
+                            if readonly { "" } else { " writer" }
+                        )));
+                    }
+                    Err(edgevol_core::Error::AlreadyExists(_)) => {
+                        return Err(Status::already_exists(format!(
+                            "volume {} is published to node {host} with readonly={}",
+                            ids.volume(id),
+                            !readonly
+                        )));
+                    }
+                    Err(e) => return Err(from_core(ids, e)),
+                }
+                let uuid = pool.uuid();
+                Ok((
+                    naming::subsystem_nqn(&state.appliance_id, id),
+                    naming::nguid(uuid, id),
+                    naming::namespace_uuid(uuid, id),
+                ))
+            })
+            .await?;
+        use publish_context as k;
+        let context = HashMap::from([
+            (k::TRANSPORT.to_owned(), "tcp".to_owned()),
+            (k::ADDRESS.to_owned(), target.endpoint.ip().to_string()),
+            (k::PORT.to_owned(), target.endpoint.port().to_string()),
+            (k::SUBSYSTEM_NQN.to_owned(), nqn),
+            (k::NGUID.to_owned(), naming::hex(&nguid)),
+            (k::UUID.to_owned(), naming::uuid_string(uuid)),
+            (k::READONLY.to_owned(), readonly.to_string()),
+        ]);
+        tracing::info!(volume = %req.volume_id, node = %req.node_id, readonly, "volume published");
+        Ok(Response::new(ControllerPublishVolumeResponse {
+            publish_context: context,
+        }))
     }
 
     async fn controller_unpublish_volume(
         &self,
-        _request: Request<ControllerUnpublishVolumeRequest>,
+        request: Request<ControllerUnpublishVolumeRequest>,
     ) -> Result<Response<ControllerUnpublishVolumeResponse>, Status> {
-        Err(Status::unimplemented(
-            "ControllerUnpublishVolume arrives with the NVMe/TCP target",
-        ))
+        let target = self.target()?;
+        let req = request.into_inner();
+        validate::required("volume_id", &req.volume_id)?;
+        validate::string("node_id", &req.node_id)?;
+        validate::secrets(&req.secrets)?;
+        // An unknown volume or node is already unpublished from it: OK, as the spec allows.
+        let Some(id) = self.state.ids().parse_volume(&req.volume_id) else {
+            return Ok(Response::new(ControllerUnpublishVolumeResponse {}));
+        };
+        let node = req.node_id.clone();
+        let removed = self
+            .state
+            .with_pool(move |state, pool| {
+                let hosts: Vec<String> = match pool.volume(id) {
+                    Ok(v) => v
+                        .publications()
+                        .iter()
+                        .map(|p| p.host.clone())
+                        .filter(|h| node.is_empty() || *h == node)
+                        .collect(),
+                    Err(edgevol_core::Error::NotFound(_)) => return Ok(Vec::new()),
+                    Err(e) => return Err(from_core(state.ids(), e)),
+                };
+                for host in &hosts {
+                    pool.unpublish(id, host)
+                        .map_err(|e| from_core(state.ids(), e))?;
+                }
+                Ok(hosts)
+            })
+            .await?;
+        // Durable first, then cut the live connections: a host never keeps access the
+        // metadata no longer grants after a crash.
+        for host in &removed {
+            target.access.revoke(id, host);
+            tracing::info!(volume = %req.volume_id, node = %host, "volume unpublished");
+        }
+        Ok(Response::new(ControllerUnpublishVolumeResponse {}))
     }
 
     async fn validate_volume_capabilities(
@@ -419,9 +584,13 @@ impl Controller for ControllerService {
                         next = Some(entries_last(&entries, state));
                         break;
                     }
+                    let status = state.target().map(|_| list_volumes_response::VolumeStatus {
+                        published_node_ids: published_nodes(v),
+                        volume_condition: None,
+                    });
                     entries.push(list_volumes_response::Entry {
                         volume: Some(state.csi_volume(pool, v)),
-                        status: None,
+                        status,
                     });
                 }
                 Ok((entries, next))
@@ -471,7 +640,7 @@ impl Controller for ControllerService {
         _request: Request<ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
         Ok(Response::new(ControllerGetCapabilitiesResponse {
-            capabilities: CAPABILITIES
+            capabilities: capabilities(&self.state)
                 .iter()
                 .map(|rpc| ControllerServiceCapability {
                     r#type: Some(CapType::Rpc(RpcCap {
@@ -621,8 +790,14 @@ impl Controller for ControllerService {
                     return Ok(current);
                 }
                 let target = choose_size(Some(&range), 0, cluster)?;
-                pool.expand_volume(id, target)
-                    .map_err(|e| from_core(ids, e))
+                let size = pool
+                    .expand_volume(id, target)
+                    .map_err(|e| from_core(ids, e))?;
+                // Connected hosts learn of the new size through an async event.
+                if let Some(t) = state.target() {
+                    t.access.namespace_changed(id);
+                }
+                Ok(size)
             })
             .await?;
         Ok(Response::new(ControllerExpandVolumeResponse {
@@ -634,11 +809,30 @@ impl Controller for ControllerService {
 
     async fn controller_get_volume(
         &self,
-        _request: Request<ControllerGetVolumeRequest>,
+        request: Request<ControllerGetVolumeRequest>,
     ) -> Result<Response<ControllerGetVolumeResponse>, Status> {
-        Err(Status::unimplemented(
-            "ControllerGetVolume arrives with publishing (its status lists published nodes)",
-        ))
+        self.target()?;
+        let req = request.into_inner();
+        validate::required("volume_id", &req.volume_id)?;
+        let id = self
+            .state
+            .ids()
+            .parse_volume(&req.volume_id)
+            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        let (volume, published) = self
+            .state
+            .with_pool(move |state, pool| {
+                let v = pool.volume(id).map_err(|e| from_core(state.ids(), e))?;
+                Ok((state.csi_volume(pool, v), published_nodes(v)))
+            })
+            .await?;
+        Ok(Response::new(ControllerGetVolumeResponse {
+            volume: Some(volume),
+            status: Some(controller_get_volume_response::VolumeStatus {
+                published_node_ids: published,
+                volume_condition: None,
+            }),
+        }))
     }
 
     async fn controller_modify_volume(
@@ -649,6 +843,17 @@ impl Controller for ControllerService {
             "ControllerModifyVolume arrives with the QoS of the NVMe/TCP target",
         ))
     }
+}
+
+fn published_nodes(v: &CoreVolume) -> Vec<String> {
+    v.publications().iter().map(|p| p.host.clone()).collect()
+}
+
+/// Whether `s` looks like an NVMe qualified name (`nqn.` prefix, at most 223 bytes, printable).
+fn is_host_nqn(s: &str) -> bool {
+    s.starts_with("nqn.")
+        && s.len() <= edgevol_core::limits::MAX_NQN_LEN
+        && s.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// The token for a page that ended after `entries`: the core id of its last volume.

@@ -53,11 +53,12 @@ impl Identity for IdentityService {
         &self,
         _request: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        // Only what is served: the Controller service, and topology (every volume is reachable
-        // only through this appliance: its `edgevol.io/appliance` segment).
+        // Only what is served: the Controller and GroupController services, and topology (every
+        // volume is reachable only through this appliance: its `edgevol.io/appliance` segment).
         let capabilities = [
             Service::ControllerService,
             Service::VolumeAccessibilityConstraints,
+            Service::GroupControllerService,
         ]
         .into_iter()
         .map(|service| PluginCapability {
