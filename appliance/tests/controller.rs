@@ -757,3 +757,53 @@ async fn volumes_and_snapshots_survive_a_restart() {
     );
     app.running.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_volume_looks_the_same_from_the_volume_group_service() {
+    use edgevol_proto::volumegroup::controller_client::ControllerClient as VgClient;
+    use edgevol_proto::volumegroup::{
+        ControllerGetVolumeGroupRequest, CreateVolumeGroupRequest,
+        ModifyVolumeGroupMembershipRequest,
+    };
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let mut req = create("grouped", 2 * MIB);
+    req.parameters.insert("fsType".into(), "xfs".into());
+    let v = vol(&mut c, req).await;
+    let mut vg = VgClient::new(app.channel("controller").await);
+    let group = vg
+        .create_volume_group(CreateVolumeGroupRequest {
+            name: "g".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    vg.modify_volume_group_membership(ModifyVolumeGroupMembershipRequest {
+        volume_group_id: group.volume_group_id.clone(),
+        volume_ids: vec![v.volume_id.clone()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let got = vg
+        .controller_get_volume_group(ControllerGetVolumeGroupRequest {
+            volume_group_id: group.volume_group_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    let member = &got.volumes[0];
+    assert_eq!(member.volume_id, v.volume_id);
+    assert_eq!(member.volume_context, v.volume_context);
+    assert_eq!(
+        member.accessible_topology[0].segments,
+        v.accessible_topology[0].segments
+    );
+}

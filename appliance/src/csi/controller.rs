@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use edgevol_core::{
-    ContentSource, Pool, Provisioning, SnapshotId, Volume as CoreVolume, VolumeId, VolumeSpec,
+    BlockDevice, ContentSource, Pool, Provisioning, SnapshotId, Volume as CoreVolume, VolumeId,
+    VolumeSpec,
 };
 use edgevol_proto::csi::v1::controller_server::Controller;
 use edgevol_proto::csi::v1::controller_service_capability::rpc::Type as Rpc;
@@ -191,15 +192,10 @@ impl State {
                 }),
             }),
         });
-        let mut context: HashMap<String, String> = v.parameters().iter().cloned().collect();
-        context.insert(
-            "edgevol.io/cluster-size".into(),
-            pool.cluster_size().to_string(),
-        );
         Volume {
             capacity_bytes: i64_of(v.size()),
             volume_id: ids.volume(v.id()),
-            volume_context: context,
+            volume_context: volume_context(pool, v),
             content_source,
             accessible_topology: vec![self.topology_segments()],
         }
@@ -843,6 +839,20 @@ impl Controller for ControllerService {
             "ControllerModifyVolume arrives with the QoS of the NVMe/TCP target",
         ))
     }
+}
+
+/// What a volume reports as volume_context, the same from every RPC that shows it: its
+/// parameters and the pool's cluster size.
+pub(crate) fn volume_context<D: BlockDevice>(
+    pool: &Pool<D>,
+    v: &CoreVolume,
+) -> HashMap<String, String> {
+    let mut context: HashMap<String, String> = v.parameters().iter().cloned().collect();
+    context.insert(
+        "edgevol.io/cluster-size".into(),
+        pool.cluster_size().to_string(),
+    );
+    context
 }
 
 fn published_nodes(v: &CoreVolume) -> Vec<String> {

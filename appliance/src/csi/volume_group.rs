@@ -21,7 +21,7 @@ use edgevol_proto::volumegroup::{
     ControllerGetVolumeGroupRequest, ControllerGetVolumeGroupResponse, CreateVolumeGroupRequest,
     CreateVolumeGroupResponse, DeleteVolumeGroupRequest, DeleteVolumeGroupResponse,
     ListVolumeGroupsRequest, ListVolumeGroupsResponse, ModifyVolumeGroupMembershipRequest,
-    ModifyVolumeGroupMembershipResponse, VgVolume, VgVolumeContentSource, VolumeGroup,
+    ModifyVolumeGroupMembershipResponse, VgTopology, VgVolume, VgVolumeContentSource, VolumeGroup,
 };
 use tonic::{Request, Response, Status};
 
@@ -142,10 +142,11 @@ fn not_found(id: &str) -> Status {
 
 /// A group as the proposal shows it: its parameters as context, and every member volume.
 fn group_message<D: BlockDevice>(
-    ids: Ids<'_>,
+    state: &State,
     pool: &Pool<D>,
     group: &Group,
 ) -> Result<VolumeGroup, Status> {
+    let ids = state.ids();
     let core = |e| status::from_core(ids, e);
     let mut volumes = Vec::new();
     for v in pool.group_members(group.id()).map_err(core)? {
@@ -162,14 +163,16 @@ fn group_message<D: BlockDevice>(
                 }),
             }),
         });
-        // volume_context and accessible_topology stay empty: the Controller service owns what
-        // a volume reports (the proposal makes both OPTIONAL).
+        // The same volume_context and topology as the Controller service reports: CSI wants a
+        // volume to look the same from every RPC.
         volumes.push(VgVolume {
             capacity_bytes: i64::try_from(volume.size()).unwrap_or(i64::MAX),
             volume_id: ids.volume(v),
-            volume_context: HashMap::new(),
+            volume_context: super::controller::volume_context(pool, volume),
             content_source,
-            accessible_topology: Vec::new(),
+            accessible_topology: vec![VgTopology {
+                segments: state.topology.clone().into_iter().collect(),
+            }],
         });
     }
     Ok(VolumeGroup {
@@ -191,24 +194,26 @@ fn find_group<'p, D: BlockDevice>(
 }
 
 fn create<D: BlockDevice>(
-    ids: Ids<'_>,
+    state: &State,
     pool: &mut Pool<D>,
     op: CreateOp,
 ) -> Result<VolumeGroup, Status> {
+    let ids = state.ids();
     // Core is idempotent by name: the same name and parameters return the existing group
     // (whatever its members now are); other parameters are ALREADY_EXISTS.
     let id = pool
         .create_group(&op.name, op.parameters)
         .map_err(|e| status::from_core(ids, e))?;
     let group = pool.group(id).map_err(|e| status::from_core(ids, e))?;
-    group_message(ids, pool, group)
+    group_message(state, pool, group)
 }
 
 fn modify<D: BlockDevice>(
-    ids: Ids<'_>,
+    state: &State,
     pool: &mut Pool<D>,
     op: &ModifyOp,
 ) -> Result<VolumeGroup, Status> {
+    let ids = state.ids();
     let group: GroupId = find_group(ids, pool, &op.group)?.id();
     let mut members = BTreeSet::new();
     for v in &op.volumes {
@@ -223,14 +228,15 @@ fn modify<D: BlockDevice>(
     pool.set_group_members(group, &members)
         .map_err(|e| status::from_core(ids, e))?;
     let group = pool.group(group).map_err(|e| status::from_core(ids, e))?;
-    group_message(ids, pool, group)
+    group_message(state, pool, group)
 }
 
 fn list<D: BlockDevice>(
-    ids: Ids<'_>,
+    state: &State,
     pool: &Pool<D>,
     op: &ListOp,
 ) -> Result<ListVolumeGroupsResponse, Status> {
+    let ids = state.ids();
     // The token is the id of the last group of the previous page: groups are listed in id order
     // after it, so groups created or deleted meanwhile never shift a page.
     let after = if op.starting_token.is_empty() {
@@ -263,7 +269,7 @@ fn list<D: BlockDevice>(
             break;
         }
         entries.push(Entry {
-            volume_group: Some(group_message(ids, pool, group)?),
+            volume_group: Some(group_message(state, pool, group)?),
         });
     }
     Ok(ListVolumeGroupsResponse {
@@ -281,7 +287,7 @@ impl Controller for VolumeGroupService {
         let op = CreateOp::try_from(request.into_inner())?;
         let group = self
             .state
-            .with_pool(move |state, pool| create(state.ids(), pool, op))
+            .with_pool(move |state, pool| create(state, pool, op))
             .await?;
         Ok(Response::new(CreateVolumeGroupResponse {
             volume_group: Some(group),
@@ -295,7 +301,7 @@ impl Controller for VolumeGroupService {
         let op = ModifyOp::try_from(request.into_inner())?;
         let group = self
             .state
-            .with_pool(move |state, pool| modify(state.ids(), pool, &op))
+            .with_pool(move |state, pool| modify(state, pool, &op))
             .await?;
         Ok(Response::new(ModifyVolumeGroupMembershipResponse {
             volume_group: Some(group),
@@ -333,7 +339,7 @@ impl Controller for VolumeGroupService {
         let op = ListOp::try_from(request.into_inner())?;
         let response = self
             .state
-            .with_pool(move |state, pool| list(state.ids(), pool, &op))
+            .with_pool(move |state, pool| list(state, pool, &op))
             .await?;
         Ok(Response::new(response))
     }
@@ -350,7 +356,7 @@ impl Controller for VolumeGroupService {
             .with_pool(move |state, pool| {
                 let ids = state.ids();
                 let group = find_group(ids, pool, &id)?;
-                group_message(ids, pool, group)
+                group_message(state, pool, group)
             })
             .await?;
         Ok(Response::new(ControllerGetVolumeGroupResponse {
