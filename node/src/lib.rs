@@ -1,1 +1,222 @@
-//! The edgevol CSI node plugin (a later issue).
+//! The edgevol CSI node plugin: runs on each workload host, connects the appliance's NVMe/TCP
+//! subsystems with the Linux kernel initiator, formats and mounts them, and serves CSI
+//! Identity + Node on a unix socket for the CO (kubelet). It never links `edgevol-core`.
+//!
+//! One file per host concern, below one [`host::Host`] trait:
+//! * [`fabrics`]: connect (option string to `/dev/nvme-fabrics`), reuse, disconnect;
+//! * [`sysfs`]: controllers and namespaces (by NGUID/UUID) as the kernel shows them;
+//! * [`mount`]: `/proc/self/mountinfo` and mount(8)/umount(8);
+//! * [`fs`]: signature probe, mkfs, grow;
+//! * [`state`]: records of staged volumes;
+//! * [`volume`]: the operations, composed from the above, idempotent;
+//! * [`csi`]: thin gRPC handlers; [`hostnqn`]: the node id.
+
+pub mod csi;
+pub mod error;
+pub mod fabrics;
+pub mod fs;
+pub mod host;
+pub mod hostnqn;
+pub mod mount;
+pub mod state;
+pub mod sysfs;
+pub mod volume;
+
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod volume_tests;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use edgevol_proto::csi::v1::identity_server::IdentityServer;
+use edgevol_proto::csi::v1::node_server::NodeServer;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::csi::identity::IdentityService;
+use crate::csi::node::{NodeInfo, NodeService};
+use crate::fabrics::FabricsConfig;
+use crate::host::{Host, LinuxHost};
+use crate::state::StateStore;
+use crate::volume::{VolumeConfig, Volumes};
+
+/// Command-line flags of `edgevol-node`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "edgevol-node", version, about = "edgevol CSI node plugin")]
+pub struct Args {
+    /// CSI endpoint: `unix:///path/to/csi.sock`.
+    #[arg(long, default_value = "unix:///csi/csi.sock")]
+    pub endpoint: String,
+    /// Host NQN file (the node id); generated and persisted when missing.
+    #[arg(long, default_value = "/etc/nvme/hostnqn")]
+    pub node_id_file: PathBuf,
+    /// Host id file (UUID); when missing, the UUID of a UUID-form host NQN is used.
+    #[arg(long, default_value = "/etc/nvme/hostid")]
+    pub hostid_file: PathBuf,
+    /// Directory for staged-volume records (must survive plugin restarts).
+    #[arg(long, default_value = "/var/lib/edgevol-node")]
+    pub state_dir: PathBuf,
+    /// max_volumes_per_node reported by NodeGetInfo (0 = no limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_volumes_per_node: i64,
+    /// Topology segment `key=value` reported by NodeGetInfo, repeatable
+    /// (e.g. `edgevol.io/appliance=<id>` for each appliance this node reaches).
+    #[arg(long = "topology", value_name = "KEY=VALUE")]
+    pub topology: Vec<String>,
+    /// Seconds the kernel keeps reconnecting a lost controller (-1 = forever).
+    #[arg(long, default_value_t = 1800, allow_negative_numbers = true)]
+    pub ctrl_loss_tmo: i32,
+    /// Seconds between reconnect attempts.
+    #[arg(long, default_value_t = 2)]
+    pub reconnect_delay: u32,
+    /// I/O queues per controller (0 = kernel default).
+    #[arg(long, default_value_t = 0)]
+    pub nr_io_queues: u32,
+    /// Seconds to wait for a namespace and its device node after connecting.
+    #[arg(long, default_value_t = 30)]
+    pub device_wait_secs: u64,
+    /// sysfs root (tests).
+    #[arg(long, default_value = "/sys", hide = true)]
+    pub sys_root: PathBuf,
+    /// /dev root (tests).
+    #[arg(long, default_value = "/dev", hide = true)]
+    pub dev_root: PathBuf,
+    /// Source of fresh UUIDs for a generated host NQN (tests).
+    #[arg(long, default_value = "/proc/sys/kernel/random/uuid", hide = true)]
+    pub uuid_source: PathBuf,
+}
+
+/// Parses `unix:///abs/path` (or `unix:/abs/path`).
+pub fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
+    let rest = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .ok_or_else(|| format!("endpoint {endpoint:?} must be unix:///absolute/path"))?;
+    let path = Path::new(rest);
+    if !path.is_absolute() {
+        return Err(format!(
+            "endpoint {endpoint:?} must name an absolute socket path"
+        ));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// Parses `--topology key=value` flags.
+pub fn parse_topology(flags: &[String]) -> Result<HashMap<String, String>, String> {
+    let mut out = HashMap::new();
+    for flag in flags {
+        let (k, v) = flag
+            .split_once('=')
+            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+            .ok_or_else(|| format!("--topology {flag:?} must be key=value"))?;
+        if out.insert(k.to_owned(), v.to_owned()).is_some() {
+            return Err(format!("--topology key {k:?} given twice"));
+        }
+    }
+    Ok(out)
+}
+
+/// A ready-to-serve plugin.
+#[derive(Debug)]
+pub struct Plugin {
+    /// Socket path.
+    pub socket: PathBuf,
+    /// Node service.
+    pub node: NodeService,
+}
+
+/// Builds the plugin from flags on a given host: reads (or creates) the host NQN, opens the
+/// state directory.
+pub fn build(args: &Args, host: Arc<dyn Host>) -> Result<Plugin, String> {
+    let socket = socket_path(&args.endpoint)?;
+    let topology = parse_topology(&args.topology)?;
+    if args.max_volumes_per_node < 0 {
+        return Err("--max-volumes-per-node must not be negative".to_owned());
+    }
+    let nqn = hostnqn::load_or_create(&args.node_id_file, &args.uuid_source)
+        .map_err(|e| format!("host NQN {}: {e}", args.node_id_file.display()))?;
+    let ident = hostnqn::identity(nqn.clone(), &args.hostid_file)
+        .map_err(|e| format!("host id {}: {e}", args.hostid_file.display()))?;
+    let store = StateStore::open(&args.state_dir)
+        .map_err(|e| format!("state dir {}: {e}", args.state_dir.display()))?;
+    let cfg = VolumeConfig {
+        host: ident,
+        fabrics: FabricsConfig {
+            ctrl_loss_tmo: args.ctrl_loss_tmo,
+            reconnect_delay: args.reconnect_delay,
+            nr_io_queues: args.nr_io_queues,
+        },
+        device_wait: Duration::from_secs(args.device_wait_secs),
+        poll: Duration::from_millis(100),
+    };
+    let volumes = Arc::new(Volumes::new(host, store, cfg));
+    let info = NodeInfo {
+        node_id: nqn,
+        max_volumes_per_node: args.max_volumes_per_node,
+        topology,
+    };
+    Ok(Plugin {
+        socket,
+        node: NodeService::new(volumes, info),
+    })
+}
+
+/// Builds the plugin on the real host.
+pub fn build_linux(args: &Args) -> Result<Plugin, String> {
+    build(
+        args,
+        Arc::new(LinuxHost::new(&args.sys_root, &args.dev_root)),
+    )
+}
+
+/// Binds the unix socket (replacing a stale one) and serves until `shutdown` completes.
+pub async fn serve(
+    plugin: Plugin,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), String> {
+    if let Some(dir) = plugin.socket.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    match std::fs::remove_file(&plugin.socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("removing stale {}: {e}", plugin.socket.display())),
+    }
+    let listener = UnixListener::bind(&plugin.socket)
+        .map_err(|e| format!("binding {}: {e}", plugin.socket.display()))?;
+    tracing::info!(socket = %plugin.socket.display(), "serving CSI Identity + Node");
+    tonic::transport::Server::builder()
+        .add_service(IdentityServer::new(IdentityService))
+        .add_service(NodeServer::new(plugin.node))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .await
+        .map_err(|e| format!("gRPC server: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_and_topology_flags() {
+        assert_eq!(
+            socket_path("unix:///csi/csi.sock").unwrap(),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert_eq!(
+            socket_path("unix:/csi/csi.sock").unwrap(),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert!(socket_path("tcp://1.2.3.4:5").is_err());
+        assert!(socket_path("unix://relative.sock").is_err());
+        let t = parse_topology(&["edgevol.io/appliance=box1".into()]).unwrap();
+        assert_eq!(t["edgevol.io/appliance"], "box1");
+        assert!(parse_topology(&["novalue=".into()]).is_err());
+        assert!(parse_topology(&["a=1".into(), "a=2".into()]).is_err());
+    }
+}

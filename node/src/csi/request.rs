@@ -1,0 +1,255 @@
+//! CSI requests parsed into the node's operations: every field checked here, once, with a
+//! uniform INVALID_ARGUMENT text. Secrets are never read.
+//!
+//! publish_context keys (set by the appliance's ControllerPublishVolume): `transport` (`tcp`),
+//! `targetAddress` (IP), `targetPort`, `subsystemNqn`, `nguid` (32 hex digits), `uuid`
+//! (namespace UUID); at least one of `nguid`/`uuid`. volume_context key: `fsType` (used when
+//! the capability names no filesystem).
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
+use edgevol_proto::csi::v1::volume_capability::AccessType;
+use edgevol_proto::csi::v1::{
+    NodeExpandVolumeRequest, NodeGetVolumeStatsRequest, NodePublishVolumeRequest,
+    NodeStageVolumeRequest, NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+};
+
+use crate::error::{Error, Result};
+use crate::fabrics::Target;
+use crate::fs::{check_supported, DEFAULT_FS};
+use crate::sysfs::{normalize_id, NamespaceId};
+use crate::volume::{Access, AccessMode, Capability, PublishRequest, StageRequest};
+
+/// publish_context key: transport.
+pub const KEY_TRANSPORT: &str = "transport";
+/// publish_context key: target IP address.
+pub const KEY_ADDRESS: &str = "targetAddress";
+/// publish_context key: target TCP port.
+pub const KEY_PORT: &str = "targetPort";
+/// publish_context key: subsystem NQN.
+pub const KEY_NQN: &str = "subsystemNqn";
+/// publish_context key: namespace NGUID.
+pub const KEY_NGUID: &str = "nguid";
+/// publish_context key: namespace UUID.
+pub const KEY_UUID: &str = "uuid";
+/// volume_context key: filesystem type.
+pub const KEY_FS_TYPE: &str = "fsType";
+
+/// Longest volume id accepted (the CSI limit).
+const MAX_ID: usize = 128;
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::InvalidArgument(msg.into())
+}
+
+/// A required, bounded id.
+pub fn volume_id(value: &str) -> Result<String> {
+    if value.is_empty() {
+        return Err(invalid("volume_id is required"));
+    }
+    if value.len() > MAX_ID {
+        return Err(invalid(format!("volume_id is longer than {MAX_ID} bytes")));
+    }
+    Ok(value.to_owned())
+}
+
+/// A required absolute path without `..`.
+pub fn abs_path(field: &str, value: &str) -> Result<PathBuf> {
+    if value.is_empty() {
+        return Err(invalid(format!("{field} is required")));
+    }
+    let path = Path::new(value);
+    if !path.is_absolute() {
+        return Err(invalid(format!(
+            "{field} {value:?} must be an absolute path"
+        )));
+    }
+    if path.components().any(|c| c == Component::ParentDir) || value.contains('\0') {
+        return Err(invalid(format!(
+            "{field} {value:?} must not contain '..' or NUL"
+        )));
+    }
+    Ok(path.to_path_buf())
+}
+
+fn mode(cap: &VolumeCapability) -> Result<AccessMode> {
+    let raw = cap
+        .access_mode
+        .as_ref()
+        .ok_or_else(|| invalid("volume_capability.access_mode is required"))?
+        .mode;
+    Ok(match Mode::try_from(raw) {
+        Ok(Mode::SingleNodeWriter) => AccessMode::SingleNodeWriter,
+        Ok(Mode::SingleNodeReaderOnly) => AccessMode::SingleNodeReaderOnly,
+        Ok(Mode::MultiNodeReaderOnly) => AccessMode::MultiNodeReaderOnly,
+        Ok(Mode::MultiNodeSingleWriter) => AccessMode::MultiNodeSingleWriter,
+        Ok(Mode::MultiNodeMultiWriter) => AccessMode::MultiNodeMultiWriter,
+        Ok(Mode::SingleNodeSingleWriter) => AccessMode::SingleNodeSingleWriter,
+        Ok(Mode::SingleNodeMultiWriter) => AccessMode::SingleNodeMultiWriter,
+        Ok(Mode::Unknown) | Err(_) => {
+            return Err(invalid(format!(
+                "volume_capability.access_mode {raw} is not a known mode"
+            )))
+        }
+    })
+}
+
+/// A required capability; the fs type falls back to volume_context `fsType`, then ext4.
+pub fn capability(
+    cap: Option<&VolumeCapability>,
+    volume_context: &HashMap<String, String>,
+) -> Result<Capability> {
+    let cap = cap.ok_or_else(|| invalid("volume_capability is required"))?;
+    let mode = mode(cap)?;
+    let access = match &cap.access_type {
+        None => {
+            return Err(invalid(
+                "volume_capability.access_type (mount or block) is required",
+            ))
+        }
+        Some(AccessType::Block(_)) => Access::Block,
+        Some(AccessType::Mount(m)) => {
+            let fs_type = if !m.fs_type.is_empty() {
+                m.fs_type.clone()
+            } else {
+                volume_context
+                    .get(KEY_FS_TYPE)
+                    .filter(|v| !v.is_empty())
+                    .cloned()
+                    .unwrap_or_else(|| DEFAULT_FS.to_owned())
+            };
+            check_supported(&fs_type)?;
+            if let Some(flag) = m
+                .mount_flags
+                .iter()
+                .find(|f| f.is_empty() || f.contains(char::is_whitespace))
+            {
+                return Err(invalid(format!(
+                    "volume_capability mount flag {flag:?} is not valid"
+                )));
+            }
+            Access::Mount {
+                fs_type,
+                mount_flags: m.mount_flags.clone(),
+            }
+        }
+    };
+    Ok(Capability { access, mode })
+}
+
+fn context_key<'a>(ctx: &'a HashMap<String, String>, key: &str) -> Result<&'a str> {
+    match ctx.get(key) {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(invalid(format!(
+            "publish_context is missing {key:?} (ControllerPublishVolume provides it)"
+        ))),
+    }
+}
+
+fn namespace(ctx: &HashMap<String, String>) -> Result<NamespaceId> {
+    let parse = |key: &str| -> Result<Option<String>> {
+        match ctx.get(key).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => normalize_id(v).map(Some).ok_or_else(|| {
+                invalid(format!(
+                    "publish_context {key} {v:?} is not a 16-byte hex identifier"
+                ))
+            }),
+        }
+    };
+    let id = NamespaceId {
+        nguid: parse(KEY_NGUID)?,
+        uuid: parse(KEY_UUID)?,
+    };
+    if id.nguid.is_none() && id.uuid.is_none() {
+        return Err(invalid(format!(
+            "publish_context needs {KEY_NGUID:?} or {KEY_UUID:?} to find the namespace"
+        )));
+    }
+    Ok(id)
+}
+
+/// NodeStageVolume.
+pub fn stage(req: &NodeStageVolumeRequest) -> Result<StageRequest> {
+    let volume_id = volume_id(&req.volume_id)?;
+    let staging_path = abs_path("staging_target_path", &req.staging_target_path)?;
+    let capability = capability(req.volume_capability.as_ref(), &req.volume_context)?;
+    let ctx = &req.publish_context;
+    let target = Target::parse(
+        context_key(ctx, KEY_TRANSPORT)?,
+        context_key(ctx, KEY_ADDRESS)?,
+        context_key(ctx, KEY_PORT)?,
+        context_key(ctx, KEY_NQN)?,
+    )?;
+    Ok(StageRequest {
+        volume_id,
+        staging_path,
+        capability,
+        target,
+        namespace: namespace(ctx)?,
+    })
+}
+
+/// NodeUnstageVolume.
+pub fn unstage(req: &NodeUnstageVolumeRequest) -> Result<(String, PathBuf)> {
+    Ok((
+        volume_id(&req.volume_id)?,
+        abs_path("staging_target_path", &req.staging_target_path)?,
+    ))
+}
+
+/// NodePublishVolume.
+pub fn publish(req: &NodePublishVolumeRequest) -> Result<PublishRequest> {
+    let volume_id = volume_id(&req.volume_id)?;
+    // STAGE_UNSTAGE_VOLUME is advertised, so the staging path is required.
+    let staging_path = abs_path("staging_target_path", &req.staging_target_path)?;
+    let target_path = abs_path("target_path", &req.target_path)?;
+    if target_path == staging_path {
+        return Err(invalid("target_path must differ from staging_target_path"));
+    }
+    let capability = capability(req.volume_capability.as_ref(), &req.volume_context)?;
+    Ok(PublishRequest {
+        volume_id,
+        staging_path,
+        target_path,
+        read_only: req.readonly || capability.mode.read_only(),
+        capability,
+    })
+}
+
+/// NodeUnpublishVolume.
+pub fn unpublish(req: &NodeUnpublishVolumeRequest) -> Result<(String, PathBuf)> {
+    Ok((
+        volume_id(&req.volume_id)?,
+        abs_path("target_path", &req.target_path)?,
+    ))
+}
+
+/// NodeGetVolumeStats.
+pub fn stats(req: &NodeGetVolumeStatsRequest) -> Result<(String, PathBuf)> {
+    Ok((
+        volume_id(&req.volume_id)?,
+        abs_path("volume_path", &req.volume_path)?,
+    ))
+}
+
+/// NodeExpandVolume: (id, path, required bytes).
+pub fn expand(req: &NodeExpandVolumeRequest) -> Result<(String, PathBuf, u64)> {
+    let id = volume_id(&req.volume_id)?;
+    let path = abs_path("volume_path", &req.volume_path)?;
+    let required = match &req.capacity_range {
+        None => 0,
+        Some(r) => {
+            if r.required_bytes < 0 || r.limit_bytes < 0 {
+                return Err(invalid("capacity_range bytes must not be negative"));
+            }
+            if r.limit_bytes > 0 && r.required_bytes > r.limit_bytes {
+                return Err(invalid("capacity_range.required_bytes exceeds limit_bytes"));
+            }
+            u64::try_from(r.required_bytes).unwrap_or(0)
+        }
+    };
+    Ok((id, path, required))
+}

@@ -1,0 +1,549 @@
+//! A fake host for unit tests: a sysfs tree and /dev in a temp dir, a mount table, and a
+//! command runner that records every command and models the few the plugin runs. It sits
+//! below [`Host`]: everything above (sysfs lookups, mountinfo parsing, the volume flows) is the
+//! real code.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::host::{CmdOutput, FsUsage, Host};
+
+#[derive(Debug, Clone)]
+struct FakeMount {
+    dev: String,
+    root: String,
+    mount_point: PathBuf,
+    read_only: bool,
+    fs_type: String,
+    source: String,
+}
+
+#[derive(Debug, Clone)]
+struct FakeNs {
+    nguid: String,
+    uuid: String,
+    sectors: u64,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    mounts: Vec<FakeMount>,
+    commands: Vec<(String, Vec<String>)>,
+    fail: Vec<String>,
+    fabrics_writes: Vec<String>,
+    signatures: HashMap<String, String>,
+    subsystems: HashMap<String, Vec<FakeNs>>,
+    udev_delay: u32,
+    pending_nodes: Vec<(PathBuf, u32)>,
+    sleeps: u32,
+    synced: Vec<PathBuf>,
+    attr_writes: Vec<(PathBuf, String)>,
+}
+
+/// The fake host.
+#[derive(Debug)]
+pub struct FakeHost {
+    _dir: tempfile::TempDir,
+    sys: PathBuf,
+    dev: PathBuf,
+    /// A scratch directory for staging and target paths.
+    pub work: PathBuf,
+    state: Mutex<FakeState>,
+}
+
+fn write(path: &Path, value: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, format!("{value}\n")).unwrap();
+}
+
+fn arg_basename(p: &str) -> String {
+    Path::new(p)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn ok(stdout: &str) -> io::Result<CmdOutput> {
+    Ok(CmdOutput {
+        code: Some(0),
+        stdout: stdout.to_owned(),
+        stderr: String::new(),
+    })
+}
+
+fn fail(code: i32, stderr: &str) -> io::Result<CmdOutput> {
+    Ok(CmdOutput {
+        code: Some(code),
+        stdout: String::new(),
+        stderr: stderr.to_owned(),
+    })
+}
+
+impl FakeHost {
+    /// An empty host.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("sys");
+        let dev = dir.path().join("dev");
+        let work = dir.path().join("work");
+        for d in [&sys, &dev, &work] {
+            fs::create_dir_all(d).unwrap();
+        }
+        FakeHost {
+            _dir: dir,
+            sys,
+            dev,
+            work,
+            state: Mutex::new(FakeState::default()),
+        }
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap()
+    }
+
+    /// Adds a disk to /sys/block (no device node).
+    pub fn add_disk(&self, name: &str, dev: &str, nguid: &str, uuid: &str, sectors: u64) {
+        let dir = self.sys.join("block").join(name);
+        write(&dir.join("nguid"), nguid);
+        write(&dir.join("uuid"), uuid);
+        write(&dir.join("dev"), dev);
+        write(&dir.join("size"), &sectors.to_string());
+    }
+
+    /// Adds a controller to /sys/class/nvme.
+    pub fn add_controller(
+        &self,
+        name: &str,
+        transport: &str,
+        address: &str,
+        subsysnqn: &str,
+        hostnqn: &str,
+        state: &str,
+    ) {
+        let dir = self.sys.join("class/nvme").join(name);
+        write(&dir.join("transport"), transport);
+        write(&dir.join("address"), address);
+        write(&dir.join("subsysnqn"), subsysnqn);
+        write(&dir.join("hostnqn"), hostnqn);
+        write(&dir.join("state"), state);
+        write(&dir.join("delete_controller"), "");
+        write(&dir.join("rescan_controller"), "");
+    }
+
+    /// Sets a controller's state attribute.
+    pub fn set_controller_state(&self, name: &str, state: &str) {
+        write(&self.sys.join("class/nvme").join(name).join("state"), state);
+    }
+
+    /// Registers a subsystem whose namespace appears when it is connected.
+    pub fn add_subsystem(&self, nqn: &str, nguid: &str, uuid: &str, sectors: u64) {
+        self.st()
+            .subsystems
+            .entry(nqn.to_owned())
+            .or_default()
+            .push(FakeNs {
+                nguid: nguid.to_owned(),
+                uuid: uuid.to_owned(),
+                sectors,
+            });
+    }
+
+    /// Sets the size a subsystem's namespaces report after the next rescan.
+    pub fn grow_subsystem(&self, nqn: &str, sectors: u64) {
+        for ns in self.st().subsystems.get_mut(nqn).unwrap() {
+            ns.sectors = sectors;
+        }
+    }
+
+    /// Device nodes appear only after this many sleeps (udev lag).
+    pub fn set_udev_delay(&self, sleeps: u32) {
+        self.st().udev_delay = sleeps;
+    }
+
+    /// Makes blkid report `export` for `disk`.
+    pub fn set_signature(&self, disk: &str, export: &str) {
+        self.st()
+            .signatures
+            .insert(disk.to_owned(), export.to_owned());
+    }
+
+    /// The next operation `op` fails once (a program name, `connect`, `delete_controller`,
+    /// `rescan_controller`, `sync`).
+    pub fn fail_next(&self, op: &str) {
+        self.st().fail.push(op.to_owned());
+    }
+
+    fn take_failure(&self, op: &str) -> bool {
+        let mut st = self.st();
+        match st.fail.iter().position(|f| f == op) {
+            Some(i) => {
+                st.fail.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every option string written to /dev/nvme-fabrics.
+    pub fn fabrics_writes(&self) -> Vec<String> {
+        self.st().fabrics_writes.clone()
+    }
+
+    /// The argument lists of every run of `program`.
+    pub fn commands_of(&self, program: &str) -> Vec<Vec<String>> {
+        self.st()
+            .commands
+            .iter()
+            .filter(|(p, _)| p == program)
+            .map(|(_, a)| a.clone())
+            .collect()
+    }
+
+    /// Devices flushed.
+    pub fn synced(&self) -> Vec<PathBuf> {
+        self.st().synced.clone()
+    }
+
+    /// Sysfs attribute writes.
+    pub fn attr_writes(&self) -> Vec<(PathBuf, String)> {
+        self.st().attr_writes.clone()
+    }
+
+    /// Controllers present.
+    pub fn controller_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.sys.join("class/nvme"))
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// Mount points, in mount order, with `ro` marks.
+    pub fn mounts(&self) -> Vec<(PathBuf, bool)> {
+        self.st()
+            .mounts
+            .iter()
+            .map(|m| (m.mount_point.clone(), m.read_only))
+            .collect()
+    }
+
+    /// Adds a foreign mount.
+    pub fn add_mount(&self, dev: &str, mount_point: &Path, fs_type: &str, source: &str) {
+        self.st().mounts.push(FakeMount {
+            dev: dev.to_owned(),
+            root: "/".to_owned(),
+            mount_point: mount_point.to_owned(),
+            read_only: false,
+            fs_type: fs_type.to_owned(),
+            source: source.to_owned(),
+        });
+    }
+
+    fn parse_options(options: &str) -> HashMap<String, String> {
+        options
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    fn mount(&self, args: &[String]) -> io::Result<CmdOutput> {
+        let exists = |p: &str| Path::new(p).exists();
+        match args
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            ["--bind", src, tgt] => {
+                if !exists(src) || !exists(tgt) {
+                    return fail(32, "mount: special device or mount point does not exist");
+                }
+                let mut st = self.st();
+                let entry = if Path::new(src).starts_with(&self.dev) {
+                    FakeMount {
+                        dev: "0:5".into(),
+                        root: format!("/{}", arg_basename(src)),
+                        mount_point: PathBuf::from(tgt),
+                        read_only: false,
+                        fs_type: "devtmpfs".into(),
+                        source: "udev".into(),
+                    }
+                } else if let Some(m) = st
+                    .mounts
+                    .iter()
+                    .rev()
+                    .find(|m| m.mount_point == Path::new(src))
+                {
+                    FakeMount {
+                        mount_point: PathBuf::from(tgt),
+                        read_only: false,
+                        ..m.clone()
+                    }
+                } else {
+                    FakeMount {
+                        dev: "0:99".into(),
+                        root: (*src).to_owned(),
+                        mount_point: PathBuf::from(tgt),
+                        read_only: false,
+                        fs_type: "tmpfs".into(),
+                        source: "tmpfs".into(),
+                    }
+                };
+                st.mounts.push(entry);
+                ok("")
+            }
+            ["-o", "remount,bind,ro", tgt] => {
+                let mut st = self.st();
+                match st
+                    .mounts
+                    .iter_mut()
+                    .rev()
+                    .find(|m| m.mount_point == Path::new(tgt))
+                {
+                    Some(m) => {
+                        m.read_only = true;
+                        ok("")
+                    }
+                    None => fail(32, "mount: not mounted"),
+                }
+            }
+            ["-t", fs_type, rest @ ..] => {
+                let (opts, src, tgt) = match rest {
+                    ["-o", opts, src, tgt] => (*opts, *src, *tgt),
+                    [src, tgt] => ("", *src, *tgt),
+                    _ => return fail(1, "bad fake mount args"),
+                };
+                if !exists(src) || !exists(tgt) {
+                    return fail(32, "mount: special device or mount point does not exist");
+                }
+                let disk = arg_basename(src);
+                let dev = fs::read_to_string(self.sys.join("block").join(&disk).join("dev"))?;
+                let sig = self.st().signatures.get(&disk).cloned().unwrap_or_default();
+                if !sig.contains(&format!("TYPE={fs_type}")) {
+                    return fail(32, "mount: wrong fs type, bad superblock");
+                }
+                self.st().mounts.push(FakeMount {
+                    dev: dev.trim().to_owned(),
+                    root: "/".into(),
+                    mount_point: PathBuf::from(tgt),
+                    read_only: opts.split(',').any(|o| o == "ro"),
+                    fs_type: (*fs_type).to_owned(),
+                    source: (*src).to_owned(),
+                });
+                ok("")
+            }
+            _ => fail(1, "bad fake mount args"),
+        }
+    }
+
+    fn remove_controller(&self, ctrl_dir: &Path) {
+        let name = arg_basename(&ctrl_dir.to_string_lossy());
+        fs::remove_dir_all(ctrl_dir).unwrap();
+        let prefix = format!("{name}n");
+        if let Ok(entries) = fs::read_dir(self.sys.join("block")) {
+            for e in entries {
+                let disk = e.unwrap().file_name().to_string_lossy().into_owned();
+                if disk.starts_with(&prefix) {
+                    fs::remove_dir_all(self.sys.join("block").join(&disk)).unwrap();
+                    let _ = fs::remove_file(self.dev.join(&disk));
+                }
+            }
+        }
+    }
+}
+
+impl Host for FakeHost {
+    fn sys_root(&self) -> &Path {
+        &self.sys
+    }
+
+    fn dev_root(&self) -> &Path {
+        &self.dev
+    }
+
+    fn connect_fabrics(&self, options: &str) -> io::Result<String> {
+        self.st().fabrics_writes.push(options.to_owned());
+        if self.take_failure("connect") {
+            return Err(io::Error::from_raw_os_error(111)); // ECONNREFUSED
+        }
+        let o = Self::parse_options(options);
+        let address = format!("traddr={},trsvcid={}", o["traddr"], o["trsvcid"]);
+        for c in crate::sysfs::controllers(self)? {
+            if c.subsysnqn == o["nqn"]
+                && c.hostnqn == o["hostnqn"]
+                && c.usable()
+                && c.traddr == o["traddr"]
+                && c.trsvcid == o["trsvcid"]
+            {
+                return Err(io::Error::from_raw_os_error(114)); // EALREADY
+            }
+        }
+        let existing = self.controller_names();
+        let instance = (0..)
+            .find(|i| !existing.contains(&format!("nvme{i}")))
+            .unwrap();
+        let name = format!("nvme{instance}");
+        self.add_controller(
+            &name,
+            &o["transport"],
+            &address,
+            &o["nqn"],
+            &o["hostnqn"],
+            "live",
+        );
+        let namespaces = self
+            .st()
+            .subsystems
+            .get(&o["nqn"])
+            .cloned()
+            .unwrap_or_default();
+        for (i, ns) in namespaces.iter().enumerate() {
+            let disk = format!("{name}n{}", i + 1);
+            self.add_disk(
+                &disk,
+                &format!("259:{}", instance * 10 + i),
+                &ns.nguid,
+                &ns.uuid,
+                ns.sectors,
+            );
+            let node = self.dev.join(&disk);
+            let delay = self.st().udev_delay;
+            if delay == 0 {
+                fs::write(&node, "").unwrap();
+            } else {
+                self.st().pending_nodes.push((node, delay));
+            }
+        }
+        Ok(format!("instance={instance},cntlid=1\n"))
+    }
+
+    fn write_attr(&self, path: &Path, value: &str) -> io::Result<()> {
+        let attr = arg_basename(&path.to_string_lossy());
+        self.st()
+            .attr_writes
+            .push((path.to_owned(), value.to_owned()));
+        if self.take_failure(&attr) {
+            return Err(io::Error::from_raw_os_error(16)); // EBUSY
+        }
+        if !path.exists() {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        let ctrl_dir = path.parent().unwrap();
+        match attr.as_str() {
+            "delete_controller" => self.remove_controller(ctrl_dir),
+            "rescan_controller" => {
+                let nqn = fs::read_to_string(ctrl_dir.join("subsysnqn"))?
+                    .trim()
+                    .to_owned();
+                let name = arg_basename(&ctrl_dir.to_string_lossy());
+                let namespaces = self.st().subsystems.get(&nqn).cloned().unwrap_or_default();
+                for (i, ns) in namespaces.iter().enumerate() {
+                    let disk = self.sys.join("block").join(format!("{name}n{}", i + 1));
+                    write(&disk.join("size"), &ns.sectors.to_string());
+                }
+            }
+            _ => fs::write(path, value)?,
+        }
+        Ok(())
+    }
+
+    fn run(&self, program: &str, args: &[String]) -> io::Result<CmdOutput> {
+        self.st().commands.push((program.to_owned(), args.to_vec()));
+        if self.take_failure(program) {
+            return fail(1, &format!("{program}: injected failure"));
+        }
+        let last = args.last().map(String::as_str).unwrap_or_default();
+        match program {
+            "blkid" => match self.st().signatures.get(&arg_basename(last)) {
+                Some(export) => ok(export),
+                None => fail(2, ""),
+            },
+            "mkfs.ext4" | "mkfs.xfs" => {
+                let fs_type = program.trim_start_matches("mkfs.");
+                self.set_signature(&arg_basename(last), &format!("TYPE={fs_type}\n"));
+                ok("")
+            }
+            "mount" => self.mount(args),
+            "umount" => {
+                let mut st = self.st();
+                match st
+                    .mounts
+                    .iter()
+                    .rposition(|m| m.mount_point == Path::new(last))
+                {
+                    Some(i) => {
+                        st.mounts.remove(i);
+                        ok("")
+                    }
+                    None => fail(32, "umount: not mounted"),
+                }
+            }
+            "resize2fs" | "xfs_growfs" => ok(""),
+            _ => fail(127, "command not found"),
+        }
+    }
+
+    fn mountinfo(&self) -> io::Result<String> {
+        let st = self.st();
+        let mut out = String::from("21 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n");
+        for (i, m) in st.mounts.iter().enumerate() {
+            out.push_str(&format!(
+                "{} 21 {} {} {} {},relatime shared:{} - {} {} rw\n",
+                100 + i,
+                m.dev,
+                m.root.replace(' ', "\\040"),
+                m.mount_point.to_string_lossy().replace(' ', "\\040"),
+                if m.read_only { "ro" } else { "rw" },
+                i + 2,
+                m.fs_type,
+                m.source
+            ));
+        }
+        Ok(out)
+    }
+
+    fn statvfs(&self, path: &Path) -> io::Result<FsUsage> {
+        if !self.st().mounts.iter().any(|m| m.mount_point == path) {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        Ok(FsUsage {
+            total_bytes: 1 << 30,
+            available_bytes: 1 << 29,
+            used_bytes: 1 << 28,
+            total_inodes: 65536,
+            free_inodes: 65000,
+        })
+    }
+
+    fn sync_device(&self, device: &Path) -> io::Result<()> {
+        if self.take_failure("sync") {
+            return Err(io::Error::from_raw_os_error(5)); // EIO
+        }
+        if !device.exists() {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        self.st().synced.push(device.to_owned());
+        Ok(())
+    }
+
+    fn sleep(&self, _duration: Duration) {
+        let mut st = self.st();
+        st.sleeps += 1;
+        for (node, left) in &mut st.pending_nodes {
+            *left -= 1;
+            if *left == 0 {
+                fs::write(node, "").unwrap();
+            }
+        }
+        st.pending_nodes.retain(|(_, left)| *left > 0);
+    }
+}

@@ -1,0 +1,633 @@
+//! The node's volume operations, in host terms: stage, publish, unpublish, unstage, stats,
+//! expand. The CSI handlers only convert requests into these and errors into statuses.
+//!
+//! Every step asks the kernel first (is a controller to this target connected? which disk
+//! carries this NGUID? what is mounted at this path?) and does only what is missing, so a CO
+//! retrying after a failure or a crash at any step converges. Mutating operations are
+//! serialized by one lock: they are rare, and "is this controller still used by another
+//! staged volume?" must not race with a concurrent stage.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::fabrics::{self, FabricsConfig, HostIdentity, Target};
+use crate::fs as filesystem;
+use crate::host::{FsUsage, Host};
+use crate::mount::{self, MountEntry};
+use crate::state::{StagedVolume, StateStore};
+use crate::sysfs::{self, Namespace, NamespaceId};
+
+/// Mount or block access.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Access {
+    /// A filesystem mounted at the staging path.
+    Mount {
+        /// `ext4` or `xfs`.
+        fs_type: String,
+        /// mount(8) options from the capability.
+        mount_flags: Vec<String>,
+    },
+    /// The raw namespace.
+    Block,
+}
+
+/// CSI access modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum AccessMode {
+    SingleNodeWriter,
+    SingleNodeReaderOnly,
+    MultiNodeReaderOnly,
+    MultiNodeSingleWriter,
+    MultiNodeMultiWriter,
+    SingleNodeSingleWriter,
+    SingleNodeMultiWriter,
+}
+
+impl AccessMode {
+    /// True for the reader-only modes.
+    pub fn read_only(self) -> bool {
+        matches!(
+            self,
+            AccessMode::SingleNodeReaderOnly | AccessMode::MultiNodeReaderOnly
+        )
+    }
+
+    fn multi_node_writer(self) -> bool {
+        matches!(
+            self,
+            AccessMode::MultiNodeSingleWriter | AccessMode::MultiNodeMultiWriter
+        )
+    }
+}
+
+/// A volume capability.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capability {
+    /// Mount or block.
+    pub access: Access,
+    /// Access mode.
+    pub mode: AccessMode,
+}
+
+/// NodeStageVolume, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageRequest {
+    /// Volume id.
+    pub volume_id: String,
+    /// Absolute staging path.
+    pub staging_path: PathBuf,
+    /// Capability (fs type already resolved).
+    pub capability: Capability,
+    /// The subsystem.
+    pub target: Target,
+    /// The namespace.
+    pub namespace: NamespaceId,
+}
+
+/// NodePublishVolume, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishRequest {
+    /// Volume id.
+    pub volume_id: String,
+    /// Absolute staging path.
+    pub staging_path: PathBuf,
+    /// Absolute target path.
+    pub target_path: PathBuf,
+    /// Mount or block, and the mode.
+    pub capability: Capability,
+    /// Publish read-only.
+    pub read_only: bool,
+}
+
+/// Usage of a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    /// A mounted filesystem.
+    Filesystem(FsUsage),
+    /// A block device of this many bytes.
+    Block(u64),
+}
+
+/// NodeGetVolumeStats' answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeStats {
+    /// Usage.
+    pub usage: Usage,
+    /// `Some(message)` when the volume is abnormal.
+    pub abnormal: Option<String>,
+}
+
+/// Tunables.
+#[derive(Debug, Clone)]
+pub struct VolumeConfig {
+    /// The host's NVMe identity.
+    pub host: HostIdentity,
+    /// Connection tunables.
+    pub fabrics: FabricsConfig,
+    /// How long to wait for a namespace and its device node (udev), or for a new size.
+    pub device_wait: Duration,
+    /// Poll interval of those waits.
+    pub poll: Duration,
+}
+
+/// The volume operations of one node.
+#[derive(Debug)]
+pub struct Volumes {
+    host: Arc<dyn Host>,
+    store: StateStore,
+    cfg: VolumeConfig,
+    lock: Mutex<()>,
+}
+
+fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
+
+impl Volumes {
+    /// Volume operations on `host`, recording state in `store`.
+    pub fn new(host: Arc<dyn Host>, store: StateStore, cfg: VolumeConfig) -> Self {
+        Volumes {
+            host,
+            store,
+            cfg,
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &VolumeConfig {
+        &self.cfg
+    }
+
+    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
+        // A panic while holding the lock leaves no in-memory state to protect: keep going.
+        self.lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn device_path(&self, disk: &str) -> PathBuf {
+        self.host.dev_root().join(disk)
+    }
+
+    fn namespace_id(rec: &StagedVolume) -> NamespaceId {
+        NamespaceId {
+            nguid: rec.nguid.clone(),
+            uuid: rec.uuid.clone(),
+        }
+    }
+
+    fn find_namespace(&self, id: &NamespaceId) -> Result<Option<Namespace>> {
+        sysfs::find_namespace(&*self.host, id)
+            .map_err(|e| Error::io("looking up the namespace", &e))
+    }
+
+    /// Waits (bounded) for the namespace to show in sysfs and its device node in /dev.
+    fn wait_for_namespace(&self, id: &NamespaceId, controller: &str) -> Result<Namespace> {
+        let mut waited = Duration::ZERO;
+        loop {
+            if let Some(ns) = self.find_namespace(id)? {
+                if self.device_path(&ns.disk).exists() {
+                    return Ok(ns);
+                }
+            }
+            if waited >= self.cfg.device_wait {
+                return Err(Error::Unavailable(format!(
+                    "controller {controller} is connected but no namespace with NGUID {} / UUID {} \
+                     and a device node appeared within {:?}",
+                    id.nguid.as_deref().unwrap_or("-"),
+                    id.uuid.as_deref().unwrap_or("-"),
+                    self.cfg.device_wait
+                )));
+            }
+            self.host.sleep(self.cfg.poll);
+            waited += self.cfg.poll;
+        }
+    }
+
+    /// NodeStageVolume.
+    pub fn stage(&self, req: &StageRequest) -> Result<()> {
+        let _guard = self.guard();
+        if let Access::Mount { fs_type, .. } = &req.capability.access {
+            filesystem::check_supported(fs_type)?;
+            if req.capability.mode.multi_node_writer() {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {}: {fs_type} cannot be written from several nodes; multi-node \
+                     writer modes need block access",
+                    req.volume_id
+                )));
+            }
+        }
+        let mut rec = match self.store.get(&req.volume_id)? {
+            Some(rec) => {
+                if rec.staging_path != req.staging_path {
+                    return Err(Error::FailedPrecondition(format!(
+                        "volume {} is already staged at {}, not {}",
+                        req.volume_id,
+                        path_str(&rec.staging_path),
+                        path_str(&req.staging_path)
+                    )));
+                }
+                if rec.capability != req.capability {
+                    return Err(Error::AlreadyExists(format!(
+                        "volume {} is already staged at {} with capability {:?}, incompatible \
+                         with {:?}",
+                        req.volume_id,
+                        path_str(&rec.staging_path),
+                        rec.capability,
+                        req.capability
+                    )));
+                }
+                if rec.target != req.target || Self::namespace_id(&rec) != req.namespace {
+                    return Err(Error::AlreadyExists(format!(
+                        "volume {} is already staged from another subsystem or namespace",
+                        req.volume_id
+                    )));
+                }
+                rec
+            }
+            None => {
+                let rec = StagedVolume {
+                    volume_id: req.volume_id.clone(),
+                    staging_path: req.staging_path.clone(),
+                    capability: req.capability.clone(),
+                    target: req.target.clone(),
+                    nguid: req.namespace.nguid.clone(),
+                    uuid: req.namespace.uuid.clone(),
+                    controller: None,
+                    disk: None,
+                };
+                self.store.put(&rec)?;
+                rec
+            }
+        };
+
+        let controller =
+            fabrics::ensure_connected(&*self.host, &req.target, &self.cfg.host, &self.cfg.fabrics)?;
+        let ns = self.wait_for_namespace(&req.namespace, &controller)?;
+        if rec.controller.as_deref() != Some(&controller) || rec.disk.as_deref() != Some(&ns.disk) {
+            rec.controller = Some(controller);
+            rec.disk = Some(ns.disk.clone());
+            self.store.put(&rec)?;
+        }
+
+        let Access::Mount {
+            fs_type,
+            mount_flags,
+        } = &req.capability.access
+        else {
+            // Block: the record is the staging; publish binds the device node.
+            return Ok(());
+        };
+        let device = self.device_path(&ns.disk);
+        let table = mount::table(&*self.host)?;
+        if let Some(m) = mount::mount_at(&table, &req.staging_path) {
+            if m.dev == ns.dev && m.root == "/" {
+                return Ok(());
+            }
+            return Err(Error::FailedPrecondition(format!(
+                "{} already has another mount ({} from {})",
+                path_str(&req.staging_path),
+                m.fs_type,
+                m.source
+            )));
+        }
+        fs::create_dir_all(&req.staging_path)
+            .map_err(|e| Error::io(format!("creating {}", path_str(&req.staging_path)), &e))?;
+        let read_only = req.capability.mode.read_only();
+        filesystem::ensure_filesystem(&*self.host, &device, fs_type, !read_only)?;
+        let mut options = mount_flags.clone();
+        if read_only {
+            options.push("ro".to_owned());
+        }
+        mount::mount_fs(&*self.host, &device, &req.staging_path, fs_type, &options)
+    }
+
+    /// Mounts of `disk` other than at `except` (publications, or foreign mounts).
+    fn other_mounts<'a>(
+        table: &'a [MountEntry],
+        rec: &StagedVolume,
+        ns: &Namespace,
+        except: &[&Path],
+    ) -> Vec<&'a MountEntry> {
+        let block_root = format!("/{}", ns.disk);
+        table
+            .iter()
+            .filter(|m| !except.contains(&m.mount_point.as_path()))
+            .filter(|m| match rec.capability.access {
+                Access::Mount { .. } => m.dev == ns.dev,
+                Access::Block => m.root == block_root,
+            })
+            .collect()
+    }
+
+    /// NodeUnstageVolume.
+    pub fn unstage(&self, volume_id: &str, staging_path: &Path) -> Result<()> {
+        let _guard = self.guard();
+        let table = mount::table(&*self.host)?;
+        let Some(rec) = self.store.get(volume_id)? else {
+            if let Some(m) = mount::mount_at(&table, staging_path) {
+                return Err(Error::NotFound(format!(
+                    "volume {volume_id} is not staged by this plugin, but {} holds a {} mount \
+                     from {}; refusing to touch it",
+                    path_str(staging_path),
+                    m.fs_type,
+                    m.source
+                )));
+            }
+            return Ok(());
+        };
+        if rec.staging_path != staging_path {
+            // The spec: not staged at this path -> OK. The record stays for the right path.
+            tracing::warn!(volume_id, staged_at = %rec.staging_path.display(),
+                asked = %staging_path.display(), "unstage of a path the volume is not staged at");
+            return Ok(());
+        }
+        let ns = self.find_namespace(&Self::namespace_id(&rec))?;
+        if let Some(ns) = &ns {
+            let others = Self::other_mounts(&table, &rec, ns, &[staging_path]);
+            if let Some(m) = others.first() {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {volume_id} is still published at {}; unpublish it first",
+                    path_str(&m.mount_point)
+                )));
+            }
+        }
+        if matches!(rec.capability.access, Access::Mount { .. }) {
+            mount::unmount_all(&*self.host, staging_path)?;
+        }
+        match &ns {
+            Some(ns) => {
+                let device = self.device_path(&ns.disk);
+                self.host
+                    .sync_device(&device)
+                    .map_err(|e| Error::io(format!("flushing {}", path_str(&device)), &e))?;
+            }
+            None => tracing::warn!(
+                volume_id,
+                "namespace not present at unstage: nothing to flush"
+            ),
+        }
+        if let Some(c) = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)? {
+            let shared: Vec<String> = self
+                .store
+                .all()?
+                .into_iter()
+                .filter(|o| o.volume_id != rec.volume_id && o.target == rec.target)
+                .map(|o| o.volume_id)
+                .collect();
+            if shared.is_empty() {
+                fabrics::disconnect(&*self.host, &c.name)?;
+            } else {
+                tracing::info!(controller = %c.name, users = ?shared,
+                    "controller still used by other staged volumes: kept");
+            }
+        }
+        self.store.remove(volume_id)
+    }
+
+    fn staged(&self, volume_id: &str) -> Result<StagedVolume> {
+        self.store.get(volume_id)?.ok_or_else(|| {
+            Error::NotFound(format!("volume {volume_id} is not staged on this node"))
+        })
+    }
+
+    fn present_namespace(&self, rec: &StagedVolume) -> Result<Namespace> {
+        self.find_namespace(&Self::namespace_id(rec))?
+            .ok_or_else(|| {
+                Error::Unavailable(format!(
+                    "volume {}: its namespace is not present on this node (controller lost?)",
+                    rec.volume_id
+                ))
+            })
+    }
+
+    /// NodePublishVolume.
+    pub fn publish(&self, req: &PublishRequest) -> Result<()> {
+        let _guard = self.guard();
+        let rec = self.staged(&req.volume_id)?;
+        if rec.staging_path != req.staging_path {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {} is staged at {}, not {}",
+                req.volume_id,
+                path_str(&rec.staging_path),
+                path_str(&req.staging_path)
+            )));
+        }
+        let is_block = matches!(rec.capability.access, Access::Block);
+        if is_block != matches!(req.capability.access, Access::Block) {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {} is staged for {} access, publish asks for {}",
+                req.volume_id,
+                if is_block { "block" } else { "mount" },
+                if is_block { "mount" } else { "block" }
+            )));
+        }
+        let ns = self.present_namespace(&rec)?;
+        let table = mount::table(&*self.host)?;
+        let device = self.device_path(&ns.disk);
+        let from_volume = |m: &MountEntry| {
+            if is_block {
+                m.root == format!("/{}", ns.disk)
+            } else {
+                m.dev == ns.dev && m.root == "/"
+            }
+        };
+        if let Some(m) = mount::mount_at(&table, &req.target_path) {
+            if !from_volume(m) {
+                return Err(Error::AlreadyExists(format!(
+                    "{} already holds another mount ({} from {})",
+                    path_str(&req.target_path),
+                    m.fs_type,
+                    m.source
+                )));
+            }
+            return match (m.read_only(), req.read_only) {
+                (ro, want) if ro == want => Ok(()),
+                // A bind done before a failed read-only remount: finish the step.
+                (false, true) => mount::remount_read_only(&*self.host, &req.target_path),
+                _ => Err(Error::AlreadyExists(format!(
+                    "volume {} is published at {} read-only; the request asks read-write",
+                    req.volume_id,
+                    path_str(&req.target_path)
+                ))),
+            };
+        }
+        if rec.capability.mode == AccessMode::SingleNodeSingleWriter && !req.read_only {
+            let others =
+                Self::other_mounts(&table, &rec, &ns, &[&rec.staging_path, &req.target_path]);
+            if let Some(m) = others.iter().find(|m| !m.read_only()) {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {} is SINGLE_NODE_SINGLE_WRITER and already published read-write at {}",
+                    req.volume_id,
+                    path_str(&m.mount_point)
+                )));
+            }
+        }
+        if is_block {
+            if let Some(parent) = req.target_path.parent() {
+                fs::create_dir_all(parent)
+                    .map_err(|e| Error::io(format!("creating {}", path_str(parent)), &e))?;
+            }
+            fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&req.target_path)
+                .map_err(|e| Error::io(format!("creating {}", path_str(&req.target_path)), &e))?;
+            mount::bind(&*self.host, &device, &req.target_path, req.read_only)
+        } else {
+            match mount::mount_at(&table, &rec.staging_path) {
+                Some(m) if from_volume(m) => {}
+                _ => {
+                    return Err(Error::FailedPrecondition(format!(
+                        "volume {} is not mounted at its staging path {}; stage it again",
+                        req.volume_id,
+                        path_str(&rec.staging_path)
+                    )))
+                }
+            }
+            fs::create_dir_all(&req.target_path)
+                .map_err(|e| Error::io(format!("creating {}", path_str(&req.target_path)), &e))?;
+            mount::bind(
+                &*self.host,
+                &rec.staging_path,
+                &req.target_path,
+                req.read_only,
+            )
+        }
+    }
+
+    /// NodeUnpublishVolume: unmount what is at `target_path`, then remove the file or directory
+    /// publish created. Nothing there is success (idempotent).
+    pub fn unpublish(&self, volume_id: &str, target_path: &Path) -> Result<()> {
+        let _guard = self.guard();
+        mount::unmount_all(&*self.host, target_path)?;
+        let removed = match fs::symlink_metadata(target_path) {
+            Ok(meta) if meta.is_dir() => fs::remove_dir(target_path),
+            Ok(_) => fs::remove_file(target_path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        };
+        removed.map_err(|e| {
+            Error::io(
+                format!("volume {volume_id}: removing {}", path_str(target_path)),
+                &e,
+            )
+        })
+    }
+
+    /// Checks `path` is where `rec` is staged or published; returns the mount (if any).
+    fn volume_path_mount<'a>(
+        &self,
+        table: &'a [MountEntry],
+        rec: &StagedVolume,
+        ns: Option<&Namespace>,
+        path: &Path,
+    ) -> Result<Option<&'a MountEntry>> {
+        let not_found = || {
+            Error::NotFound(format!(
+                "{} is not a path where volume {} is staged or published",
+                path_str(path),
+                rec.volume_id
+            ))
+        };
+        let m = mount::mount_at(table, path);
+        match (&rec.capability.access, m) {
+            (Access::Block, _) if path == rec.staging_path => Ok(None),
+            (Access::Block, Some(m)) => match ns {
+                Some(ns) if m.root != format!("/{}", ns.disk) => Err(not_found()),
+                _ => Ok(Some(m)),
+            },
+            (Access::Mount { .. }, Some(m)) => match ns {
+                Some(ns) if m.dev != ns.dev => Err(not_found()),
+                _ => Ok(Some(m)),
+            },
+            (_, None) => Err(not_found()),
+        }
+    }
+
+    /// NodeGetVolumeStats.
+    pub fn stats(&self, volume_id: &str, volume_path: &Path) -> Result<VolumeStats> {
+        let rec = self.staged(volume_id)?;
+        let ns = self.find_namespace(&Self::namespace_id(&rec))?;
+        let table = mount::table(&*self.host)?;
+        self.volume_path_mount(&table, &rec, ns.as_ref(), volume_path)?;
+        let abnormal = match fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)? {
+            None => Some(format!(
+                "no NVMe controller connected to {} at {}:{}",
+                rec.target.subsysnqn, rec.target.traddr, rec.target.trsvcid
+            )),
+            Some(c) if c.state != "live" => Some(format!("controller {} is {}", c.name, c.state)),
+            Some(_) if ns.is_none() => Some("the namespace is not present".to_owned()),
+            Some(_) => None,
+        };
+        let usage = match (&rec.capability.access, &ns) {
+            (Access::Mount { .. }, _) => Usage::Filesystem(
+                self.host
+                    .statvfs(volume_path)
+                    .map_err(|e| Error::io(format!("statvfs {}", path_str(volume_path)), &e))?,
+            ),
+            (Access::Block, Some(ns)) => Usage::Block(
+                sysfs::disk_size(&*self.host, &ns.disk)
+                    .map_err(|e| Error::io(format!("size of {}", ns.disk), &e))?,
+            ),
+            (Access::Block, None) => Usage::Block(0),
+        };
+        Ok(VolumeStats { usage, abnormal })
+    }
+
+    /// NodeExpandVolume: rescan, wait for the size, grow the filesystem. Returns the new size.
+    pub fn expand(&self, volume_id: &str, volume_path: &Path, required_bytes: u64) -> Result<u64> {
+        let _guard = self.guard();
+        let rec = self.staged(volume_id)?;
+        let ns = self.present_namespace(&rec)?;
+        let table = mount::table(&*self.host)?;
+        self.volume_path_mount(&table, &rec, Some(&ns), volume_path)?;
+        let c = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)?
+            .filter(|c| c.state == "live")
+            .ok_or_else(|| {
+                Error::Unavailable(format!("volume {volume_id}: no live controller to rescan"))
+            })?;
+        let attr = sysfs::controller_dir(&*self.host, &c.name).join("rescan_controller");
+        self.host
+            .write_attr(&attr, "1")
+            .map_err(|e| Error::io(format!("rescanning {}", c.name), &e))?;
+        // The rescan runs in the kernel's scan work: poll the size (bounded).
+        let mut waited = Duration::ZERO;
+        let size = loop {
+            let size = sysfs::disk_size(&*self.host, &ns.disk)
+                .map_err(|e| Error::io(format!("size of {}", ns.disk), &e))?;
+            if size >= required_bytes && (required_bytes > 0 || waited > Duration::ZERO) {
+                break size;
+            }
+            if waited >= self.cfg.device_wait {
+                if required_bytes == 0 {
+                    break size;
+                }
+                return Err(Error::Unavailable(format!(
+                    "volume {volume_id}: {} is {size} bytes after rescan, {required_bytes} required \
+                     (has the controller expanded it?)",
+                    ns.disk
+                )));
+            }
+            self.host.sleep(self.cfg.poll);
+            waited += self.cfg.poll;
+        };
+        if let Access::Mount { fs_type, .. } = &rec.capability.access {
+            filesystem::grow(
+                &*self.host,
+                fs_type,
+                &self.device_path(&ns.disk),
+                &rec.staging_path,
+            )?;
+        }
+        Ok(size)
+    }
+}

@@ -1,0 +1,472 @@
+//! Stage/publish/unpublish/unstage/stats/expand flows against the fake host, including a retry
+//! after a failure at each step.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use edgevol_proto::csi::v1::volume_capability::{
+    access_mode::Mode, AccessMode, AccessType, BlockVolume, MountVolume,
+};
+use edgevol_proto::csi::v1::{NodeStageVolumeRequest, VolumeCapability};
+
+use crate::csi::request;
+use crate::error::Error;
+use crate::fabrics::{FabricsConfig, HostIdentity};
+use crate::host::Host;
+use crate::state::StateStore;
+use crate::testing::FakeHost;
+use crate::volume::{PublishRequest, StageRequest, Usage, VolumeConfig, Volumes};
+
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+
+struct Env {
+    host: Arc<FakeHost>,
+    volumes: Volumes,
+    store: StateStore,
+}
+
+fn env() -> Env {
+    let host = Arc::new(FakeHost::new());
+    let store = StateStore::open(host.work.join("state")).unwrap();
+    let cfg = VolumeConfig {
+        host: HostIdentity {
+            nqn: HOSTNQN.into(),
+            id: None,
+        },
+        fabrics: FabricsConfig::default(),
+        device_wait: Duration::from_secs(1),
+        poll: Duration::from_millis(100),
+    };
+    let dyn_host: Arc<dyn Host> = host.clone();
+    Env {
+        volumes: Volumes::new(dyn_host, store.clone(), cfg),
+        store,
+        host,
+    }
+}
+
+fn nqn(n: u32) -> String {
+    format!("nqn.2024-01.io.edgevol:box1:vol{n}")
+}
+
+fn nguid(n: u32) -> String {
+    format!("{n:032x}")
+}
+
+fn cap(block: bool, mode: Mode) -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+        access_type: Some(if block {
+            AccessType::Block(BlockVolume {})
+        } else {
+            AccessType::Mount(MountVolume {
+                fs_type: String::new(),
+                mount_flags: vec!["noatime".into()],
+                volume_mount_group: String::new(),
+            })
+        }),
+    }
+}
+
+impl Env {
+    fn staging(&self, n: u32) -> PathBuf {
+        self.host.work.join(format!("staging/vol{n}"))
+    }
+
+    fn target(&self, n: u32, pod: &str) -> PathBuf {
+        self.host.work.join(format!("pods/{pod}/vol{n}"))
+    }
+
+    /// Volume `n` behind its own subsystem, as the controller would publish it.
+    fn stage_req(&self, n: u32, block: bool) -> StageRequest {
+        self.host.add_subsystem(
+            &nqn(n),
+            &nguid(n),
+            "00000000-0000-0000-0000-000000000000",
+            2048,
+        );
+        self.stage_req_with(n, cap(block, Mode::SingleNodeWriter))
+    }
+
+    fn stage_req_with(&self, n: u32, capability: VolumeCapability) -> StageRequest {
+        let req = NodeStageVolumeRequest {
+            volume_id: format!("vol{n}"),
+            publish_context: HashMap::from([
+                ("transport".into(), "tcp".into()),
+                ("targetAddress".into(), "10.0.0.2".into()),
+                ("targetPort".into(), "4420".into()),
+                ("subsystemNqn".into(), nqn(n)),
+                ("nguid".into(), nguid(n)),
+            ]),
+            staging_target_path: self.staging(n).to_string_lossy().into_owned(),
+            volume_capability: Some(capability),
+            secrets: HashMap::from([("password".into(), "hunter2".into())]),
+            volume_context: HashMap::new(),
+        };
+        request::stage(&req).unwrap()
+    }
+
+    fn publish_req(&self, s: &StageRequest, pod: &str, read_only: bool) -> PublishRequest {
+        PublishRequest {
+            volume_id: s.volume_id.clone(),
+            staging_path: s.staging_path.clone(),
+            target_path: self.target(s.volume_id[3..].parse().unwrap(), pod),
+            capability: s.capability.clone(),
+            read_only,
+        }
+    }
+
+    fn mounted(&self, p: &Path) -> Option<bool> {
+        self.host
+            .mounts()
+            .into_iter()
+            .rev()
+            .find(|(m, _)| m == p)
+            .map(|(_, ro)| ro)
+    }
+}
+
+#[test]
+fn mount_volume_full_cycle() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    e.volumes.stage(&s).unwrap();
+    assert_eq!(e.host.fabrics_writes().len(), 1);
+    assert_eq!(e.host.commands_of("mkfs.ext4").len(), 1);
+    assert_eq!(e.mounted(&s.staging_path), Some(false));
+    let mount_args = &e.host.commands_of("mount")[0];
+    assert_eq!(
+        mount_args[..4],
+        ["-t", "ext4", "-o", "noatime"].map(String::from)
+    );
+
+    // Stage again: nothing new happens.
+    e.volumes.stage(&s).unwrap();
+    assert_eq!(e.host.fabrics_writes().len(), 1);
+    assert_eq!(e.host.commands_of("mkfs.ext4").len(), 1);
+    assert_eq!(e.host.commands_of("mount").len(), 1);
+
+    let p = e.publish_req(&s, "a", true);
+    e.volumes.publish(&p).unwrap();
+    e.volumes.publish(&p).unwrap();
+    assert_eq!(e.mounted(&p.target_path), Some(true), "read-only honoured");
+    assert_eq!(
+        e.host.commands_of("mount").len(),
+        3,
+        "bind + remount ro, once"
+    );
+
+    let stats = e.volumes.stats("vol1", &p.target_path).unwrap();
+    assert!(matches!(stats.usage, Usage::Filesystem(u) if u.total_inodes == 65536));
+    assert_eq!(stats.abnormal, None);
+
+    // Unstage while published is refused, nothing torn down.
+    let err = e.volumes.unstage("vol1", &s.staging_path).unwrap_err();
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err}");
+    assert_eq!(e.host.controller_names(), ["nvme0"]);
+
+    e.volumes.unpublish("vol1", &p.target_path).unwrap();
+    e.volumes.unpublish("vol1", &p.target_path).unwrap();
+    assert!(
+        !p.target_path.exists(),
+        "unpublish removes the target it created"
+    );
+    e.volumes.unstage("vol1", &s.staging_path).unwrap();
+    assert_eq!(e.mounted(&s.staging_path), None);
+    assert_eq!(e.host.synced(), vec![e.host.dev_root().join("nvme0n1")]);
+    assert!(e.host.controller_names().is_empty(), "disconnected");
+    assert_eq!(e.store.get("vol1").unwrap(), None);
+    // Unstage again: OK.
+    e.volumes.unstage("vol1", &s.staging_path).unwrap();
+}
+
+#[test]
+fn block_volume_full_cycle() {
+    let e = env();
+    let s = e.stage_req(2, true);
+    e.volumes.stage(&s).unwrap();
+    assert!(e.host.commands_of("mkfs.ext4").is_empty() && e.host.commands_of("blkid").is_empty());
+    let rec = e.store.get("vol2").unwrap().unwrap();
+    assert_eq!(rec.disk.as_deref(), Some("nvme0n1"));
+    assert_eq!(rec.controller.as_deref(), Some("nvme0"));
+    let p = e.publish_req(&s, "b", false);
+    e.volumes.publish(&p).unwrap();
+    assert!(p.target_path.is_file(), "target file created");
+    let bind = &e.host.commands_of("mount")[0];
+    assert_eq!(bind[1], e.host.dev_root().join("nvme0n1").to_string_lossy());
+    assert_eq!(e.mounted(&p.target_path), Some(false));
+    let stats = e.volumes.stats("vol2", &p.target_path).unwrap();
+    assert_eq!(stats.usage, Usage::Block(2048 * 512));
+    e.volumes.unpublish("vol2", &p.target_path).unwrap();
+    assert!(!p.target_path.exists());
+    e.volumes.unstage("vol2", &s.staging_path).unwrap();
+    assert!(e.host.controller_names().is_empty());
+}
+
+#[test]
+fn reuses_a_live_controller_after_a_restart() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    e.volumes.stage(&s).unwrap();
+    // The plugin restarts and the CO retries: the state file and the kernel agree.
+    e.store.remove("vol1").unwrap();
+    e.volumes.stage(&s).unwrap();
+    assert_eq!(e.host.fabrics_writes().len(), 1, "no second connect");
+    assert_eq!(e.host.commands_of("mount").len(), 1, "no second mount");
+}
+
+#[test]
+fn stage_retry_after_a_failure_at_each_step() {
+    for step in ["connect", "blkid", "mkfs.ext4", "mount"] {
+        let e = env();
+        let s = e.stage_req(1, false);
+        e.host.fail_next(step);
+        let err = e.volumes.stage(&s).unwrap_err();
+        assert!(!err.to_string().is_empty(), "{step}");
+        assert!(
+            e.store.get("vol1").unwrap().is_some(),
+            "{step}: intent recorded"
+        );
+        e.volumes.stage(&s).unwrap();
+        assert_eq!(e.mounted(&s.staging_path), Some(false), "{step}");
+        assert_eq!(e.host.controller_names(), ["nvme0"], "{step}");
+        assert_eq!(
+            e.host.commands_of("mkfs.ext4").len(),
+            1 + usize::from(step == "mkfs.ext4"),
+            "{step}: one mkfs that succeeded"
+        );
+    }
+}
+
+#[test]
+fn waits_for_udev_but_not_forever() {
+    let e = env();
+    let s = e.stage_req(1, true);
+    e.host.set_udev_delay(3);
+    e.volumes.stage(&s).unwrap();
+    assert!(e.host.dev_root().join("nvme0n1").exists());
+
+    let e = env();
+    let s = e.stage_req(1, true);
+    e.host.set_udev_delay(50); // beyond the 1 s / 100 ms budget
+    let err = e.volumes.stage(&s).unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    // Once udev catches up, the retry succeeds without a second connect.
+    e.host.set_udev_delay(0);
+    for _ in 0..50 {
+        e.host.sleep(Duration::ZERO);
+    }
+    e.volumes.stage(&s).unwrap();
+    assert_eq!(e.host.fabrics_writes().len(), 1);
+}
+
+#[test]
+fn restage_with_other_capability_or_path_is_refused() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    e.volumes.stage(&s).unwrap();
+    let other = e.stage_req_with(1, cap(true, Mode::SingleNodeWriter));
+    assert!(matches!(
+        e.volumes.stage(&other),
+        Err(Error::AlreadyExists(_))
+    ));
+    let mut elsewhere = s.clone();
+    elsewhere.staging_path = e.host.work.join("staging/other");
+    assert!(matches!(
+        e.volumes.stage(&elsewhere),
+        Err(Error::FailedPrecondition(_))
+    ));
+    // Multi-node writers on a filesystem are refused.
+    let multi = e.stage_req_with(3, cap(false, Mode::MultiNodeMultiWriter));
+    assert!(matches!(
+        e.volumes.stage(&multi),
+        Err(Error::FailedPrecondition(_))
+    ));
+}
+
+#[test]
+fn unstage_retry_after_a_failure_at_each_step() {
+    for step in ["umount", "sync", "delete_controller"] {
+        let e = env();
+        let s = e.stage_req(1, false);
+        e.volumes.stage(&s).unwrap();
+        e.host.fail_next(step);
+        let err = e.volumes.unstage("vol1", &s.staging_path).unwrap_err();
+        assert!(matches!(err, Error::Internal(_)), "{step}: {err}");
+        assert!(
+            e.store.get("vol1").unwrap().is_some(),
+            "{step}: record kept for the retry"
+        );
+        e.volumes.unstage("vol1", &s.staging_path).unwrap();
+        assert!(e.host.controller_names().is_empty(), "{step}");
+        assert_eq!(e.mounted(&s.staging_path), None, "{step}");
+        assert_eq!(e.store.get("vol1").unwrap(), None, "{step}");
+    }
+}
+
+#[test]
+fn publish_retry_after_failed_read_only_remount() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    e.volumes.stage(&s).unwrap();
+    let p = e.publish_req(&s, "a", true);
+    // The bind succeeds, the remount fails: the retry completes it.
+    let mounts_before = e.host.commands_of("mount").len();
+    e.host.fail_next("mount");
+    assert!(e.volumes.publish(&p).is_err());
+    assert_eq!(e.host.commands_of("mount").len(), mounts_before + 1);
+    e.volumes.publish(&p).unwrap();
+    assert_eq!(e.mounted(&p.target_path), Some(true));
+    // Now ask read-write at the same target: incompatible.
+    let rw = PublishRequest {
+        read_only: false,
+        ..p.clone()
+    };
+    assert!(matches!(
+        e.volumes.publish(&rw),
+        Err(Error::AlreadyExists(_))
+    ));
+}
+
+#[test]
+fn disconnect_only_when_no_other_staged_volume_uses_the_controller() {
+    let e = env();
+    // Two namespaces in one subsystem (a shared controller).
+    e.host.add_subsystem(
+        &nqn(7),
+        &nguid(71),
+        "00000000-0000-0000-0000-000000000000",
+        64,
+    );
+    e.host.add_subsystem(
+        &nqn(7),
+        &nguid(72),
+        "00000000-0000-0000-0000-000000000000",
+        64,
+    );
+    let mut a = e.stage_req_with(7, cap(true, Mode::SingleNodeWriter));
+    a.namespace.nguid = Some(nguid(71));
+    a.volume_id = "va".into();
+    let mut b = a.clone();
+    b.namespace.nguid = Some(nguid(72));
+    b.volume_id = "vb".into();
+    b.staging_path = e.host.work.join("staging/vb");
+    e.volumes.stage(&a).unwrap();
+    e.volumes.stage(&b).unwrap();
+    assert_eq!(
+        e.host.fabrics_writes().len(),
+        1,
+        "second volume reuses the controller"
+    );
+    e.volumes.unstage("va", &a.staging_path).unwrap();
+    assert_eq!(e.host.controller_names(), ["nvme0"], "still used by vb");
+    e.volumes.unstage("vb", &b.staging_path).unwrap();
+    assert!(e.host.controller_names().is_empty());
+}
+
+#[test]
+fn single_node_single_writer_refuses_a_second_writer() {
+    let e = env();
+    e.host.add_subsystem(
+        &nqn(4),
+        &nguid(4),
+        "00000000-0000-0000-0000-000000000000",
+        64,
+    );
+    let s = e.stage_req_with(4, cap(false, Mode::SingleNodeSingleWriter));
+    e.volumes.stage(&s).unwrap();
+    e.volumes.publish(&e.publish_req(&s, "a", false)).unwrap();
+    let second = e.publish_req(&s, "b", false);
+    assert!(matches!(
+        e.volumes.publish(&second),
+        Err(Error::FailedPrecondition(_))
+    ));
+    // A reader is fine.
+    e.volumes.publish(&e.publish_req(&s, "c", true)).unwrap();
+}
+
+#[test]
+fn error_rows_of_publish_stats_expand_unstage() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    let p = e.publish_req(&s, "a", false);
+    // Unknown volume.
+    assert!(matches!(e.volumes.publish(&p), Err(Error::NotFound(_))));
+    assert!(matches!(
+        e.volumes.stats("vol1", &p.target_path),
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        e.volumes.expand("vol1", &p.target_path, 0),
+        Err(Error::NotFound(_))
+    ));
+    // Unknown volume, nothing mounted: unstage/unpublish are idempotent successes.
+    e.volumes.unstage("vol1", &s.staging_path).unwrap();
+    e.volumes.unpublish("vol1", &p.target_path).unwrap();
+    // Unknown volume but something mounted at the staging path: not ours, refused.
+    std::fs::create_dir_all(&s.staging_path).unwrap();
+    e.host.add_mount("8:5", &s.staging_path, "ext4", "/dev/sdz");
+    assert!(matches!(
+        e.volumes.unstage("vol1", &s.staging_path),
+        Err(Error::NotFound(_))
+    ));
+
+    let e = env();
+    let s = e.stage_req(1, false);
+    e.volumes.stage(&s).unwrap();
+    // Wrong staging path at publish; block publish of a mount volume; a path not of the volume.
+    let mut wrong = e.publish_req(&s, "a", false);
+    wrong.staging_path = e.host.work.join("elsewhere");
+    assert!(matches!(
+        e.volumes.publish(&wrong),
+        Err(Error::FailedPrecondition(_))
+    ));
+    let mut as_block = e.publish_req(&s, "a", false);
+    as_block.capability = e
+        .stage_req_with(1, cap(true, Mode::SingleNodeWriter))
+        .capability;
+    assert!(matches!(
+        e.volumes.publish(&as_block),
+        Err(Error::FailedPrecondition(_))
+    ));
+    assert!(matches!(
+        e.volumes.stats("vol1", &e.host.work.join("nowhere")),
+        Err(Error::NotFound(_))
+    ));
+    // Condition: abnormal when the controller is not live.
+    e.host.set_controller_state("nvme0", "connecting");
+    let stats = e.volumes.stats("vol1", &s.staging_path).unwrap();
+    assert!(stats.abnormal.unwrap().contains("connecting"));
+    assert!(matches!(
+        e.volumes.expand("vol1", &s.staging_path, 0),
+        Err(Error::Unavailable(_))
+    ));
+}
+
+#[test]
+fn expand_rescans_and_grows() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    e.volumes.stage(&s).unwrap();
+    e.host.grow_subsystem(&nqn(1), 4096);
+    let size = e
+        .volumes
+        .expand("vol1", &s.staging_path, 4096 * 512)
+        .unwrap();
+    assert_eq!(size, 4096 * 512);
+    assert!(e
+        .host
+        .attr_writes()
+        .iter()
+        .any(|(p, v)| p.ends_with("nvme0/rescan_controller") && v == "1"));
+    assert_eq!(e.host.commands_of("resize2fs").len(), 1);
+    // Asking beyond what the controller gave: an error, not a silent success.
+    let err = e
+        .volumes
+        .expand("vol1", &s.staging_path, 8192 * 512)
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert_eq!(e.host.commands_of("resize2fs").len(), 1);
+}
