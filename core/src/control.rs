@@ -81,6 +81,25 @@ impl<D: BlockDevice> Pool<D> {
         )
     }
 
+    /// Sets mutable parameters (CSI ControllerModifyVolume): each given key takes its value, the
+    /// others keep theirs. No commit when nothing changes.
+    pub fn modify_volume(&mut self, id: VolumeId, changes: &[(String, String)]) -> Result<()> {
+        let mut merged = self.state.volume(id)?.mutable.clone();
+        for (k, v) in changes {
+            match merged.iter_mut().find(|(mk, _)| mk == k) {
+                Some(entry) => entry.1.clone_from(v),
+                None => merged.push((k.clone(), v.clone())),
+            }
+        }
+        validate_parameters(&mut merged)?;
+        if merged == self.state.volume(id)?.mutable {
+            return Ok(());
+        }
+        let bytes: usize = merged.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.check_metadata_room(bytes as u64)?;
+        self.run(Record::ModifyVolume { id, parameters: merged }, 0)
+    }
+
     /// Removes a host NQN from a volume (ControllerUnpublish). Idempotent.
     pub fn unpublish(&mut self, id: VolumeId, host: &str) -> Result<()> {
         if !self.state.volume(id)?.published.iter().any(|p| p.host == host) {

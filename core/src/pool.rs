@@ -244,6 +244,12 @@ impl<D: BlockDevice> Pool<D> {
         Ok(h.payload_ok(self.salt, payload).then_some(h))
     }
 
+    /// The device failure that stopped the pool, if any: after it the pool refuses work until it
+    /// is reopened (what reached the medium is unknown).
+    pub fn failure(&self) -> Option<DeviceErrorKind> {
+        self.failed
+    }
+
     pub(crate) fn check_usable(&self) -> Result<()> {
         match self.failed {
             Some(kind) => Err(Error::Device(kind)),

@@ -53,6 +53,11 @@ pub(crate) enum Record {
         host: String,
         readonly: bool,
     },
+    /// The volume's mutable parameters become `parameters` (sorted, at most 4 KiB).
+    ModifyVolume {
+        id: VolumeId,
+        parameters: Vec<(String, String)>,
+    },
     Unpublish {
         id: VolumeId,
         host: String,

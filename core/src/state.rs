@@ -104,7 +104,16 @@ impl State {
                     .iter()
                     .enumerate()
                     .all(|(i, p)| validate_nqn(&p.host).is_ok() && !v.published[..i].iter().any(|q| q.host == p.host));
-            if id != v.id || !id_ok(id.0) || !spec_ok || !fresh || !hosts_ok || !map_ok(&v.map, v.spec.size) {
+            let mut mutable = v.mutable.clone();
+            let mutable_ok = validate_parameters(&mut mutable).is_ok() && mutable == v.mutable;
+            if id != v.id
+                || !id_ok(id.0)
+                || !spec_ok
+                || !fresh
+                || !hosts_ok
+                || !mutable_ok
+                || !map_ok(&v.map, v.spec.size)
+            {
                 return None;
             }
             if let Some(g) = v.spec.group {
@@ -358,6 +367,15 @@ impl State {
                 }
                 Ok(())
             }
+            Record::ModifyVolume { id, parameters } => {
+                self.volume(*id)?;
+                let mut sorted = parameters.clone();
+                validate_parameters(&mut sorted)?;
+                if sorted != *parameters {
+                    return Err(Error::InvalidArgument(Field::Parameters, Problem::Unsupported));
+                }
+                Ok(())
+            }
             Record::Unpublish { id, host } => {
                 if self.volume(*id)?.published.iter().any(|p| p.host == *host) {
                     Ok(())
@@ -423,6 +441,7 @@ impl State {
                     id,
                     spec,
                     published: Vec::new(),
+                    mutable: Vec::new(),
                     map,
                 };
                 self.alloc.reserve(reservation(&v, cs));
@@ -543,6 +562,11 @@ impl State {
             Record::Unpublish { id, host } => {
                 if let Some(v) = self.t.volumes.get_mut(&id) {
                     v.published.retain(|p| p.host != host);
+                }
+            }
+            Record::ModifyVolume { id, parameters } => {
+                if let Some(v) = self.t.volumes.get_mut(&id) {
+                    v.mutable = parameters;
                 }
             }
             Record::Map { id, vcluster, pcluster } => {

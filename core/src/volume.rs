@@ -158,6 +158,8 @@ pub struct Volume {
     pub(crate) id: VolumeId,
     pub(crate) spec: VolumeSpec,
     pub(crate) published: Vec<Publication>,
+    /// Mutable parameters (CSI ControllerModifyVolume), sorted by key.
+    pub(crate) mutable: Vec<(String, String)>,
     pub(crate) map: ClusterMap,
 }
 
@@ -194,6 +196,11 @@ impl Volume {
     pub fn group(&self) -> Option<GroupId> {
         self.spec.group
     }
+    /// Its mutable parameters (CSI ControllerModifyVolume), sorted by key.
+    pub fn mutable_parameters(&self) -> &[(String, String)] {
+        &self.mutable
+    }
+
     /// The hosts it is published to, in publication order.
     pub fn publications(&self) -> &[Publication] {
         &self.published

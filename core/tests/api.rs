@@ -331,3 +331,34 @@ fn reads_merge_contiguous_clusters_without_allocating() {
     assert!(matches!(segs[0], ReadSegment::Data { len, .. } if len == 2 * CS));
     assert_eq!(segs[1], ReadSegment::Zero { len: 2 * CS });
 }
+
+#[test]
+fn mutable_parameters_merge_persist_and_are_checked() {
+    let mut pool = ram_pool(8);
+    let v = pool.create_volume(VolumeSpec::new("qos", CS)).unwrap();
+    let kv = |k: &str, val: &str| (k.to_string(), val.to_string());
+    pool.modify_volume(v, &[kv("maxIops", "100"), kv("maxBandwidthBytes", "1000")])
+        .unwrap();
+    pool.modify_volume(v, &[kv("maxIops", "200")]).unwrap();
+    let mut pool = reopen(pool);
+    assert_eq!(
+        pool.volume(v).unwrap().mutable_parameters(),
+        [kv("maxBandwidthBytes", "1000"), kv("maxIops", "200")]
+    );
+    assert_eq!(
+        pool.modify_volume(v, &[kv("k", &"x".repeat(5000))]),
+        Err(Error::InvalidArgument(
+            Field::Parameters,
+            Problem::TooLong { max: 4096 }
+        ))
+    );
+    assert_eq!(
+        pool.modify_volume(VolumeId(999), &[]),
+        Err(Error::NotFound(ObjectRef::Volume(VolumeId(999))))
+    );
+    assert_eq!(
+        pool.volume(v).unwrap().mutable_parameters().len(),
+        2,
+        "a refused change changes nothing"
+    );
+}
