@@ -99,7 +99,7 @@ async fn capabilities_are_exactly_what_is_served() {
     let mut want = edgevol_appliance::csi::controller::capabilities(&app.running.state);
     want.sort_by_key(|r| *r as i32);
     assert_eq!(got, want);
-    assert!(!got.contains(&Rpc::ModifyVolume), "not served");
+    assert!(got.contains(&Rpc::ModifyVolume) && got.contains(&Rpc::GetVolume));
     assert_eq!(
         got.contains(&Rpc::PublishUnpublishVolume),
         app.running.state.target().is_some(),
@@ -369,6 +369,21 @@ async fn validate_volume_capabilities_confirms_only_what_works() {
         "{}",
         no.message
     );
+    // A mode the volume was not created for is not confirmed.
+    let other_mode = c
+        .validate_volume_capabilities(ask(vec![mount(Mode::MultiNodeReaderOnly)]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(other_mode.confirmed.is_none(), "{}", other_mode.message);
+    let mut qos = ask(vec![mount(Mode::SingleNodeWriter)]);
+    qos.mutable_parameters.insert("maxIops".into(), "7".into());
+    let no = c
+        .validate_volume_capabilities(qos)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(no.confirmed.is_none(), "the volume has no such QoS");
     let mut wrong_params = ask(vec![mount(Mode::SingleNodeWriter)]);
     wrong_params
         .parameters
@@ -806,4 +821,116 @@ async fn a_volume_looks_the_same_from_the_volume_group_service() {
         member.accessible_topology[0].segments,
         v.accessible_topology[0].segments
     );
+}
+
+#[tokio::test]
+async fn modify_volume_stores_qos_and_refuses_unknown_keys() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let mut req = create("qos", MIB);
+    req.mutable_parameters
+        .insert("maxIops".into(), "500".into());
+    let v = vol(&mut c, req.clone()).await;
+    // A retry of the same create is the same volume.
+    assert_eq!(vol(&mut c, req).await.volume_id, v.volume_id);
+    let modify = |params: &[(&str, &str)]| ControllerModifyVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        mutable_parameters: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    c.controller_modify_volume(modify(&[("maxBandwidthBytes", "1048576")]))
+        .await
+        .unwrap();
+    let stored = |app: &DevAppliance, id: &str| {
+        let state = app.running.state.clone();
+        let id = state.ids().parse_volume(id).unwrap();
+        let pool = state.pool().unwrap().lock().unwrap();
+        pool.volume(id).unwrap().mutable_parameters().to_vec()
+    };
+    assert_eq!(
+        stored(&app, &v.volume_id),
+        vec![
+            ("maxBandwidthBytes".to_owned(), "1048576".to_owned()),
+            ("maxIops".to_owned(), "500".to_owned())
+        ]
+    );
+    for (params, text) in [
+        (vec![("maxIops", "many")], "positive integer"),
+        (vec![("colour", "red")], "unknown mutable parameter"),
+        (vec![], "mutable_parameters is required"),
+    ] {
+        let (code_, msg) = code(c.controller_modify_volume(modify(&params)).await);
+        assert_eq!(code_, Code::InvalidArgument, "{msg}");
+        assert!(msg.contains(text), "{msg}");
+    }
+    let mut ghost = modify(&[("maxIops", "1")]);
+    ghost.volume_id = "test-box-v31337".into();
+    assert_eq!(
+        code(c.controller_modify_volume(ghost).await).0,
+        Code::NotFound
+    );
+    let mut bad = create("bad-qos", MIB);
+    bad.mutable_parameters.insert("burst".into(), "9".into());
+    assert_eq!(code(c.create_volume(bad).await).0, Code::InvalidArgument);
+
+    // The stored QoS survives a restart.
+    let DevAppliance { dir, running } = app;
+    running.stop().await.unwrap();
+    let running = edgevol_appliance::start(dev_config(dir.path(), "127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let app = DevAppliance { dir, running };
+    ready(&app).await;
+    assert_eq!(stored(&app, &v.volume_id).len(), 2);
+}
+
+#[tokio::test]
+async fn get_volume_reports_published_nodes_and_condition() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let v = vol(&mut c, create("inspected", MIB)).await;
+    let got = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: v.volume_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.volume.unwrap().volume_id, v.volume_id);
+    let status = got.status.unwrap();
+    assert!(status.published_node_ids.is_empty());
+    let condition = status.volume_condition.unwrap();
+    assert!(!condition.abnormal, "{}", condition.message);
+    let listed = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        !listed.entries[0]
+            .status
+            .as_ref()
+            .unwrap()
+            .volume_condition
+            .as_ref()
+            .unwrap()
+            .abnormal
+    );
+    let (code_, _) = code(
+        c.controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: "test-box-v404".into(),
+        })
+        .await,
+    );
+    assert_eq!(code_, Code::NotFound);
+    let (code_, _) = code(
+        c.controller_get_volume(ControllerGetVolumeRequest::default())
+            .await,
+    );
+    assert_eq!(code_, Code::InvalidArgument);
 }

@@ -4,11 +4,9 @@
 //! operation through [`State::with_pool`] (durable when it returns), convert back. Calls on the
 //! pool are serialized, so concurrent calls on one volume never interleave.
 //!
-//! Served: CreateVolume, DeleteVolume, ValidateVolumeCapabilities, ListVolumes, GetCapacity,
-//! ControllerGetCapabilities, CreateSnapshot, DeleteSnapshot, ListSnapshots,
-//! ControllerExpandVolume; and, while the NVMe/TCP target runs (it gives publish_context its
-//! meaning), ControllerPublishVolume, ControllerUnpublishVolume and ControllerGetVolume.
-//! ControllerModifyVolume waits for the target's QoS: UNIMPLEMENTED, not advertised.
+//! Served: every Controller RPC. ControllerPublishVolume and ControllerUnpublishVolume only
+//! while the NVMe/TCP target runs (it gives publish_context its meaning): without it they answer
+//! UNIMPLEMENTED and are not advertised.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +26,7 @@ use tonic::{Request, Response, Status};
 
 use super::capability;
 use super::params;
+use super::qos;
 use super::status::from_core;
 use super::validate;
 use crate::naming;
@@ -38,7 +37,7 @@ use crate::state::{now_nanos, State, TargetInfo};
 pub const DEFAULT_VOLUME_BYTES: u64 = 1 << 30;
 
 /// The RPCs served whatever else runs.
-pub const CAPABILITIES: [Rpc; 7] = [
+pub const CAPABILITIES: [Rpc; 11] = [
     Rpc::CreateDeleteVolume,
     Rpc::ListVolumes,
     Rpc::GetCapacity,
@@ -46,15 +45,17 @@ pub const CAPABILITIES: [Rpc; 7] = [
     Rpc::ListSnapshots,
     Rpc::CloneVolume,
     Rpc::ExpandVolume,
+    Rpc::GetVolume,
+    Rpc::VolumeCondition,
+    Rpc::ModifyVolume,
+    Rpc::SingleNodeMultiWriter,
 ];
 
 /// The RPCs served while the NVMe/TCP target runs.
-pub const TARGET_CAPABILITIES: [Rpc; 5] = [
+pub const TARGET_CAPABILITIES: [Rpc; 3] = [
     Rpc::PublishUnpublishVolume,
     Rpc::PublishReadonly,
-    Rpc::GetVolume,
     Rpc::ListVolumesPublishedNodes,
-    Rpc::SingleNodeMultiWriter,
 ];
 
 /// publish_context keys the node plugin reads.
@@ -248,11 +249,7 @@ impl Controller for ControllerService {
         validate::map("parameters", &req.parameters)?;
         validate::map("mutable_parameters", &req.mutable_parameters)?;
         validate::secrets(&req.secrets)?;
-        if !req.mutable_parameters.is_empty() {
-            return Err(Status::invalid_argument(
-                "mutable_parameters are not supported (MODIFY_VOLUME is not offered)",
-            ));
-        }
+        let mutable = qos::parse(&req.mutable_parameters)?;
         let requested =
             capability::check_all(&req.volume_capabilities).map_err(Status::invalid_argument)?;
         let params = params::parse(&req.parameters)?;
@@ -328,7 +325,14 @@ impl Controller for ControllerService {
                         && existing.source() == spec.source
                         && existing.access_modes() == spec.access_modes;
                     return if fits && same {
-                        Ok(state.csi_volume(pool, existing))
+                        // A retry after a crash between the two commits below finishes the job.
+                        let id = existing.id();
+                        if !mutable.is_empty() {
+                            pool.modify_volume(id, &mutable)
+                                .map_err(|e| from_core(ids, e))?;
+                        }
+                        let v = pool.volume(id).map_err(|e| from_core(ids, e))?;
+                        Ok(state.csi_volume(pool, v))
                     } else {
                         Err(Status::already_exists(format!(
                             "volume {} named {:?} exists with different arguments",
@@ -338,6 +342,10 @@ impl Controller for ControllerService {
                     };
                 }
                 let id = pool.create_volume(spec).map_err(|e| from_core(ids, e))?;
+                if !mutable.is_empty() {
+                    pool.modify_volume(id, &mutable)
+                        .map_err(|e| from_core(ids, e))?;
+                }
                 let v = pool.volume(id).map_err(|e| from_core(ids, e))?;
                 Ok(state.csi_volume(pool, v))
             })
@@ -529,22 +537,37 @@ impl Controller for ControllerService {
             .state
             .with_pool(move |state, pool| {
                 let v = pool.volume(id).map_err(|e| from_core(state.ids(), e))?;
-                Ok((v.parameters().to_vec(), v.access_modes()))
+                Ok((
+                    v.parameters().to_vec(),
+                    v.access_modes(),
+                    v.mutable_parameters().to_vec(),
+                ))
             })
             .await?;
-        let mut stored_params: Vec<(String, String)> = stored.0;
+        let (mut stored_params, modes, mutable) = stored;
         stored_params.sort();
         let mut asked: Vec<(String, String)> = req.parameters.clone().into_iter().collect();
         asked.sort();
+        let asked_mutable = qos::parse(&req.mutable_parameters);
         let verdict = match capability::check_all(&req.volume_capabilities) {
             Err(why) => Err(why),
+            Ok(r)
+                if ALL_MODES
+                    .iter()
+                    .any(|m| r.modes.contains(*m) && !modes.contains(*m)) =>
+            {
+                Err("the volume was not created for every requested access mode".to_owned())
+            }
             Ok(_) if !req.parameters.is_empty() && asked != stored_params => {
                 Err("parameters differ from those the volume was created with".to_owned())
             }
-            Ok(_) if !req.mutable_parameters.is_empty() => {
-                Err("mutable_parameters are not supported".to_owned())
-            }
-            Ok(_) => Ok(()),
+            Ok(_) => match asked_mutable {
+                Err(e) => Err(e.message().to_owned()),
+                Ok(pairs) if pairs.iter().any(|p| !mutable.contains(p)) => {
+                    Err("mutable_parameters differ from the volume's".to_owned())
+                }
+                Ok(_) => Ok(()),
+            },
         };
         Ok(Response::new(match verdict {
             Ok(()) => ValidateVolumeCapabilitiesResponse {
@@ -580,13 +603,12 @@ impl Controller for ControllerService {
                         next = Some(entries_last(&entries, state));
                         break;
                     }
-                    let status = state.target().map(|_| list_volumes_response::VolumeStatus {
-                        published_node_ids: published_nodes(v),
-                        volume_condition: None,
-                    });
                     entries.push(list_volumes_response::Entry {
                         volume: Some(state.csi_volume(pool, v)),
-                        status,
+                        status: Some(list_volumes_response::VolumeStatus {
+                            published_node_ids: published_nodes(v),
+                            volume_condition: Some(condition(pool)),
+                        }),
                     });
                 }
                 Ok((entries, next))
@@ -807,7 +829,6 @@ impl Controller for ControllerService {
         &self,
         request: Request<ControllerGetVolumeRequest>,
     ) -> Result<Response<ControllerGetVolumeResponse>, Status> {
-        self.target()?;
         let req = request.into_inner();
         validate::required("volume_id", &req.volume_id)?;
         let id = self
@@ -815,31 +836,63 @@ impl Controller for ControllerService {
             .ids()
             .parse_volume(&req.volume_id)
             .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
-        let (volume, published) = self
+        let (volume, published, condition) = self
             .state
             .with_pool(move |state, pool| {
                 let v = pool.volume(id).map_err(|e| from_core(state.ids(), e))?;
-                Ok((state.csi_volume(pool, v), published_nodes(v)))
+                Ok((
+                    state.csi_volume(pool, v),
+                    published_nodes(v),
+                    condition(pool),
+                ))
             })
             .await?;
         Ok(Response::new(ControllerGetVolumeResponse {
             volume: Some(volume),
             status: Some(controller_get_volume_response::VolumeStatus {
                 published_node_ids: published,
-                volume_condition: None,
+                volume_condition: Some(condition),
             }),
         }))
     }
 
     async fn controller_modify_volume(
         &self,
-        _request: Request<ControllerModifyVolumeRequest>,
+        request: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
-        Err(Status::unimplemented(
-            "ControllerModifyVolume arrives with the QoS of the NVMe/TCP target",
-        ))
+        let req = request.into_inner();
+        validate::required("volume_id", &req.volume_id)?;
+        validate::map("mutable_parameters", &req.mutable_parameters)?;
+        validate::secrets(&req.secrets)?;
+        if req.mutable_parameters.is_empty() {
+            return Err(Status::invalid_argument("mutable_parameters is required"));
+        }
+        let changes = qos::parse(&req.mutable_parameters)?;
+        let id = self
+            .state
+            .ids()
+            .parse_volume(&req.volume_id)
+            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        self.state
+            .with_pool(move |state, pool| {
+                pool.modify_volume(id, &changes)
+                    .map_err(|e| from_core(state.ids(), e))
+            })
+            .await?;
+        Ok(Response::new(ControllerModifyVolumeResponse {}))
     }
 }
+
+/// Every access mode, for subset checks.
+const ALL_MODES: [edgevol_core::AccessMode; 7] = [
+    edgevol_core::AccessMode::SingleNodeWriter,
+    edgevol_core::AccessMode::SingleNodeReaderOnly,
+    edgevol_core::AccessMode::MultiNodeReaderOnly,
+    edgevol_core::AccessMode::MultiNodeSingleWriter,
+    edgevol_core::AccessMode::MultiNodeMultiWriter,
+    edgevol_core::AccessMode::SingleNodeSingleWriter,
+    edgevol_core::AccessMode::SingleNodeMultiWriter,
+];
 
 /// What a volume reports as volume_context, the same from every RPC that shows it: its
 /// parameters and the pool's cluster size.
@@ -853,6 +906,21 @@ pub(crate) fn volume_context<D: BlockDevice>(
         pool.cluster_size().to_string(),
     );
     context
+}
+
+/// A volume's condition is its pool's: after a device failure the pool refuses all work until
+/// the appliance reopens it, and every volume on it is abnormal.
+fn condition<D: BlockDevice>(pool: &Pool<D>) -> VolumeCondition {
+    match pool.failure() {
+        None => VolumeCondition {
+            abnormal: false,
+            message: "pool healthy".into(),
+        },
+        Some(kind) => VolumeCondition {
+            abnormal: true,
+            message: format!("pool stopped after a device failure ({kind}); restart the appliance"),
+        },
+    }
 }
 
 fn published_nodes(v: &CoreVolume) -> Vec<String> {

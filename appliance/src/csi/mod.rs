@@ -9,6 +9,7 @@ pub mod group_controller;
 pub mod identity;
 pub mod ids;
 pub mod params;
+pub mod qos;
 pub mod status;
 pub mod validate;
 pub mod volume_group;
