@@ -1,0 +1,150 @@
+//! A subset of the Controller conformance suite, run through `edgevol proxy` on a unix socket:
+//! what a CO sidecar sees must be what a direct mTLS client sees.
+
+use std::path::PathBuf;
+
+use edgevol_appliance::{start, Args, Config};
+use edgevol_cli::proxy;
+use edgevol_pki::tls::{client_config, TlsFiles};
+use edgevol_proto::csi::v1::controller_client::ControllerClient;
+use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
+use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use edgevol_proto::csi::v1::*;
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::Endpoint;
+use tonic::Code;
+
+fn mount() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    }
+}
+
+#[tokio::test]
+async fn controller_calls_through_the_proxy_behave_as_direct_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("appliance");
+    let appliance = start(
+        Config::from_args(Args {
+            dev: true,
+            data_dir: Some(data.clone()),
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            nvme_listen: Some("127.0.0.1:0".parse().unwrap()),
+            appliance_id: Some("proxied".into()),
+            ..Args::default()
+        })
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    while !appliance.state.is_ready() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let pki = data.join("pki");
+    let tls = client_config(TlsFiles {
+        ca: &pki.join("ca.pem"),
+        cert: &pki.join("controller.pem"),
+        key: &pki.join("controller.key"),
+    })
+    .unwrap();
+    let socket: PathBuf = dir.path().join("csi.sock");
+    let upstream =
+        proxy::Upstream::new(&appliance.local_addr.to_string(), Some("localhost"), tls).unwrap();
+    tokio::spawn(proxy::serve(
+        proxy::bind(&socket).await.unwrap(),
+        upstream,
+        std::future::pending(),
+    ));
+    let channel = Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(socket).await?)) }
+        }))
+        .await
+        .unwrap();
+    let mut c = ControllerClient::new(channel);
+
+    let create = |name: &str| CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: 3 << 20,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![mount()],
+        ..Default::default()
+    };
+    let v = c
+        .create_volume(create("via-proxy"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(v.capacity_bytes, 3 << 20);
+    let again = c
+        .create_volume(create("via-proxy"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(again.volume_id, v.volume_id, "idempotent through the proxy");
+    let mut bigger = create("via-proxy");
+    bigger.capacity_range.as_mut().unwrap().required_bytes = 1 << 30;
+    let status = c.create_volume(bigger).await.unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists);
+    let status = c.create_volume(create("")).await.unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, "name is required")
+    );
+
+    let snap = c
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: v.volume_id.clone(),
+            name: "snap".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let listed = c
+        .list_snapshots(ListSnapshotsRequest {
+            source_volume_id: v.volume_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        listed.entries[0].snapshot.as_ref().unwrap().snapshot_id,
+        snap.snapshot_id
+    );
+    let status = c
+        .list_volumes(ListVolumesRequest {
+            max_entries: 1,
+            starting_token: "bogus".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Aborted);
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let listed = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.entries.is_empty());
+    appliance.stop().await.unwrap();
+}
