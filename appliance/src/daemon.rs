@@ -143,6 +143,12 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let mut topology = config.topology.clone();
     topology.insert(TOPOLOGY_KEY.to_owned(), appliance_id.clone());
     let state = Arc::new(State::new(appliance_id, topology));
+    let target = crate::nvme::start(state.clone(), &config.nvme)
+        .await
+        .map_err(|e| DaemonError::Listen {
+            addr: e.addr,
+            error: e.error,
+        })?;
 
     // Stopped by `Running::stop`, or by a fatal error recorded in `fatal` first.
     let stop = Arc::new(Notify::new());
@@ -179,6 +185,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
                 .serve_with_incoming_shutdown(incoming, stop.notified())
                 .await
                 .map_err(DaemonError::Serve)?;
+            target.stop().await;
             // Calls have drained: make the data path's allocations durable before exiting.
             tokio::task::spawn_blocking(move || flush_pool(&state))
                 .await

@@ -12,6 +12,7 @@ pub mod config;
 pub mod csi;
 pub mod daemon;
 pub mod naming;
+pub mod nvme;
 pub mod pool;
 pub mod state;
 pub mod transport;

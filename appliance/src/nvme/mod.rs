@@ -1,0 +1,144 @@
+//! The NVMe/TCP target: every volume served to remote hosts as its own subsystem (namespace 1),
+//! with a discovery controller on the same listener.
+//!
+//! Layers, as Linux `drivers/nvme/target` splits them:
+//! - [`transport`]: one tokio task per TCP connection (= one NVMe queue) driving the sans-I/O
+//!   `edgevol_nvmeof::queue::Queue`; parse → validate → execute → complete → transmit.
+//! - [`subsys`]: controllers, dynamic cntlids, the host ACL (the volume's durable
+//!   publications), and [`subsys::Access`], the `HostAccess` the CSI controller calls.
+//! - [`controller`]: one controller's registers (CC/CSTS), features, keep-alive, events.
+//! - [`fabrics`] (Connect, Property Get/Set), [`admin`] (Identify, logs, features),
+//!   [`identify`], [`log_page`], [`discovery`]: admin-side data structures.
+//! - [`io`]: Read/Write/Flush/Write Zeroes/DSM over core and hal (its docs say how the pool lock
+//!   and core's durability rule are followed).
+//! - [`stats`]: per-volume counters for the metrics exporter. [`status`]: status mapping.
+
+pub mod admin;
+pub mod controller;
+pub mod discovery;
+pub mod fabrics;
+pub mod identify;
+pub mod io;
+pub mod log_page;
+pub mod stats;
+pub mod status;
+pub mod subsys;
+pub mod transport;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use edgevol_nvmeof::queue::QueueConfig;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::config::NvmeConfig;
+use crate::state::{State, TargetInfo};
+
+use self::controller::MAX_QUEUE_SIZE;
+use self::subsys::{Access, Subsystems};
+
+/// In-capsule data accepted on I/O queues (IOCCSZ = (64 + this) / 16).
+pub const IO_IN_CAPSULE: u32 = 16 * 1024;
+/// Most data one command moves.
+pub const MAX_TRANSFER: u32 = 1024 * 1024;
+/// MDTS: `MAX_TRANSFER` in 4 KiB pages, as a power of two.
+pub const MDTS: u8 = 8;
+
+/// The transport limits every connection gets.
+pub fn queue_config() -> QueueConfig {
+    QueueConfig {
+        io_in_capsule: IO_IN_CAPSULE,
+        max_transfer: MAX_TRANSFER,
+        max_queue_size: MAX_QUEUE_SIZE,
+        ..QueueConfig::default()
+    }
+}
+
+/// Why the target could not start.
+#[derive(Debug)]
+pub struct BindError {
+    /// The listen address.
+    pub addr: SocketAddr,
+    /// What the OS said.
+    pub error: std::io::Error,
+}
+
+impl fmt::Display for BindError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NVMe/TCP listen {}: {}", self.addr, self.error)
+    }
+}
+
+impl std::error::Error for BindError {}
+
+/// The running target.
+#[derive(Debug)]
+pub struct Target {
+    /// Where hosts connect: the advertised address and the bound port.
+    pub endpoint: SocketAddr,
+    /// The shared registry (controllers, counters).
+    pub subsystems: Arc<Subsystems>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// Binds `config.listen`, registers the target in `state` and starts accepting.
+pub async fn start(state: Arc<State>, config: &NvmeConfig) -> Result<Target, BindError> {
+    let bind_err = |error| BindError {
+        addr: config.listen,
+        error,
+    };
+    let listener = TcpListener::bind(config.listen).await.map_err(bind_err)?;
+    let port = listener.local_addr().map_err(bind_err)?.port();
+    let endpoint = SocketAddr::new(config.advertise, port);
+    let subsystems = Subsystems::new(state.clone(), endpoint);
+    state.set_target(TargetInfo {
+        endpoint,
+        access: Arc::new(Access(subsystems.clone())),
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(accept(listener, subsystems.clone(), stop_rx));
+    tracing::info!(listen = %config.listen, %endpoint, "NVMe/TCP target listening");
+    Ok(Target {
+        endpoint,
+        subsystems,
+        stop,
+        task,
+    })
+}
+
+async fn accept(listener: TcpListener, subs: Arc<Subsystems>, mut stop: watch::Receiver<bool>) {
+    let epoch = Instant::now();
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(transport::serve(subs.clone(), stream, epoch, stop.clone()));
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    tracing::warn!(%e, "NVMe/TCP accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    subs.shut_all();
+    while connections.join_next().await.is_some() {}
+}
+
+impl Target {
+    /// Stops accepting, closes every connection and waits for their tasks.
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+    }
+}

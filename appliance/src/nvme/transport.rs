@@ -1,0 +1,439 @@
+//! One TCP connection = one NVMe queue: a tokio task driving an [`edgevol_nvmeof::queue::Queue`]
+//! the way quinn's `ConnectionDriver` drives quinn-proto: feed socket bytes, drain events
+//! (parse → execute → complete), transmit, and wait on the socket, finished I/O, controller
+//! teardown, async events and the next timer. Work per pass is bounded by the queue's receive
+//! budget; I/O commands run concurrently (up to the queue's slots) on the blocking pool.
+
+use std::sync::Arc;
+use std::time::Instant as StdInstant;
+
+use edgevol_nvmeof::admin::AdminCommand;
+use edgevol_nvmeof::fabrics::{self as parse, Command, NamespaceInfo, QueueState};
+use edgevol_nvmeof::queue::{self, CommandTag, Completion, Event, Queue};
+use edgevol_nvmeof::status::{Status, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::controller::{CcEffect, Controller, Kind, MAX_AERS};
+use super::fabrics::{self, Bound};
+use super::io;
+use super::stats::{IoKind, VolumeCounters};
+use super::status::TargetStatus;
+use super::subsys::{Subsystems, NSID};
+use super::{admin, queue_config};
+
+/// Bytes read from the socket at a time.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// A finished I/O command.
+struct Done {
+    tag: CommandTag,
+    result: Result<Vec<u8>, TargetStatus>,
+    kind: IoKind,
+    bytes: u64,
+    started: StdInstant,
+}
+
+/// Why a connection ended (for the log).
+enum End {
+    Protocol(queue::CloseReason),
+    PeerClosed,
+    Socket(std::io::Error),
+    ControllerGone,
+    KeepAliveExpired,
+    Disconnect,
+    Stopped,
+}
+
+impl std::fmt::Debug for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            End::Protocol(reason) => write!(f, "protocol: {reason:?}"),
+            End::PeerClosed => f.write_str("peer closed"),
+            End::Socket(e) => write!(f, "socket: {e}"),
+            End::ControllerGone => f.write_str("controller torn down"),
+            End::KeepAliveExpired => f.write_str("keep-alive expired"),
+            End::Disconnect => f.write_str("disconnect"),
+            End::Stopped => f.write_str("target stopped"),
+        }
+    }
+}
+
+struct Conn {
+    subs: Arc<Subsystems>,
+    queue: Queue,
+    epoch: Instant,
+    bound: Option<Bound>,
+    lba_shift: u8,
+    counters: Option<Arc<VolumeCounters>>,
+    inflight: JoinSet<Done>,
+    aers: Vec<CommandTag>,
+    ctrl_watch: Option<watch::Receiver<bool>>,
+    end: Option<End>,
+}
+
+/// Serves one accepted connection until it closes, the controller goes, or the target stops.
+pub async fn serve(
+    subs: Arc<Subsystems>,
+    stream: TcpStream,
+    epoch: Instant,
+    mut stop: watch::Receiver<bool>,
+) {
+    let peer = stream.peer_addr().ok();
+    let _ = stream.set_nodelay(true);
+    let queue = match Queue::new(queue_config(), epoch.elapsed()) {
+        Ok(q) => q,
+        Err(e) => {
+            tracing::error!(%e, "NVMe/TCP queue configuration refused");
+            return;
+        }
+    };
+    let mut conn = Conn {
+        subs,
+        queue,
+        epoch,
+        bound: None,
+        lba_shift: 12,
+        counters: None,
+        inflight: JoinSet::new(),
+        aers: Vec::new(),
+        ctrl_watch: None,
+        end: None,
+    };
+    let (mut rd, mut wr) = stream.into_split();
+    let mut rx: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
+    let mut out = Vec::new();
+    let end = loop {
+        if !rx.is_empty() {
+            let n = conn.queue.handle_input(&rx);
+            rx.drain(..n);
+        }
+        while let Some(event) = conn.queue.poll_event() {
+            match event {
+                Event::Initialized { .. } => {}
+                Event::Command(c) => conn.dispatch(c).await,
+                Event::Closed(reason) => conn.end = Some(End::Protocol(reason)),
+            }
+        }
+        if conn.queue.poll_transmit(&mut out) {
+            if let Err(e) = wr.write_all(&out).await {
+                break End::Socket(e);
+            }
+            out.clear();
+        }
+        if let Some(end) = conn.end.take() {
+            break end;
+        }
+        if !rx.is_empty() {
+            // Receive budget spent: let other tasks run, then continue with what is buffered.
+            tokio::task::yield_now().await;
+            continue;
+        }
+        let deadline = conn.deadline();
+        let aen_wanted = !conn.aers.is_empty();
+        let ctrl = conn.bound.as_ref().map(|b| b.controller().clone());
+        tokio::select! {
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    break End::Stopped;
+                }
+            }
+            gone = watch_shut(&mut conn.ctrl_watch) => {
+                if gone {
+                    break End::ControllerGone;
+                }
+            }
+            Some(done) = conn.inflight.join_next(), if !conn.inflight.is_empty() => {
+                match done {
+                    Ok(done) => conn.finish_io(done),
+                    Err(e) => tracing::error!(%e, "I/O task failed"),
+                }
+            }
+            read = rd.read(&mut chunk) => match read {
+                Ok(0) => break End::PeerClosed,
+                Ok(n) => rx.extend_from_slice(&chunk[..n]),
+                Err(e) => break End::Socket(e),
+            },
+            () = notified(ctrl.as_deref()), if aen_wanted => conn.deliver_events(),
+            () = sleep_until(deadline) => {
+                conn.queue.handle_timeout(epoch.elapsed());
+                if conn.keep_alive_expired() {
+                    break End::KeepAliveExpired;
+                }
+            }
+        }
+    };
+    conn.teardown(&end);
+    match &end {
+        End::PeerClosed | End::Disconnect | End::Stopped => {
+            tracing::debug!(?peer, ?end, "NVMe/TCP connection closed")
+        }
+        _ => tracing::info!(?peer, ?end, "NVMe/TCP connection closed"),
+    }
+    // Flush what the queue still has (a TermReq) before the socket closes.
+    if conn.queue.poll_transmit(&mut out) {
+        let _ = wr.write_all(&out).await;
+    }
+    let _ = wr.shutdown().await;
+}
+
+async fn watch_shut(w: &mut Option<watch::Receiver<bool>>) -> bool {
+    match w {
+        Some(w) => {
+            if *w.borrow_and_update() {
+                return true;
+            }
+            w.changed().await.is_err() || *w.borrow()
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn notified(ctrl: Option<&Controller>) {
+    match ctrl {
+        Some(c) => c.aen.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Conn {
+    fn queue_state(&self) -> QueueState {
+        match &self.bound {
+            None => QueueState::Unconnected,
+            Some(Bound::Admin(_)) => QueueState::Admin,
+            Some(Bound::Io(c, _)) => QueueState::Io {
+                namespace: c.volume().map(|_| NamespaceInfo {
+                    nsid: NSID,
+                    lba_shift: self.lba_shift,
+                }),
+            },
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        let ic = self.queue.poll_timeout().map(|d| self.epoch + d);
+        let ka = match &self.bound {
+            Some(Bound::Admin(c)) => c.regs().deadline(),
+            _ => None,
+        };
+        match (ic, ka) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn keep_alive_expired(&self) -> bool {
+        match &self.bound {
+            Some(Bound::Admin(c)) => c.regs().expired(Instant::now()),
+            _ => false,
+        }
+    }
+
+    fn complete(&mut self, tag: CommandTag, status: Status, result: u64, data: &[u8]) {
+        let c = Completion {
+            status,
+            result,
+            data,
+        };
+        if let Err(e) = self.queue.complete(tag, c) {
+            tracing::debug!(%e, "completion dropped");
+        }
+    }
+
+    fn fail(&mut self, tag: CommandTag, status: TargetStatus) {
+        self.complete(tag, status.status(), 0, &[]);
+    }
+
+    async fn dispatch(&mut self, c: queue::Command) {
+        let tag = c.tag;
+        let read_len = usize::try_from(c.read_len).unwrap_or(0);
+        let cmd = match parse::parse(&c.sqe, &c.data, &self.queue_state()) {
+            Ok(cmd) => cmd,
+            Err(rejected) => return self.complete(tag, rejected.status, rejected.result, &[]),
+        };
+        if let Command::Connect { cmd, data } = cmd {
+            return match fabrics::connect(&self.subs, &mut self.queue, cmd, data).await {
+                Ok((bound, result)) => {
+                    self.bind(bound).await;
+                    self.complete(tag, Status::SUCCESS, result, &[]);
+                }
+                Err(r) => self.complete(tag, r.status, r.result, &[]),
+            };
+        }
+        let Some(ctrl) = self.controller() else {
+            return self.fail(tag, StatusCode::CommandSequenceError.into());
+        };
+        ctrl.touch();
+        let fabrics_cmd = matches!(
+            cmd,
+            Command::PropertyGet(_) | Command::PropertySet(_) | Command::Disconnect
+        );
+        // Linux `nvmet_check_ctrl_status`: admin and I/O commands need an enabled, ready
+        // controller.
+        if !fabrics_cmd && !ctrl.regs().ready() {
+            return self.fail(tag, StatusCode::CommandSequenceError.into());
+        }
+        match cmd {
+            Command::Connect { .. } => {}
+            Command::PropertyGet(get) => match fabrics::property_get(&ctrl, get) {
+                Ok(v) => self.complete(tag, Status::SUCCESS, v, &[]),
+                Err(s) => self.fail(tag, s),
+            },
+            Command::PropertySet(set) => match fabrics::property_set(&ctrl, set) {
+                Ok(CcEffect::Shutdown) => {
+                    // Shutdown notification: make every acknowledged write durable first.
+                    let flushed = self.subs.state.with_pool(|_, pool| Ok(pool.flush())).await;
+                    if !matches!(flushed, Ok(Ok(()))) {
+                        tracing::error!(
+                            cntlid = ctrl.cntlid,
+                            "flush at controller shutdown failed"
+                        );
+                    }
+                    self.complete(tag, Status::SUCCESS, 0, &[]);
+                }
+                Ok(CcEffect::None) => self.complete(tag, Status::SUCCESS, 0, &[]),
+                Err(s) => self.fail(tag, s),
+            },
+            Command::Disconnect => {
+                self.complete(tag, Status::SUCCESS, 0, &[]);
+                self.end = Some(End::Disconnect);
+            }
+            Command::Admin(AdminCommand::AsyncEventRequest) => {
+                if self.aers.len() >= MAX_AERS {
+                    return self.fail(tag, TargetStatus::AerLimitExceeded);
+                }
+                self.aers.push(tag);
+                self.deliver_events();
+            }
+            Command::Admin(admin_cmd) => match admin::execute(&self.subs, &ctrl, admin_cmd).await {
+                Ok(mut reply) => {
+                    reply.data.resize(read_len, 0);
+                    self.complete(tag, Status::SUCCESS, reply.result, &reply.data);
+                }
+                Err(s) => self.fail(tag, s),
+            },
+            Command::Io(io_cmd) => self.start_io(tag, &ctrl, io_cmd, c.data),
+        }
+    }
+
+    /// The bound controller; parse routes only Connect to unconnected queues, so every other
+    /// command has one.
+    fn controller(&self) -> Option<Arc<Controller>> {
+        self.bound.as_ref().map(|b| b.controller().clone())
+    }
+
+    async fn bind(&mut self, bound: Bound) {
+        let ctrl = bound.controller().clone();
+        self.ctrl_watch = Some(ctrl.watch());
+        if let Some(volume) = ctrl.volume() {
+            self.counters = Some(self.subs.stats.volume(volume));
+            if let Ok(shift) = self
+                .subs
+                .state
+                .with_pool(|_, pool| Ok(admin::lba_shift(pool.device_mut())))
+                .await
+            {
+                self.lba_shift = shift;
+            }
+        }
+        self.bound = Some(bound);
+    }
+
+    fn start_io(
+        &mut self,
+        tag: CommandTag,
+        ctrl: &Controller,
+        cmd: edgevol_nvmeof::io_cmd::IoCommand,
+        data: Vec<u8>,
+    ) {
+        let Kind::Volume { id, readonly } = ctrl.kind else {
+            return self.fail(tag, StatusCode::InvalidOpcode.into());
+        };
+        let request = io::Request {
+            volume: id,
+            readonly,
+            wce: ctrl.regs().wce,
+            lba_shift: self.lba_shift,
+            cmd,
+            data,
+        };
+        let (kind, bytes) = request.accounting();
+        let state = self.subs.state.clone();
+        self.inflight.spawn(async move {
+            let started = StdInstant::now();
+            let result = state
+                .with_pool(move |_, pool| Ok(io::execute(pool, &request)))
+                .await
+                .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
+            Done {
+                tag,
+                result,
+                kind,
+                bytes,
+                started,
+            }
+        });
+    }
+
+    fn finish_io(&mut self, done: Done) {
+        if let Some(c) = &self.counters {
+            c.record(
+                done.kind,
+                done.bytes,
+                done.result.is_ok(),
+                done.started.elapsed(),
+            );
+        }
+        match done.result {
+            Ok(data) => self.complete(done.tag, Status::SUCCESS, 0, &data),
+            Err(s) => self.fail(done.tag, s),
+        }
+    }
+
+    /// Completes parked Async Event Requests with queued events.
+    fn deliver_events(&mut self) {
+        let Some(Bound::Admin(ctrl)) = &self.bound else {
+            return;
+        };
+        let ctrl = ctrl.clone();
+        while !self.aers.is_empty() {
+            let Some(event) = ctrl.regs().events.pop_front() else {
+                break;
+            };
+            let tag = self.aers.remove(0);
+            self.complete(tag, Status::SUCCESS, u64::from(event), &[]);
+        }
+    }
+
+    fn teardown(&mut self, end: &End) {
+        self.inflight.abort_all();
+        match &self.bound {
+            // The admin queue going away (or keep-alive expiry) ends the controller and so
+            // every I/O queue of it (Linux `nvmet_sq_destroy` on qid 0).
+            Some(Bound::Admin(ctrl)) => {
+                if matches!(end, End::KeepAliveExpired) {
+                    tracing::warn!(
+                        cntlid = ctrl.cntlid,
+                        "keep-alive expired: controller torn down"
+                    );
+                }
+                self.subs.remove(ctrl);
+            }
+            Some(Bound::Io(ctrl, qid)) => {
+                ctrl.regs().connected.remove(qid);
+            }
+            None => {}
+        }
+    }
+}

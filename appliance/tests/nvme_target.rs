@@ -1,0 +1,450 @@
+//! The NVMe/TCP target of a real dev daemon, driven over loopback by the test initiator.
+#![allow(clippy::cast_possible_truncation)] // test sizes and seeds are small constants
+
+mod common;
+mod nvme_host;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::DevAppliance;
+use edgevol_appliance::naming::{self, DISCOVERY_NQN};
+use edgevol_core::{VolumeId, VolumeSpec};
+use edgevol_nvmeof::initiator::Data;
+use edgevol_nvmeof::pdu::Digests;
+use nvme_host::{io, ok, status, Admin, Ended, Queue, WAIT};
+use tonic::Status;
+
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-2222-3333-4444-555555555555";
+const MIB: u64 = 1 << 20;
+
+fn core_err(e: edgevol_core::Error) -> Status {
+    Status::internal(format!("{e:?}"))
+}
+
+struct Fixture {
+    app: DevAppliance,
+    addr: SocketAddr,
+}
+
+impl Fixture {
+    async fn start() -> Fixture {
+        let app = DevAppliance::start().await;
+        let state = app.running.state.clone();
+        tokio::time::timeout(WAIT, async {
+            while !state.is_ready() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("pool opens");
+        let addr = state.target().expect("target registered").endpoint;
+        Fixture { app, addr }
+    }
+
+    async fn volume(&self, name: &str, size: u64, host: &str, readonly: bool) -> VolumeId {
+        let (name, host) = (name.to_owned(), host.to_owned());
+        self.app
+            .running
+            .state
+            .with_pool(move |_, pool| {
+                let mut spec = VolumeSpec::new(name, size);
+                spec.access_modes = edgevol_core::AccessModes::EMPTY
+                    .with(edgevol_core::AccessMode::MultiNodeMultiWriter);
+                let id = pool.create_volume(spec).map_err(core_err)?;
+                pool.publish(id, &host, readonly).map_err(core_err)?;
+                Ok(id)
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn publish(&self, id: VolumeId, host: &str) {
+        let host = host.to_owned();
+        self.app
+            .running
+            .state
+            .with_pool(move |_, pool| pool.publish(id, &host, false).map_err(core_err))
+            .await
+            .unwrap();
+    }
+
+    async fn used(&self) -> u64 {
+        self.app
+            .running
+            .state
+            .with_pool(|_, pool| Ok(pool.capacity().used))
+            .await
+            .unwrap()
+    }
+
+    async fn pool_uuid(&self) -> [u8; 16] {
+        self.app
+            .running
+            .state
+            .with_pool(|_, pool| Ok(pool.uuid()))
+            .await
+            .unwrap()
+    }
+
+    fn nqn(&self, id: VolumeId) -> String {
+        naming::subsystem_nqn("test-box", id)
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add((i % 251) as u8).wrapping_mul(7))
+        .collect()
+}
+
+async fn run(q: &mut Queue, (sqe, data): (edgevol_nvmeof::sqe::Sqe, Data)) -> Vec<u8> {
+    let c = q.cmd(sqe, data).await;
+    ok(&c);
+    c.data
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identify_and_data_path_round_trips() {
+    let f = Fixture::start().await;
+    let id = f.volume("v1", 64 * MIB, HOST, false).await;
+    let nqn = f.nqn(id);
+    let mut admin = Admin::connect(f.addr, &nqn, HOST, 0).await.unwrap();
+
+    let ctrl = admin.identify(1, 0).await;
+    ok(&ctrl);
+    assert_eq!(ctrl.data[111], 1, "I/O controller");
+    assert_eq!(
+        u16::from_le_bytes([ctrl.data[78], ctrl.data[79]]),
+        admin.cntlid
+    );
+    assert_eq!(&ctrl.data[768..768 + nqn.len()], nqn.as_bytes());
+    assert_eq!(ctrl.data[768 + nqn.len()], 0);
+    let ns = admin.identify(0, 1).await;
+    ok(&ns);
+    let nsze = u64::from_le_bytes(ns.data[0..8].try_into().unwrap());
+    assert_eq!(nsze, 64 * MIB / 4096);
+    assert_eq!(ns.data[130], 12, "4 KiB LBA");
+    let uuid = f.pool_uuid().await;
+    assert_eq!(&ns.data[104..120], &naming::nguid(uuid, id));
+    let desc = admin.identify(3, 1).await;
+    ok(&desc);
+    assert_eq!(&desc.data[0..2], &[2, 16]);
+    assert_eq!(&desc.data[4..20], &naming::nguid(uuid, id));
+    assert_eq!(&desc.data[20..22], &[3, 16]);
+    assert_eq!(&desc.data[24..40], &naming::namespace_uuid(uuid, id));
+    assert_eq!(&desc.data[40..42], &[4, 1]);
+    let list = admin.identify(2, 0).await;
+    assert_eq!(&list.data[0..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(status(&admin.identify(0, 2).await).1, 0x0b, "invalid ns");
+    let q = admin.set_features(0x07, 0x0001_0001).await;
+    ok(&q);
+    assert_eq!(q.cqe.result, 0x0001_0001);
+    ok(&admin.keep_alive().await);
+
+    // Two I/O queues, one with both digests; a third above the granted count is refused.
+    let mut q1 = admin
+        .io_queue(f.addr, 1, &nqn, HOST, Digests::NONE)
+        .await
+        .unwrap();
+    let mut q2 = admin
+        .io_queue(f.addr, 2, &nqn, HOST, Digests::BOTH)
+        .await
+        .unwrap();
+    let refused = admin
+        .io_queue(f.addr, 3, &nqn, HOST, Digests::NONE)
+        .await
+        .err()
+        .expect("qid 3 > 2 granted");
+    assert_eq!(status(&refused).1, 0x82);
+    assert_eq!(refused.cqe.result, 42, "IPO of QID in the SQE");
+
+    // In-capsule (4 KiB), R2T (256 KiB, several H2CData), and a read across both.
+    let small = pattern(1, 4096);
+    let big = pattern(2, 256 * 1024);
+    run(&mut q1, io::write(0, &small, false)).await;
+    run(&mut q2, io::write(1, &big, false)).await;
+    let back = run(&mut q1, io::read(0, 65)).await;
+    assert_eq!(&back[..4096], &small[..]);
+    assert_eq!(&back[4096..], &big[..]);
+    let back = run(&mut q2, io::read(1, 64)).await;
+    assert_eq!(back, big);
+    // Never written: zeros.
+    assert_eq!(run(&mut q1, io::read(4096, 16)).await, vec![0u8; 16 * 4096]);
+    // Past the end.
+    let (sqe, data) = io::read(nsze, 1);
+    assert_eq!(status(&q1.cmd(sqe, data).await).1, 0x80);
+
+    // Pipelined writes on both queues, FUA and Flush.
+    let mut cids = Vec::new();
+    for i in 0..8u64 {
+        let (sqe, data) = io::write(512 + i, &pattern(i as u8, 4096), i % 2 == 0);
+        let q = if i % 2 == 0 { &mut q1 } else { &mut q2 };
+        cids.push((i, q.submit(sqe, data)));
+    }
+    for (i, cid) in cids {
+        let q = if i % 2 == 0 { &mut q1 } else { &mut q2 };
+        ok(&q.wait(cid).await);
+    }
+    run(&mut q2, io::flush()).await;
+    let back = run(&mut q1, io::read(512, 8)).await;
+    for i in 0..8usize {
+        assert_eq!(&back[i * 4096..(i + 1) * 4096], &pattern(i as u8, 4096)[..]);
+    }
+
+    // Write Zeroes across a partial cluster.
+    run(&mut q1, io::write_zeroes(1, 2)).await;
+    let back = run(&mut q1, io::read(0, 4)).await;
+    assert_eq!(&back[..4096], &small[..]);
+    assert!(back[4096..3 * 4096].iter().all(|&b| b == 0));
+    assert_eq!(&back[3 * 4096..], &big[2 * 4096..3 * 4096]);
+
+    // DSM deallocate of whole clusters frees them.
+    let cluster_blocks = (MIB / 4096) as u32;
+    let fill = pattern(9, MIB as usize);
+    run(
+        &mut q1,
+        io::write(8 * u64::from(cluster_blocks), &fill, false),
+    )
+    .await;
+    run(&mut q1, io::flush()).await;
+    let before = f.used().await;
+    run(
+        &mut q2,
+        io::deallocate(&[(8 * u64::from(cluster_blocks), cluster_blocks)]),
+    )
+    .await;
+    run(&mut q2, io::flush()).await;
+    assert_eq!(before - f.used().await, MIB, "one cluster freed");
+    assert_eq!(
+        run(&mut q1, io::read(8 * u64::from(cluster_blocks), 4)).await,
+        vec![0u8; 4 * 4096]
+    );
+
+    // Copy-on-write: a snapshot keeps its data after the volume is overwritten.
+    let snap = f
+        .app
+        .running
+        .state
+        .with_pool(move |_, pool| pool.create_snapshot(id, "s1", 0).map_err(core_err))
+        .await
+        .unwrap();
+    run(&mut q1, io::write(0, &pattern(77, 4096), true)).await;
+    let old = f
+        .app
+        .running
+        .state
+        .with_pool(move |_, pool| {
+            let segs: Vec<_> = pool.map_read(snap, 0, 8192).map_err(core_err)?.collect();
+            let mut out = Vec::new();
+            for s in segs {
+                match s {
+                    edgevol_core::ReadSegment::Data { device_offset, len } => {
+                        let mut buf = vec![0u8; len as usize];
+                        edgevol_core::BlockDevice::read(
+                            pool.device_mut(),
+                            device_offset / 4096,
+                            &mut buf,
+                        )
+                        .unwrap();
+                        out.extend(buf);
+                    }
+                    edgevol_core::ReadSegment::Zero { len } => out.extend(vec![0u8; len as usize]),
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .unwrap();
+    assert_eq!(&old[..4096], &small[..], "snapshot kept the old block");
+    assert_eq!(
+        &old[4096..],
+        &vec![0u8; 4096][..],
+        "zeroed before the snapshot"
+    );
+    let now = run(&mut q2, io::read(0, 2)).await;
+    assert_eq!(&now[..4096], &pattern(77, 4096)[..]);
+    assert_eq!(
+        &now[4096..],
+        &vec![0u8; 4096][..],
+        "rest of the cluster copied"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_control_and_discovery() {
+    let f = Fixture::start().await;
+    let a = f.volume("a", 16 * MIB, HOST, false).await;
+    let b = f.volume("b", 16 * MIB, OTHER, false).await;
+
+    // Not published: Connect Invalid Host, IATTR 1 (data), IPO 512 (hostnqn).
+    let refused = Admin::connect(f.addr, &f.nqn(b), HOST, 0)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(status(&refused), (1, 0x84, true));
+    assert_eq!(refused.cqe.result, (1 << 16) | 512);
+    // Unknown subsystem: Invalid Parameters on SUBNQN.
+    let refused = Admin::connect(f.addr, "nqn.2024-11.io.edgevol:test-box:v999", HOST, 0)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(status(&refused).1, 0x82);
+    assert_eq!(refused.cqe.result, (1 << 16) | 256);
+    // An I/O queue naming somebody else's controller.
+    let mine = Admin::connect(f.addr, &f.nqn(a), HOST, 0).await.unwrap();
+    let mut q = Queue::open(f.addr, Digests::NONE, 8192).await;
+    let c = q.connect(1, mine.cntlid, &f.nqn(a), OTHER, 0).await;
+    assert_eq!(c.cqe.result, (1 << 16) | 16, "IPO of CNTLID");
+
+    // Discovery lists only what the host is published to; the generation follows changes.
+    let mut disc = Admin::connect(f.addr, DISCOVERY_NQN, HOST, 0)
+        .await
+        .unwrap();
+    let id = disc.identify(1, 0).await;
+    assert_eq!(id.data[111], 2, "discovery controller");
+    let log = disc.get_log(0x70, 4096).await;
+    ok(&log);
+    assert_eq!(u64::from_le_bytes(log.data[8..16].try_into().unwrap()), 1);
+    let e = &log.data[1024..2048];
+    assert_eq!(e[0], 3, "tcp");
+    assert_eq!(e[1], 1, "ipv4");
+    let nqn = f.nqn(a);
+    assert_eq!(&e[256..256 + nqn.len()], nqn.as_bytes());
+    assert_eq!(&e[512..521], b"127.0.0.1");
+    let port = f.addr.port().to_string();
+    assert_eq!(&e[32..32 + port.len()], port.as_bytes());
+    let gen1 = u64::from_le_bytes(log.data[0..8].try_into().unwrap());
+    let again = disc.get_log(0x70, 4096).await;
+    assert_eq!(&again.data[0..8], &log.data[0..8], "stable while unchanged");
+    f.publish(b, HOST).await;
+    let log = disc.get_log(0x70, 4096).await;
+    assert_eq!(u64::from_le_bytes(log.data[8..16].try_into().unwrap()), 2);
+    assert_ne!(u64::from_le_bytes(log.data[0..8].try_into().unwrap()), gen1);
+    // Now admitted.
+    Admin::connect(f.addr, &f.nqn(b), HOST, 0).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_closes_live_queues_and_readonly_refuses_writes() {
+    let f = Fixture::start().await;
+    let v = f.volume("v", 16 * MIB, HOST, false).await;
+    let nqn = f.nqn(v);
+    let mut admin = Admin::connect(f.addr, &nqn, HOST, 0).await.unwrap();
+    ok(&admin.set_features(0x07, 0).await);
+    let mut q1 = admin
+        .io_queue(f.addr, 1, &nqn, HOST, Digests::NONE)
+        .await
+        .unwrap();
+    run(&mut q1, io::write(0, &pattern(3, 4096), false)).await;
+    // A bystander on another volume keeps working.
+    let w = f.volume("w", 16 * MIB, HOST, false).await;
+    let wnqn = f.nqn(w);
+    let other = Admin::connect(f.addr, &wnqn, HOST, 0).await.unwrap();
+    let mut oq = other
+        .io_queue(f.addr, 1, &wnqn, HOST, Digests::NONE)
+        .await
+        .unwrap();
+
+    let state = f.app.running.state.clone();
+    state
+        .with_pool(move |_, pool| pool.unpublish(v, HOST).map_err(core_err))
+        .await
+        .unwrap();
+    state.target().unwrap().access.revoke(v, HOST);
+    assert!(matches!(q1.wait_closed().await, Ended::Eof));
+    assert!(matches!(admin.q.wait_closed().await, Ended::Eof));
+    run(&mut oq, io::read(0, 1)).await;
+    assert!(Admin::connect(f.addr, &nqn, HOST, 0).await.is_err());
+
+    // Read-only publication: reads work, writes are refused, the namespace says so.
+    let ro = f.volume("ro", 16 * MIB, OTHER, true).await;
+    let ronqn = f.nqn(ro);
+    let mut admin = Admin::connect(f.addr, &ronqn, OTHER, 0).await.unwrap();
+    assert_eq!(admin.identify(0, 1).await.data[99], 1, "write protected");
+    let mut q = admin
+        .io_queue(f.addr, 1, &ronqn, OTHER, Digests::NONE)
+        .await
+        .unwrap();
+    run(&mut q, io::read(0, 1)).await;
+    for (sqe, data) in [
+        io::write(0, &[1u8; 4096], false),
+        io::write_zeroes(0, 1),
+        io::deallocate(&[(0, 1)]),
+    ] {
+        assert_eq!(status(&q.cmd(sqe, data).await), (0, 0x20, true));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_expiry_tears_the_controller_down() {
+    let f = Fixture::start().await;
+    let v = f.volume("v", 16 * MIB, HOST, false).await;
+    let nqn = f.nqn(v);
+    let mut admin = Admin::connect(f.addr, &nqn, HOST, 1000).await.unwrap();
+    let mut q1 = admin
+        .io_queue(f.addr, 1, &nqn, HOST, Digests::NONE)
+        .await
+        .unwrap();
+    ok(&admin.keep_alive().await);
+    // No more traffic: both queues close once the 1 s KATO passes.
+    assert!(matches!(admin.q.wait_closed().await, Ended::Eof));
+    assert!(matches!(q1.wait_closed().await, Ended::Eof));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_change_raises_an_async_event() {
+    let f = Fixture::start().await;
+    let v = f.volume("v", 16 * MIB, HOST, false).await;
+    let nqn = f.nqn(v);
+    let mut admin = Admin::connect(f.addr, &nqn, HOST, 0).await.unwrap();
+    ok(&admin.set_features(0x0b, 1 << 8).await);
+    let mut aer = edgevol_nvmeof::sqe::Sqe::default();
+    aer.set_opcode(edgevol_nvmeof::admin::opcode::ASYNC_EVENT_REQUEST);
+    let cid = admin.q.submit(aer, Data::None);
+    ok(&admin.keep_alive().await);
+    assert!(admin.q.try_take(cid).is_none(), "AER parked");
+    let state = f.app.running.state.clone();
+    state
+        .with_pool(move |_, pool| pool.expand_volume(v, 32 * MIB).map_err(core_err))
+        .await
+        .unwrap();
+    state.target().unwrap().access.namespace_changed(v);
+    let event = admin.q.wait(cid).await;
+    ok(&event);
+    assert_eq!(event.cqe.result & 0xffff_ffff, 0x0004_0002);
+    let log = admin.get_log(0x04, 4096).await;
+    assert_eq!(&log.data[0..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
+    let ns = admin.identify(0, 1).await;
+    assert_eq!(
+        u64::from_le_bytes(ns.data[0..8].try_into().unwrap()),
+        32 * MIB / 4096
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_pdus_close_only_their_connection() {
+    let f = Fixture::start().await;
+    let v = f.volume("v", 16 * MIB, HOST, false).await;
+    let nqn = f.nqn(v);
+    let admin = Admin::connect(f.addr, &nqn, HOST, 0).await.unwrap();
+    let mut good = admin
+        .io_queue(f.addr, 1, &nqn, HOST, Digests::NONE)
+        .await
+        .unwrap();
+    // Unknown PDU type, wrong hlen, oversized plen: each gets a TermReq and a close.
+    let bad: [&[u8]; 3] = [
+        &[0x7e, 0, 8, 0, 8, 0, 0, 0],
+        &[0x04, 0, 12, 0, 72, 0, 0, 0],
+        &[0x04, 0, 72, 0, 0xff, 0xff, 0xff, 0x7f],
+    ];
+    for raw in bad {
+        let mut q = Queue::open(f.addr, Digests::NONE, 8192).await;
+        q.send_raw(raw);
+        assert!(matches!(q.wait_closed().await, Ended::TermReq), "{raw:?}");
+    }
+    // The other connection is untouched.
+    run(&mut good, io::write(0, &pattern(5, 4096), false)).await;
+    assert_eq!(run(&mut good, io::read(0, 1)).await, pattern(5, 4096));
+}
