@@ -1,0 +1,124 @@
+//! Interop with the Linux kernel initiator (nvme-tcp) in a QEMU TCG guest, which reaches this
+//! process's target at 10.0.2.2 through slirp. Ignored by default: `scripts/test-nvme-qemu.sh`
+//! runs it (it needs the QEMU harness of `scripts/setup-qemu.sh`).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use edgevol_appliance::{naming, start, Args, Config};
+use edgevol_core::{BlockDevice, ReadSegment, VolumeSpec};
+use tonic::Status;
+
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-1111-2222-3333-444444444444";
+const MIB: u64 = 1 << 20;
+
+fn core_err(e: edgevol_core::Error) -> Status {
+    Status::internal(format!("{e:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "boots a QEMU guest: scripts/test-nvme-qemu.sh"]
+async fn linux_initiator_writes_and_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::from_args(Args {
+        dev: true,
+        data_dir: Some(dir.path().to_path_buf()),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        nvme_listen: Some("0.0.0.0:0".parse().unwrap()),
+        nvme_advertise: Some("10.0.2.2".parse().unwrap()),
+        appliance_id: Some("qemu-box".into()),
+        ..Args::default()
+    })
+    .unwrap();
+    let running = start(config).await.unwrap();
+    let state = running.state.clone();
+    while !state.is_ready() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let port = state.target().unwrap().endpoint.port();
+    let id = state
+        .with_pool(|_, pool| {
+            let id = pool
+                .create_volume(VolumeSpec::new("linux", 64 * MIB))
+                .map_err(core_err)?;
+            pool.publish(id, HOST, false).map_err(core_err)?;
+            Ok(id)
+        })
+        .await
+        .unwrap();
+    let nqn = naming::subsystem_nqn("qemu-box", id);
+    let refused = "nqn.2014-08.org.nvmexpress:uuid:deadbeef-0000-0000-0000-000000000000";
+
+    // 2 MiB of a known pattern written at 1 MiB, read back after dropping the page cache, then
+    // the same bytes are checked here through core.
+    let cmd = format!(
+        "ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && \
+         (echo transport=tcp,traddr=10.0.2.2,trsvcid={port},nqn={nqn},hostnqn={refused} > /dev/nvme-fabrics && echo REFUSED-CONNECTED || echo UNPUBLISHED-REFUSED) && \
+         echo transport=tcp,traddr=10.0.2.2,trsvcid={port},nqn={nqn},hostnqn={HOST} > /dev/nvme-fabrics && \
+         sleep 2 && ls /dev/nvme* && cat /sys/block/nvme0n1/size && \
+         yes EDGEVOL-NVME-TCP | head -c 2097152 > /tmp/a && \
+         dd if=/tmp/a of=/dev/nvme0n1 bs=65536 seek=16 conv=fsync && \
+         echo 3 > /proc/sys/vm/drop_caches && \
+         dd if=/dev/nvme0n1 of=/tmp/b bs=65536 skip=16 count=32 && \
+         cmp /tmp/a /tmp/b && echo NVME-TCP-ROUNDTRIP-PASS && \
+         echo 1 > /sys/class/nvme/nvme0/delete_controller"
+    );
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut child = Command::new(root.join("qemu/run-guest.sh"));
+    child
+        .args(["--name", "nvme-tcp", "--timeout", "150", "--mem", "512"])
+        .args([
+            "--module",
+            "nvme-tcp",
+            "--module",
+            "virtio_pci",
+            "--module",
+            "virtio_net",
+        ])
+        .args(["--cmd", &cmd, "--pass-marker", "NVME-TCP-ROUNDTRIP-PASS"])
+        .args(["--fail-marker", "REFUSED-CONNECTED"])
+        .args([
+            "--",
+            "-netdev",
+            "user,id=n0",
+            "-device",
+            "virtio-net-pci,netdev=n0",
+        ]);
+    let status = tokio::task::spawn_blocking(move || child.status())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        status.success(),
+        "guest run failed: {status} (see qemu/.cache/logs/nvme-tcp.log)"
+    );
+
+    let data = state
+        .with_pool(move |_, pool| {
+            let segs: Vec<_> = pool.map_read(id, MIB, 2 * MIB).map_err(core_err)?.collect();
+            let mut out = Vec::new();
+            for s in segs {
+                match s {
+                    ReadSegment::Data { device_offset, len } => {
+                        let mut buf = vec![0u8; usize::try_from(len).unwrap()];
+                        let bs = u64::from(pool.device_mut().block_size());
+                        pool.device_mut()
+                            .read(device_offset / bs, &mut buf)
+                            .unwrap();
+                        out.extend(buf);
+                    }
+                    ReadSegment::Zero { len } => {
+                        out.extend(vec![0u8; usize::try_from(len).unwrap()]);
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .unwrap();
+    let line = b"EDGEVOL-NVME-TCP\n";
+    let expected: Vec<u8> = line.iter().copied().cycle().take(data.len()).collect();
+    assert!(data == expected, "the guest's bytes are in the volume");
+    running.stop().await.unwrap();
+}
