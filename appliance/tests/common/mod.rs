@@ -80,6 +80,7 @@ pub async fn channel(addr: SocketAddr, tls: Arc<ClientConfig>) -> Channel {
             let tls = tls.clone();
             async move {
                 let tcp = TcpStream::connect(addr).await?;
+                tcp.set_nodelay(true)?;
                 let stream = TlsConnector::from(tls)
                     .connect(ServerName::try_from("localhost").unwrap(), tcp)
                     .await?;
