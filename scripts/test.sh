@@ -33,5 +33,7 @@ step 900 "fuzz smoke: core metadata decoder" ./scripts/fuzz.sh metadata_decode 3
 step 900 "fuzz smoke: NVMe/TCP PDU decoder" ./scripts/fuzz.sh pdu_decode 30
 step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMART)" \
     ./scripts/test-hal-qemu.sh
+step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target" \
+    ./scripts/test-nvme-qemu.sh
 
 log "all tests passed in $((SECONDS - started)) s"
