@@ -934,3 +934,227 @@ async fn get_volume_reports_published_nodes_and_condition() {
     );
     assert_eq!(code_, Code::InvalidArgument);
 }
+
+fn publish_req(
+    volume: &str,
+    node: &str,
+    cap: VolumeCapability,
+    readonly: bool,
+) -> ControllerPublishVolumeRequest {
+    ControllerPublishVolumeRequest {
+        volume_id: volume.into(),
+        node_id: node.into(),
+        volume_capability: Some(cap),
+        readonly,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn publish_and_unpublish_follow_the_spec_and_survive_a_restart() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let target = app
+        .running
+        .state
+        .target()
+        .expect("the NVMe/TCP target runs")
+        .clone();
+    let mut c = client(&app).await;
+    let v = vol(&mut c, create("published", 4 * MIB)).await.volume_id;
+    let node_a = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001";
+    let node_b = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-000000000002";
+
+    let ctx = c
+        .controller_publish_volume(publish_req(
+            &v,
+            node_a,
+            mount(Mode::SingleNodeWriter),
+            false,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context;
+    assert_eq!(ctx["transport"], "tcp");
+    assert_eq!(ctx["targetAddress"], "127.0.0.1");
+    assert_eq!(ctx["targetPort"], target.endpoint.port().to_string());
+    let n = v.rsplit_once("-v").unwrap().1;
+    assert_eq!(
+        ctx["subsystemNqn"],
+        format!("nqn.2024-11.io.edgevol:test-box:v{n}")
+    );
+    assert_eq!(ctx["nguid"].len(), 32);
+    assert_eq!(ctx["uuid"].len(), 36);
+    assert_eq!(ctx["readonly"], "false");
+    // Idempotent: the same call, the same context.
+    let again = c
+        .controller_publish_volume(publish_req(
+            &v,
+            node_a,
+            mount(Mode::SingleNodeWriter),
+            false,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context;
+    assert_eq!(again, ctx);
+
+    let rows = [
+        (
+            publish_req(&v, node_a, mount(Mode::SingleNodeWriter), true),
+            Code::AlreadyExists,
+            "readonly",
+        ),
+        (
+            publish_req(&v, node_b, mount(Mode::SingleNodeWriter), false),
+            Code::FailedPrecondition,
+            node_a,
+        ),
+        (
+            publish_req(&v, "kube-node-1", mount(Mode::SingleNodeWriter), false),
+            Code::NotFound,
+            "not an NVMe host NQN",
+        ),
+        (
+            publish_req(
+                "test-box-v9999",
+                node_a,
+                mount(Mode::SingleNodeWriter),
+                false,
+            ),
+            Code::NotFound,
+            "does not exist",
+        ),
+        (
+            publish_req(&v, node_a, mount(Mode::MultiNodeReaderOnly), true),
+            Code::InvalidArgument,
+            "access mode",
+        ),
+        (
+            ControllerPublishVolumeRequest {
+                volume_capability: None,
+                ..publish_req(&v, node_a, mount(Mode::SingleNodeWriter), false)
+            },
+            Code::InvalidArgument,
+            "volume_capability is required",
+        ),
+        (
+            publish_req("", node_a, mount(Mode::SingleNodeWriter), false),
+            Code::InvalidArgument,
+            "volume_id",
+        ),
+        (
+            publish_req(&v, "", mount(Mode::SingleNodeWriter), false),
+            Code::InvalidArgument,
+            "node_id",
+        ),
+    ];
+    for (req, want, text) in rows {
+        let (got, msg) = code(c.controller_publish_volume(req).await);
+        assert_eq!(got, want, "{msg}");
+        assert!(msg.contains(text), "{msg:?} lacks {text:?}");
+    }
+    // A published volume cannot be deleted.
+    let (got, _) = code(
+        c.delete_volume(DeleteVolumeRequest {
+            volume_id: v.clone(),
+            ..Default::default()
+        })
+        .await,
+    );
+    assert_eq!(got, Code::FailedPrecondition);
+
+    // Many readers: a reader-only volume is published read-only to several nodes.
+    let mut ro = create("readers", MIB);
+    ro.volume_capabilities = vec![mount(Mode::MultiNodeReaderOnly)];
+    let ro = vol(&mut c, ro).await.volume_id;
+    for node in [node_a, node_b] {
+        let ctx = c
+            .controller_publish_volume(publish_req(
+                &ro,
+                node,
+                mount(Mode::MultiNodeReaderOnly),
+                false,
+            ))
+            .await
+            .unwrap()
+            .into_inner()
+            .publish_context;
+        assert_eq!(
+            ctx["readonly"], "true",
+            "reader-only modes publish read-only"
+        );
+    }
+
+    // Publish state survives a restart.
+    let DevAppliance { dir, running } = app;
+    running.stop().await.unwrap();
+    let running = edgevol_appliance::start(dev_config(dir.path(), "127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let app = DevAppliance { dir, running };
+    ready(&app).await;
+    let mut c = client(&app).await;
+    let status = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: v.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(status.published_node_ids, vec![node_a.to_owned()]);
+    let listed = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let readers = listed
+        .entries
+        .iter()
+        .find(|e| e.volume.as_ref().unwrap().volume_id == ro)
+        .unwrap();
+    assert_eq!(readers.status.as_ref().unwrap().published_node_ids.len(), 2);
+
+    // Unpublish: idempotent, unknown volume or node OK, then the volume can go.
+    for _ in 0..2 {
+        c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+            volume_id: v.clone(),
+            node_id: node_a.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+        volume_id: "test-box-v4040".into(),
+        node_id: node_a.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (got, _) = code(
+        c.controller_unpublish_volume(ControllerUnpublishVolumeRequest::default())
+            .await,
+    );
+    assert_eq!(got, Code::InvalidArgument);
+    // An empty node_id unpublishes from every node.
+    c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+        volume_id: ro.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for id in [v, ro] {
+        c.delete_volume(DeleteVolumeRequest {
+            volume_id: id,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    app.running.stop().await.unwrap();
+}
