@@ -29,6 +29,8 @@ pub struct TargetInfo {
     pub endpoint: SocketAddr,
     /// Access control and notifications.
     pub access: Arc<dyn HostAccess>,
+    /// Per-volume I/O counters (for metrics).
+    pub stats: crate::nvme::stats::IoStats,
 }
 
 /// The appliance's shared state.

@@ -99,6 +99,7 @@ pub async fn start(state: Arc<State>, config: &NvmeConfig) -> Result<Target, Bin
     state.set_target(TargetInfo {
         endpoint,
         access: Arc::new(Access(subsystems.clone())),
+        stats: subsystems.stats.clone(),
     });
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(accept(listener, subsystems.clone(), stop_rx));
