@@ -1,47 +1,25 @@
 //! The proxy: plaintext gRPC on a unix socket reaches the appliance over mTLS, statuses come
 //! back untouched, and it keeps serving across an appliance restart.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use edgevol_appliance::{start, Args, Config};
+mod common;
+
+use common::{dev_config, start_proxy, unix_channel};
+use edgevol_appliance::start;
 use edgevol_cli::proxy;
 use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_proto::csi::v1::identity_client::IdentityClient;
 use edgevol_proto::csi::v1::node_client::NodeClient;
 use edgevol_proto::csi::v1::{GetPluginInfoRequest, GetPluginInfoResponse, NodeGetInfoRequest};
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
-
-fn dev_config(dir: &Path, listen: std::net::SocketAddr) -> Config {
-    Config::from_args(Args {
-        dev: true,
-        data_dir: Some(dir.to_path_buf()),
-        listen: Some(listen),
-        nvme_listen: Some("127.0.0.1:0".parse().unwrap()),
-        appliance_id: Some("proxied".into()),
-        ..Args::default()
-    })
-    .unwrap()
-}
-
-async fn unix_channel(path: PathBuf) -> Channel {
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await
-        .unwrap()
-}
 
 #[tokio::test]
 async fn proxy_forwards_calls_and_statuses_and_survives_an_appliance_restart() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("appliance");
-    let appliance = start(dev_config(&data, "127.0.0.1:0".parse().unwrap()))
+    let appliance = start(dev_config(&data, "127.0.0.1:0".parse().unwrap(), "proxied"))
         .await
         .unwrap();
     let addr = appliance.local_addr;
@@ -53,9 +31,7 @@ async fn proxy_forwards_calls_and_statuses_and_survives_an_appliance_restart() {
     })
     .unwrap();
     let socket = dir.path().join("csi.sock");
-    let listener = proxy::bind(&socket).await.unwrap();
-    let upstream = proxy::Upstream::new(&addr.to_string(), Some("localhost"), tls).unwrap();
-    let proxy_task = tokio::spawn(proxy::serve(listener, upstream, std::future::pending()));
+    start_proxy(&socket, addr, tls).await;
 
     let channel = unix_channel(socket.clone()).await;
     let mut identity = IdentityClient::new(channel.clone());
@@ -106,7 +82,7 @@ async fn proxy_forwards_calls_and_statuses_and_survives_an_appliance_restart() {
     );
 
     // Back on the same address: the same client, through the same proxy, is served again.
-    let appliance = start(dev_config(&data, addr)).await.unwrap();
+    let appliance = start(dev_config(&data, addr, "proxied")).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let info = loop {
         match identity.get_plugin_info(GetPluginInfoRequest {}).await {
@@ -124,7 +100,6 @@ async fn proxy_forwards_calls_and_statuses_and_survives_an_appliance_restart() {
     assert_eq!(info.name, "csi.edgevol.io");
 
     appliance.stop().await.unwrap();
-    proxy_task.abort();
 }
 
 #[tokio::test]

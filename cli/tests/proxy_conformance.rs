@@ -3,16 +3,15 @@
 
 use std::path::PathBuf;
 
-use edgevol_appliance::{start, Args, Config};
-use edgevol_cli::proxy;
+mod common;
+
+use common::{dev_config, start_proxy, unix_channel};
+use edgevol_appliance::start;
 use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
 use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use edgevol_proto::csi::v1::*;
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::Endpoint;
 use tonic::Code;
 
 fn mount() -> VolumeCapability {
@@ -28,19 +27,9 @@ fn mount() -> VolumeCapability {
 async fn controller_calls_through_the_proxy_behave_as_direct_ones() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("appliance");
-    let appliance = start(
-        Config::from_args(Args {
-            dev: true,
-            data_dir: Some(data.clone()),
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-            nvme_listen: Some("127.0.0.1:0".parse().unwrap()),
-            appliance_id: Some("proxied".into()),
-            ..Args::default()
-        })
-        .unwrap(),
-    )
-    .await
-    .unwrap();
+    let appliance = start(dev_config(&data, "127.0.0.1:0".parse().unwrap(), "proxied"))
+        .await
+        .unwrap();
     while !appliance.state.is_ready() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
@@ -52,20 +41,8 @@ async fn controller_calls_through_the_proxy_behave_as_direct_ones() {
     })
     .unwrap();
     let socket: PathBuf = dir.path().join("csi.sock");
-    let upstream =
-        proxy::Upstream::new(&appliance.local_addr.to_string(), Some("localhost"), tls).unwrap();
-    tokio::spawn(proxy::serve(
-        proxy::bind(&socket).await.unwrap(),
-        upstream,
-        std::future::pending(),
-    ));
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(socket).await?)) }
-        }))
-        .await
-        .unwrap();
+    start_proxy(&socket, appliance.local_addr, tls).await;
+    let channel = unix_channel(socket).await;
     let mut c = ControllerClient::new(channel);
 
     let create = |name: &str| CreateVolumeRequest {

@@ -3,8 +3,10 @@
 
 use std::pin::Pin;
 
+mod common;
+
+use common::{start_proxy, unix_channel};
 use edgevol_appliance::transport;
-use edgevol_cli::proxy;
 use edgevol_pki::files::{self, Pair};
 use edgevol_pki::tls::{client_config, server_config, TlsFiles};
 use edgevol_pki::{Role, Validity};
@@ -14,10 +16,8 @@ use edgevol_proto::csi::v1::{
     GetMetadataAllocatedRequest, GetMetadataAllocatedResponse, GetMetadataDeltaRequest,
     GetMetadataDeltaResponse,
 };
-use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, UnixStream};
+use tokio::net::TcpListener;
 use tonic::codegen::tokio_stream::{self, Stream, StreamExt};
-use tonic::transport::Endpoint;
 use tonic::{Code, Request, Response, Status};
 
 type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -86,29 +86,14 @@ async fn streaming_calls_metadata_and_trailing_statuses_pass_through() {
     );
 
     let socket = dir.path().join("csi.sock");
-    let upstream = proxy::Upstream::new(
-        &addr.to_string(),
-        Some("localhost"),
-        client_config(TlsFiles {
-            ca: &ca,
-            cert: &client.cert,
-            key: &client.key,
-        })
-        .unwrap(),
-    )
+    let tls = client_config(TlsFiles {
+        ca: &ca,
+        cert: &client.cert,
+        key: &client.key,
+    })
     .unwrap();
-    tokio::spawn(proxy::serve(
-        proxy::bind(&socket).await.unwrap(),
-        upstream,
-        std::future::pending(),
-    ));
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(socket).await?)) }
-        }))
-        .await
-        .unwrap();
+    start_proxy(&socket, addr, tls).await;
+    let channel = unix_channel(socket).await;
 
     let mut request = Request::new(GetMetadataAllocatedRequest {
         max_results: 5,
