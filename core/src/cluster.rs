@@ -8,6 +8,11 @@
 //! pointing at a new owner's data. Likewise a cluster that lost a reference but kept others is
 //! *unsettled* until then: its remaining owner must still copy on write, because after a crash the
 //! dropped reference (say a clone's unflushed copy-on-write) comes back.
+//!
+//! A cluster is *pinned* while a data-path I/O that the caller runs outside the pool's lock
+//! reads or writes it (see `Pool::begin_read` / `Pool::begin_write`). A pinned cluster whose
+//! release is due stays *held* (counted as pending) until its last pin goes, so an I/O still in
+//! flight never touches a cluster that was handed to someone else.
 
 use alloc::collections::BTreeSet;
 use alloc::vec;
@@ -39,6 +44,10 @@ pub(crate) struct Allocator {
     unsettled: BTreeSet<u64>,
     reserved: u64,
     cursor: usize,
+    /// In-flight I/Os per cluster (see the module docs).
+    pins: Vec<u32>,
+    /// Released clusters waiting for their last pin to go.
+    held: BTreeSet<u64>,
 }
 
 impl Allocator {
@@ -50,6 +59,8 @@ impl Allocator {
             unsettled: BTreeSet::new(),
             reserved: 0,
             cursor: 0,
+            pins: vec![0; clusters],
+            held: BTreeSet::new(),
         }
     }
 
@@ -77,7 +88,34 @@ impl Allocator {
 
     /// Clusters that a new reservation or allocation may still claim.
     pub(crate) fn available(&self) -> u64 {
-        self.free + self.pending.len() as u64 - self.reserved
+        self.free + self.waiting() - self.reserved
+    }
+
+    /// Clusters freed but not allocatable yet: pending a commit, or held by a pin.
+    fn waiting(&self) -> u64 {
+        (self.pending.len() + self.held.len()) as u64
+    }
+
+    /// Marks an I/O in flight on `c`.
+    pub(crate) fn pin(&mut self, c: u64) {
+        if let Some(i) = self.slot(c) {
+            self.pins[i] += 1;
+        }
+    }
+
+    /// Ends an I/O on `c`: a held cluster becomes free with its last pin.
+    pub(crate) fn unpin(&mut self, c: u64) {
+        let Some(i) = self.slot(c) else { return };
+        self.pins[i] = self.pins[i].saturating_sub(1);
+        if self.pins[i] == 0 && self.held.remove(&c) {
+            self.refs[i] = 0;
+            self.free += 1;
+        }
+    }
+
+    /// I/Os in flight on `c`.
+    pub(crate) fn pins(&self, c: u64) -> u32 {
+        self.slot(c).map_or(0, |i| self.pins[i])
     }
 
     pub(crate) fn free_now(&self) -> u64 {
@@ -130,15 +168,20 @@ impl Allocator {
         self.unsettled.clear();
         for c in self.pending.drain(..) {
             // Pending clusters came from `decref`, so the index is in range.
-            if let Some(r) = usize::try_from(c).ok().and_then(|i| self.refs.get_mut(i)) {
-                *r = 0;
+            let Some(i) = usize::try_from(c).ok().filter(|&i| i < self.refs.len()) else {
+                continue;
+            };
+            if self.pins[i] > 0 {
+                self.held.insert(c);
+            } else {
+                self.refs[i] = 0;
                 self.free += 1;
             }
         }
     }
 
     pub(crate) fn capacity(&self, cluster_size: u64) -> Capacity {
-        let pending = self.pending.len() as u64;
+        let pending = self.waiting();
         let used = self.total() - self.free - pending;
         Capacity {
             total: self.total() * cluster_size,
@@ -174,6 +217,33 @@ mod tests {
         assert_eq!(a.find_free(), Some(c));
         let cap = a.capacity(10);
         assert_eq!((cap.total, cap.free, cap.used, cap.reserved), (20, 10, 10, 0));
+    }
+
+    #[test]
+    fn a_pinned_cluster_is_held_past_release_until_unpinned() {
+        let mut a = Allocator::new(2);
+        a.incref(0);
+        a.incref(1);
+        a.pin(0);
+        a.pin(0);
+        a.decref(0);
+        a.release_pending();
+        assert_eq!(a.find_free(), None, "handed out while an I/O is in flight on it");
+        assert_eq!(a.available(), 1, "held clusters still count as free-to-be");
+        assert_eq!(a.capacity(1).pending_free, 1);
+        a.unpin(0);
+        assert_eq!(a.find_free(), None, "one I/O is still in flight");
+        a.unpin(0);
+        assert_eq!(a.find_free(), Some(0));
+        let cap = a.capacity(1);
+        assert_eq!((cap.free, cap.used, cap.pending_free), (1, 1, 0));
+        // Unpinning a cluster whose release is not due yet frees nothing.
+        a.pin(1);
+        a.decref(1);
+        a.unpin(1);
+        assert_eq!(a.find_free(), Some(0));
+        a.release_pending();
+        assert_eq!(a.free_now(), 2);
     }
 
     #[test]

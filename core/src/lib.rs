@@ -27,6 +27,11 @@
 //! - Clusters freed, or left with fewer references, by a change that is not durable yet are not
 //!   reused or written in place until it is (pending/unsettled clusters, see [`Capacity`]), so a
 //!   power cut never exposes one volume's data through another's map.
+//! - **I/O outside the lock**: [`Pool::begin_read`] / [`Pool::begin_write`] pin the clusters of
+//!   an I/O until [`Pool::complete`]; a pinned cluster is never reused, and snapshots wait
+//!   (through [`Quiesce`]) for in-flight writes, so they contain every write that completed, or
+//!   was in flight, before they were taken and nothing later. Details in the `map` module docs
+//!   (see [`IoTicket`]).
 //!
 //! # Recovery
 //!
@@ -76,7 +81,7 @@ pub use device::{BlockDevice, DeviceError, DeviceErrorKind, ErrorType};
 pub use error::{Corruption, Error, Field, Limit, ObjectRef, Precondition, Problem, Range, Result};
 pub use group::{Group, GroupSnapshot};
 pub use id::{GroupId, GroupSnapshotId, ImageId, SnapshotId, VolumeId};
-pub use map::{Prepare, ReadMap, ReadSegment, WriteSegment};
+pub use map::{IoTicket, Prepare, Quiesce, ReadMap, ReadSegment, WriteSegment};
 pub use pool::{FormatOptions, Pool};
 pub use ram::RamDevice;
 pub use snapshot::Snapshot;

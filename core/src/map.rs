@@ -4,6 +4,38 @@
 //! nothing and cost one B-tree lookup per cluster. `map_write` allocates clusters on first write
 //! and for copy-on-write, and `trim` unmaps; those changes are durable at the next [`Pool::flush`]
 //! or control-path commit.
+//!
+//! # I/O outside the pool's lock
+//!
+//! A caller that shares the pool between threads behind a lock may run the device I/O of a
+//! command after releasing the lock, through its own device handle, if it maps the command with
+//! [`Pool::begin_read`] / [`Pool::begin_write`] and hands the returned [`IoTicket`] back to
+//! [`Pool::complete`] (under the lock again) once that I/O has ended:
+//!
+//! - **Pins.** A ticket pins the physical clusters its I/O touches (a read's data clusters; a
+//!   write's target clusters and copy-on-write sources). A pinned cluster freed meanwhile (trim,
+//!   Write Zeroes, volume or snapshot deletion, then a flush) stays *held* until its last pin
+//!   goes: it is never handed to another volume while an I/O may still read or write it. A read
+//!   racing a trim returns the old data or zeros; a write racing a trim lands in the orphaned
+//!   cluster (as if it came first). Both are orders NVMe allows for commands in flight together.
+//! - **Only in-place writes detach.** A write that allocated a cluster (first write, or
+//!   copy-on-write) publishes the new mapping at once, before the cluster holds its data, so it
+//!   must do its [`Prepare`] steps and data writes before the pool is used by anyone else (under
+//!   the lock): [`IoTicket::detachable`] is false for it. Writes into clusters the volume already
+//!   owns alone, and all reads, are detachable.
+//! - **Snapshots wait for in-flight writes.** An operation that makes a volume's clusters shared
+//!   (create snapshot, group snapshot, clone of a volume) first waits, through the caller's
+//!   [`Quiesce`] hook, until every outstanding write ticket's data has reached the device: an
+//!   in-place write landing after the snapshot would otherwise change the snapshot. The snapshot
+//!   therefore contains every write completed before it was taken and every write in flight at
+//!   that moment, and nothing written after it returns. The hook must not need the pool's lock.
+//! - **Durability is unchanged.** Every mapping a detached write uses was made (and its cluster
+//!   prepared) under the lock, and every commit flushes the device before writing records when
+//!   data was mapped since the last one, so a durable mapping never points at data that is not;
+//!   data still in flight at a commit is, like any unacknowledged write, either there or not
+//!   after a power cut.
+
+use alloc::vec::Vec;
 
 use crate::device::BlockDevice;
 use crate::error::{Error, Limit, Range, Result};
@@ -125,7 +157,156 @@ impl WriteSegment {
     };
 }
 
+/// What core needs from a caller that runs write I/O outside the pool's lock (see the module
+/// docs of the data path).
+pub trait Quiesce: Send + Sync + core::fmt::Debug {
+    /// Returns once no device write of any outstanding write ticket is still running (each has
+    /// ended, successfully or not; its ticket may not be completed yet). Called with the pool
+    /// borrowed mutably, so it must not wait for the pool itself.
+    fn wait_writes_landed(&self);
+}
+
+impl<T: Quiesce + ?Sized> Quiesce for alloc::sync::Arc<T> {
+    fn wait_writes_landed(&self) {
+        (**self).wait_writes_landed();
+    }
+}
+
+/// An I/O in flight on clusters core has pinned: pass it to [`Pool::complete`] once the device
+/// I/O has ended (or will never start). A ticket dropped instead keeps its clusters pinned until
+/// the pool is reopened: safe, but their space is not reused.
+#[must_use = "pass the ticket to Pool::complete once the I/O has ended"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct IoTicket {
+    /// Pinned physical clusters, as runs (first, count).
+    runs: Vec<(u64, u64)>,
+    write: bool,
+    detachable: bool,
+}
+
+impl IoTicket {
+    /// Whether the I/O may run after the pool's lock is released (reads always; writes that
+    /// allocated nothing).
+    pub fn detachable(&self) -> bool {
+        self.detachable
+    }
+
+    fn pin(&mut self, first: u64, count: u64) {
+        match self.runs.last_mut() {
+            Some((f, n)) if *f + *n == first => *n += count,
+            _ => self.runs.push((first, count)),
+        }
+    }
+}
+
 impl<D: BlockDevice> Pool<D> {
+    /// Like [`map_read`](Self::map_read), for a read the caller runs outside the pool's lock:
+    /// fills at most `out.len()` segments (covering a prefix of the range, call again for the
+    /// rest) and pins their clusters until the ticket is [`complete`](Self::complete)d.
+    pub fn begin_read(
+        &mut self,
+        image: impl Into<ImageId>,
+        offset: u64,
+        len: u64,
+        out: &mut [ReadSegment],
+    ) -> Result<(usize, IoTicket)> {
+        let cs = u64::from(self.cluster_size());
+        let data = self.data_offset();
+        let mut ticket = IoTicket {
+            runs: Vec::new(),
+            write: false,
+            detachable: true,
+        };
+        let mut n = 0;
+        for (slot, seg) in out.iter_mut().zip(self.map_read(image, offset, len)?) {
+            *slot = seg;
+            n += 1;
+            if let ReadSegment::Data { device_offset, len } = seg {
+                let first = (device_offset - data) / cs;
+                let last = (device_offset - data + len - 1) / cs;
+                ticket.pin(first, last - first + 1);
+            }
+        }
+        for &(first, count) in &ticket.runs {
+            (first..first + count).for_each(|c| self.state.alloc.pin(c));
+        }
+        Ok((n, ticket))
+    }
+
+    /// [`map_write`](Self::map_write) for a write the caller may run outside the pool's lock:
+    /// pins the target clusters and copy-on-write sources until the ticket is
+    /// [`complete`](Self::complete)d. Only a [`detachable`](IoTicket::detachable) ticket's I/O
+    /// may run after the lock is released.
+    pub fn begin_write(
+        &mut self,
+        id: VolumeId,
+        offset: u64,
+        len: u64,
+        out: &mut [WriteSegment],
+    ) -> Result<(usize, IoTicket)> {
+        let (n, allocated) = self.map_write_inner(id, offset, len, out)?;
+        let cs = u64::from(self.cluster_size());
+        let data = self.data_offset();
+        let mut ticket = IoTicket {
+            runs: Vec::new(),
+            write: true,
+            detachable: !allocated,
+        };
+        for seg in &out[..n] {
+            ticket.pin((seg.device_offset - data) / cs, 1);
+            if let Prepare::Copy { from, .. } = seg.prepare {
+                ticket.pin((from - data) / cs, 1);
+            }
+        }
+        for &(first, count) in &ticket.runs {
+            (first..first + count).for_each(|c| self.state.alloc.pin(c));
+        }
+        self.writes_in_flight += 1;
+        Ok((n, ticket))
+    }
+
+    /// Ends the I/O of `ticket`: unpins its clusters (a held one becomes allocatable).
+    pub fn complete(&mut self, ticket: IoTicket) {
+        for (first, count) in ticket.runs {
+            (first..first + count).for_each(|c| self.state.alloc.unpin(c));
+        }
+        if ticket.write {
+            self.writes_in_flight -= 1;
+        }
+    }
+
+    /// Installs the hook that snapshots use to wait for detached writes (see the module docs).
+    pub fn set_quiesce(&mut self, hook: alloc::boxed::Box<dyn Quiesce>) {
+        self.quiesce = Some(hook);
+    }
+
+    /// Write tickets not completed yet.
+    pub fn writes_in_flight(&self) -> u32 {
+        self.writes_in_flight
+    }
+
+    /// In-flight I/Os pinning the physical cluster at byte `device_offset` (for tests and
+    /// diagnostics).
+    pub fn pins_at(&self, device_offset: u64) -> u32 {
+        let cs = u64::from(self.cluster_size());
+        device_offset
+            .checked_sub(self.data_offset())
+            .map_or(0, |b| self.state.alloc.pins(b / cs))
+    }
+
+    /// Waits, if write tickets are outstanding, until their data has landed: before an operation
+    /// makes a volume's clusters shared.
+    pub(crate) fn quiesce_writes(&self) {
+        if self.writes_in_flight == 0 {
+            return;
+        }
+        match &self.quiesce {
+            Some(hook) => hook.wait_writes_landed(),
+            // Tickets outstanding on this very thread: their I/O has not started, or has ended.
+            None => log::debug!("write tickets outstanding without a quiesce hook"),
+        }
+    }
+
     /// Maps a read of `len` bytes at `offset` of a volume or snapshot.
     pub fn map_read(&self, image: impl Into<ImageId>, offset: u64, len: u64) -> Result<ReadMap<'_>> {
         let (map, size) = match image.into() {
@@ -151,12 +332,23 @@ impl<D: BlockDevice> Pool<D> {
     /// The new mappings are visible at once and durable after the next [`Pool::flush`]: until then
     /// a power cut reverts them, like the unflushed data written through them.
     pub fn map_write(&mut self, id: VolumeId, offset: u64, len: u64, out: &mut [WriteSegment]) -> Result<usize> {
+        self.map_write_inner(id, offset, len, out).map(|(n, _)| n)
+    }
+
+    /// `map_write`, also saying whether a cluster was allocated.
+    fn map_write_inner(
+        &mut self,
+        id: VolumeId,
+        offset: u64,
+        len: u64,
+        out: &mut [WriteSegment],
+    ) -> Result<(usize, bool)> {
         self.check_usable()?;
         let cs = u64::from(self.cluster_size());
         let v = self.state.volume(id)?;
         check_range(offset, len, v.spec.size)?;
         if len == 0 || out.is_empty() {
-            return Ok(0);
+            return Ok((0, false));
         }
         let first = offset / cs;
         let count = ((offset + len - 1) / cs - first + 1).min(out.len() as u64);
@@ -178,6 +370,7 @@ impl<D: BlockDevice> Pool<D> {
             }));
         }
         let data = self.data_offset();
+        let mut allocated = false;
         for (i, vc) in (first..first + count).enumerate() {
             let start = (vc * cs).max(offset);
             let end = ((vc + 1) * cs).min(offset + len);
@@ -212,6 +405,7 @@ impl<D: BlockDevice> Pool<D> {
                     debug_assert_eq!(self.state.validate(&rec), Ok(()));
                     self.pending.push(rec.clone());
                     self.state.apply(rec);
+                    allocated = true;
                     (pc, prepare)
                 }
             };
@@ -223,7 +417,7 @@ impl<D: BlockDevice> Pool<D> {
             };
         }
         self.data_dirty = true;
-        Ok(usize::try_from(count).unwrap_or(out.len()))
+        Ok((usize::try_from(count).unwrap_or(out.len()), allocated))
     }
 
     /// Deallocates the clusters wholly inside the range: they read as zeros from now on, and are

@@ -74,6 +74,10 @@ pub struct Pool<D: BlockDevice> {
     /// Data writes were mapped since the last device flush.
     pub(crate) data_dirty: bool,
     failed: Option<DeviceErrorKind>,
+    /// Write tickets not completed yet (`Pool::begin_write`).
+    pub(crate) writes_in_flight: u32,
+    /// How snapshots wait for detached writes (`Pool::set_quiesce`).
+    pub(crate) quiesce: Option<alloc::boxed::Box<dyn crate::map::Quiesce>>,
 }
 
 /// Frames of one commit, ready to write.
@@ -168,6 +172,8 @@ impl<D: BlockDevice> Pool<D> {
             pending: Vec::new(),
             data_dirty: false,
             failed: None,
+            writes_in_flight: 0,
+            quiesce: None,
         }
     }
 
@@ -276,6 +282,9 @@ impl<D: BlockDevice> Pool<D> {
     pub(crate) fn run(&mut self, rec: Record, growth: u64) -> Result<()> {
         self.check_usable()?;
         self.state.validate(&rec)?;
+        if rec.shares_volume_clusters() {
+            self.quiesce_writes();
+        }
         self.commit(Some(&rec), growth)?;
         self.state.apply(rec);
         self.state.alloc.release_pending();

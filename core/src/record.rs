@@ -75,3 +75,17 @@ pub(crate) enum Record {
         vcluster: u64,
     },
 }
+
+impl Record {
+    /// Whether applying it makes a volume's clusters shared (so in-place writes in flight must
+    /// land first).
+    pub(crate) fn shares_volume_clusters(&self) -> bool {
+        match self {
+            Record::CreateSnapshot { .. } | Record::CreateGroupSnapshot { .. } => true,
+            Record::CreateVolume { spec, .. } => {
+                matches!(spec.source, Some(crate::volume::ContentSource::Volume(_)))
+            }
+            _ => false,
+        }
+    }
+}
