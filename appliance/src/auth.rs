@@ -35,7 +35,7 @@ pub fn allowed(role: Role, service: &str, method: &str) -> bool {
 /// The List/Get RPCs: `ListVolumes`, `GetCapacity`, `ControllerGetVolume`,
 /// `ControllerGetCapabilities`, `GroupControllerGetCapabilities`, `GetVolumeGroupSnapshot`,
 /// `ListVolumeGroups`, `ControllerGetVolumeGroup`, ...
-fn is_read_only(method: &str) -> bool {
+pub(crate) fn is_read_only(method: &str) -> bool {
     let rest = method
         .strip_prefix("GroupController")
         .or_else(|| method.strip_prefix("Controller"))

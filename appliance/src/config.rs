@@ -17,6 +17,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9500";
 pub const DEFAULT_DEV_DIR: &str = "./edgevol-dev";
 /// The conventional NVMe/TCP port.
 pub const NVME_PORT: u16 = 4420;
+/// Where the metrics exporter listens in dev mode unless told otherwise.
+pub const DEV_METRICS_LISTEN: &str = "127.0.0.1:9501";
 /// Size of the sparse file pool `--dev` creates.
 pub const DEV_POOL_BYTES: u64 = 16 << 30;
 
@@ -58,6 +60,10 @@ pub struct Args {
     /// An extra topology segment KEY=VALUE; repeat for several.
     #[arg(long = "topology", value_parser = parse_segment)]
     pub topology: Vec<(String, String)>,
+    /// Address of the Prometheus exporter (plain HTTP, GET /metrics), or `off`. Default: off,
+    /// or 127.0.0.1:9501 with --dev (skipped with a warning if that port is taken).
+    #[arg(long, value_parser = parse_metrics_listen)]
+    pub metrics_listen: Option<MetricsListen>,
     /// Address of the NVMe/TCP target (discovery and I/O). Default 0.0.0.0:4420
     /// (127.0.0.1:4420 with --dev).
     #[arg(long)]
@@ -74,6 +80,7 @@ pub struct Args {
 struct FileConfig {
     appliance_id: Option<String>,
     listen: Option<SocketAddr>,
+    metrics: Option<FileMetrics>,
     data_dir: Option<PathBuf>,
     #[serde(default)]
     devices: Vec<PathBuf>,
@@ -81,6 +88,46 @@ struct FileConfig {
     #[serde(default)]
     topology: BTreeMap<String, String>,
     nvme: Option<FileNvme>,
+}
+
+/// `[metrics] listen = "ADDR"` or `"off"`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMetrics {
+    listen: Option<String>,
+}
+
+/// `--metrics-listen`: an address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsListen {
+    /// No exporter.
+    Off,
+    /// Listen here (port 0 picks a free port: tests).
+    At(SocketAddr),
+}
+
+fn parse_metrics_listen(s: &str) -> Result<MetricsListen, String> {
+    if s == "off" {
+        return Ok(MetricsListen::Off);
+    }
+    s.parse()
+        .map(MetricsListen::At)
+        .map_err(|e| format!("metrics listen {s:?}: {e} (expected HOST:PORT or off)"))
+}
+
+/// Where the Prometheus exporter listens.
+///
+/// Off by default on an appliance: the exporter speaks plain HTTP without authentication, so
+/// exposing it is a deliberate choice (bind it to the management network). Dev mode turns it on
+/// at [`DEV_METRICS_LISTEN`], on loopback only; since several dev daemons may run side by side
+/// (tests), that default is skipped with a warning if the port is taken, while an address that
+/// was asked for must bind or the daemon does not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetricsConfig {
+    /// The address, or `None`: no exporter.
+    pub listen: Option<SocketAddr>,
+    /// Whether a failure to bind only warns (the dev default).
+    pub best_effort: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -127,6 +174,8 @@ pub struct Config {
     pub appliance_id: Option<String>,
     /// The CSI endpoint.
     pub listen: SocketAddr,
+    /// The Prometheus exporter.
+    pub metrics: MetricsConfig,
     /// The state directory.
     pub data_dir: PathBuf,
     /// The pool's devices.
@@ -235,9 +284,26 @@ impl Config {
                 "nvme advertise address {advertise} is not an address hosts can connect to"
             )));
         }
+        let file_metrics = match file.metrics.and_then(|m| m.listen) {
+            Some(text) => Some(parse_metrics_listen(&text).map_err(ConfigError)?),
+            None => None,
+        };
+        let metrics = match args.metrics_listen.or(file_metrics) {
+            Some(MetricsListen::At(addr)) => MetricsConfig {
+                listen: Some(addr),
+                best_effort: false,
+            },
+            Some(MetricsListen::Off) => MetricsConfig::default(),
+            None if args.dev => MetricsConfig {
+                listen: Some(DEV_METRICS_LISTEN.parse().expect("valid default address")),
+                best_effort: true,
+            },
+            None => MetricsConfig::default(),
+        };
         Ok(Config {
             dev: args.dev,
             appliance_id,
+            metrics,
             listen: args
                 .listen
                 .or(file.listen)
@@ -363,6 +429,66 @@ mod tests {
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(c.nvme.listen.to_string(), "127.0.0.1:4420");
         assert_eq!(c.nvme.advertise.to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn metrics_are_on_in_dev_off_otherwise_and_configurable() {
+        let dev = Config::from_args(Args {
+            dev: true,
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(
+            dev.metrics,
+            MetricsConfig {
+                listen: Some(DEV_METRICS_LISTEN.parse().unwrap()),
+                best_effort: true
+            }
+        );
+        let base = || Args {
+            data_dir: Some("/tmp/x".into()),
+            devices: vec!["/dev/nvme0n1".into()],
+            nvme_advertise: Some("192.0.2.7".parse().unwrap()),
+            ..Args::default()
+        };
+        assert_eq!(
+            Config::from_args(base()).unwrap().metrics,
+            MetricsConfig::default()
+        );
+        let flag = parse_metrics_listen("0.0.0.0:9100").unwrap();
+        let c = Config::from_args(Args {
+            metrics_listen: Some(flag),
+            ..base()
+        })
+        .unwrap();
+        assert_eq!(c.metrics.listen, Some("0.0.0.0:9100".parse().unwrap()));
+        assert!(!c.metrics.best_effort, "an address asked for must bind");
+        let off = Config::from_args(Args {
+            dev: true,
+            metrics_listen: Some(parse_metrics_listen("off").unwrap()),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(off.metrics.listen, None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "[metrics]\nlisten = \"127.0.0.1:9700\"\n");
+        let c = Config::from_args(Args {
+            config: Some(path),
+            ..base()
+        })
+        .unwrap();
+        assert_eq!(c.metrics.listen, Some("127.0.0.1:9700".parse().unwrap()));
+        let path = write(dir.path(), "[metrics]\nlisten = \"nowhere\"\n");
+        let e = Config::from_args(Args {
+            config: Some(path),
+            ..base()
+        })
+        .unwrap_err()
+        .0;
+        assert!(
+            e.contains("nowhere") && e.contains("HOST:PORT or off"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -83,6 +83,8 @@ impl std::error::Error for DaemonError {}
 pub struct Running {
     /// Where the CSI endpoint listens.
     pub local_addr: SocketAddr,
+    /// Where the Prometheus exporter listens, if it runs.
+    pub metrics_addr: Option<SocketAddr>,
     /// The shared state.
     pub state: Arc<State>,
     stop: Arc<Notify>,
@@ -140,6 +142,8 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         error,
     })?;
 
+    let metrics_listener = bind_metrics(&config).await?;
+
     let mut topology = config.topology.clone();
     topology.insert(TOPOLOGY_KEY.to_owned(), appliance_id.clone());
     let state = Arc::new(State::new(appliance_id, topology));
@@ -174,7 +178,30 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         });
     }
 
+    let metrics = match metrics_listener {
+        Some(listener) => {
+            let sources = Arc::new(crate::metrics::Sources {
+                state: state.clone(),
+                subsystems: Some(target.subsystems.clone()),
+                devices: config.devices.clone(),
+            });
+            Some(
+                crate::metrics::MetricsServer::start(listener, sources).map_err(|error| {
+                    DaemonError::Listen {
+                        addr: config.metrics.listen.unwrap_or(config.listen),
+                        error,
+                    }
+                })?,
+            )
+        }
+        None => None,
+    };
+    let metrics_addr = metrics.as_ref().map(|m| m.local_addr);
+
     let server = tonic::transport::Server::builder()
+        .layer(crate::metrics::csi::CsiMetricsLayer::new(
+            state.metrics.clone(),
+        ))
         .layer(AuthLayer)
         .add_routes(crate::csi::routes(&state));
     let incoming = transport::incoming(listener, tls);
@@ -186,6 +213,9 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
                 .await
                 .map_err(DaemonError::Serve)?;
             target.stop().await;
+            if let Some(metrics) = metrics {
+                metrics.stop().await;
+            }
             // Calls have drained: make the data path's allocations durable before exiting.
             tokio::task::spawn_blocking(move || flush_pool(&state))
                 .await
@@ -198,11 +228,27 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     };
     Ok(Running {
         local_addr,
+        metrics_addr,
         state,
         stop,
         task,
         _lock: lock,
     })
+}
+
+/// Binds the exporter's listener (see [`config::MetricsConfig`] for when a failure only warns).
+async fn bind_metrics(config: &Config) -> Result<Option<TcpListener>, DaemonError> {
+    let Some(addr) = config.metrics.listen else {
+        return Ok(None);
+    };
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Ok(Some(listener)),
+        Err(error) if config.metrics.best_effort => {
+            tracing::warn!(%addr, %error, "metrics exporter not started (dev default address in use)");
+            Ok(None)
+        }
+        Err(error) => Err(DaemonError::Listen { addr, error }),
+    }
 }
 
 fn flush_pool(state: &State) -> Result<(), DaemonError> {

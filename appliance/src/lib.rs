@@ -11,6 +11,7 @@ pub mod auth;
 pub mod config;
 pub mod csi;
 pub mod daemon;
+pub mod metrics;
 pub mod naming;
 pub mod nvme;
 pub mod pool;

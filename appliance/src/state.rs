@@ -44,6 +44,8 @@ pub struct State {
     pool: OnceLock<Mutex<Pool<PoolDevice>>>,
     /// The NVMe/TCP target, once listening.
     target: OnceLock<TargetInfo>,
+    /// What the metrics exporter counts as the appliance runs.
+    pub metrics: Arc<crate::metrics::Registry>,
 }
 
 impl State {
@@ -54,6 +56,7 @@ impl State {
             topology,
             pool: OnceLock::new(),
             target: OnceLock::new(),
+            metrics: Arc::default(),
         }
     }
 
@@ -105,12 +108,19 @@ impl State {
             ));
         }
         let state = self.clone();
+        // Serving a mutating CSI call: time its hold of the pool (metadata commit latency).
+        let mutation = crate::metrics::csi::current_mutation();
         tokio::task::spawn_blocking(move || {
             let pool = state.pool().expect("checked ready");
             let mut pool = pool
                 .lock()
                 .map_err(|_| Status::internal("pool lock poisoned by an earlier failure"))?;
-            f(&state, &mut pool)
+            let started = std::time::Instant::now();
+            let result = f(&state, &mut pool);
+            if let (Some(method), Ok(_)) = (mutation, &result) {
+                state.metrics.observe_commit(&method, started.elapsed());
+            }
+            result
         })
         .await
         .map_err(|e| Status::internal(format!("pool task failed: {e}")))?
