@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use edgevol_cli::proxy;
+use edgevol_cli::{proxy, status};
 use edgevol_pki::files::{self, Pair, LEAF_DAYS};
 use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_pki::{Role, Validity};
@@ -44,6 +44,57 @@ enum Command {
         #[arg(long)]
         server_name: Option<String>,
     },
+    /// Pool capacity, health and connected hosts of an appliance (observer role is enough).
+    Status {
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// List the appliance's volumes.
+    Volumes {
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// List the appliance's snapshots.
+    Snapshots {
+        #[command(flatten)]
+        conn: Connection,
+    },
+}
+
+/// How `status`, `volumes` and `snapshots` reach the appliance.
+#[derive(Debug, clap::Args)]
+struct Connection {
+    /// The appliance's CSI endpoint, HOST:PORT.
+    #[arg(long)]
+    appliance: String,
+    /// The appliance CA certificate.
+    #[arg(long)]
+    ca: PathBuf,
+    /// Our client certificate (an observer certificate is enough).
+    #[arg(long)]
+    cert: PathBuf,
+    /// Our client key.
+    #[arg(long)]
+    key: PathBuf,
+    /// Name to verify in the appliance certificate (default: HOST).
+    #[arg(long)]
+    server_name: Option<String>,
+    /// The appliance's metrics exporter, HOST:PORT: pool usage, device health and connected
+    /// hosts, which CSI has no call for.
+    #[arg(long)]
+    metrics: Option<String>,
+}
+
+impl Connection {
+    async fn channel(&self) -> Result<tonic::transport::Channel, String> {
+        let tls = client_config(TlsFiles {
+            ca: &self.ca,
+            cert: &self.cert,
+            key: &self.key,
+        })
+        .map_err(|e| e.to_string())?;
+        status::connect(&self.appliance, self.server_name.as_deref(), tls).await
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -149,7 +200,42 @@ fn run(command: Command) -> Result<(), String> {
                 Ok(())
             })
         }
+        Command::Status { conn } => show(&conn, Show::Status),
+        Command::Volumes { conn } => show(&conn, Show::Volumes),
+        Command::Snapshots { conn } => show(&conn, Show::Snapshots),
     }
+}
+
+fn show(conn: &Connection, what: Show) -> Result<(), String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let text = runtime.block_on(async {
+        let channel = conn.channel().await?;
+        match what {
+            Show::Status => {
+                let report = status::status(&channel, conn.metrics.as_deref()).await?;
+                Ok::<_, String>(status::render_status(&report))
+            }
+            Show::Volumes => {
+                let rows = status::volumes(&channel).await?;
+                let metrics = match &conn.metrics {
+                    Some(addr) => Some(status::fetch_metrics(addr).await?),
+                    None => None,
+                };
+                Ok(status::render_volumes(&rows, metrics.as_ref()))
+            }
+            Show::Snapshots => Ok(status::render_snapshots(
+                &status::snapshots(&channel).await?,
+            )),
+        }
+    })?;
+    print!("{text}");
+    Ok(())
+}
+
+enum Show {
+    Status,
+    Volumes,
+    Snapshots,
 }
 
 fn print_pair(what: &str, pair: &Pair) {
