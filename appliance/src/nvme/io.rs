@@ -2,26 +2,43 @@
 //!
 //! # Locking and durability
 //!
-//! Every command runs on the blocking pool under the pool mutex, mapping *and* device I/O: the
-//! mapping is only valid while the lock is held. Releasing it between `map_write` and the data
-//! write would let a concurrent snapshot share the cluster before our data lands in it (the
-//! snapshot would change after it was taken), and a concurrent trim + flush could free and hand
-//! the cluster to another volume (our write would land in its data). Doing the I/O through a
-//! second handle outside the lock needs in-flight fencing in core (pin a cluster until its I/O
-//! ends); until then correctness wins and the data path is serialized per pool.
+//! Mapping runs under the pool mutex; device I/O of reads and of writes into clusters the volume
+//! already owns alone runs *outside* it, on the blocking pool, through a second handle on the
+//! pool's device ([`DataPath`], opened by path: `pread`/`pwrite` on the same file or block
+//! device). Core makes that safe (`edgevol_core` data-path docs):
+//!
+//! - [`Pool::begin_read`] / [`Pool::begin_write`] pin the physical clusters of the I/O until
+//!   [`Pool::complete`]: a cluster trimmed, deallocated or freed by a volume/snapshot deletion and
+//!   a flush meanwhile stays held and is never handed to another volume while we still touch it.
+//!   Tickets are completed by a guard, on every path (errors, a dropped connection).
+//! - A write that allocates (first write of a cluster, copy-on-write) makes the new mapping
+//!   visible at once, so its zero-fill/copy and data are written before the lock is released,
+//!   as before. Steady-state writes (in place) do not allocate.
+//! - A detached write is counted in the [`Gate`] while the pool lock is still held; the gate is
+//!   the pool's [`Quiesce`] hook, so a snapshot, group snapshot or clone (which holds the lock)
+//!   waits until every detached write has landed: the snapshot contains each write completed or
+//!   in flight before it, and nothing written after it returns. Leaving the gate does not need
+//!   the pool lock, so the wait cannot deadlock.
 //!
 //! Core's rule is followed as written: a Write is acknowledged once its data (and any
 //! copy-on-write or zero-fill of the rest of a new cluster, done *before* the data) is written to
 //! the device; with FUA, or with the volatile write cache disabled, only after [`Pool::flush`]
-//! too. NVMe Flush is [`Pool::flush`]. Holes are read as zeros without touching the device.
+//! too (its `fdatasync` on the pool's handle covers writes through ours: same file). NVMe Flush
+//! is [`Pool::flush`]. Holes are read as zeros without touching the device.
 
-use edgevol_core::{BlockDevice, DeviceError, Pool, Prepare, ReadSegment, VolumeId, WriteSegment};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use edgevol_core::{
+    BlockDevice, DeviceError, IoTicket, Pool, Prepare, Quiesce, ReadSegment, VolumeId, WriteSegment,
+};
+use edgevol_hal::{BlockOptions, FileDevice, LinuxBlockDevice};
 use edgevol_nvmeof::io_cmd::{IoCommand, DSM_RANGE_LEN};
 use edgevol_nvmeof::status::StatusCode;
 
 use super::stats::IoKind;
 use super::status::{from_core, from_device, TargetStatus};
 use crate::pool::PoolDevice;
+use crate::state::State;
 
 /// Segments mapped per `map_write` call.
 const SEGMENTS: usize = 16;
@@ -207,16 +224,27 @@ fn write(pool: &mut Pool<Dev>, vol: VolumeId, off: u64, data: &[u8]) -> Result<(
             return Err(StatusCode::InternalError.into());
         }
         for seg in segs.iter().take(n) {
-            prepare(pool, seg)?;
-            let start = to_usize(seg.offset - off)?;
-            let part = data
-                .get(start..start + to_usize(seg.len)?)
-                .ok_or(StatusCode::InternalError)?;
-            dev_write(pool.device_mut(), seg.device_offset, part)?;
+            write_segment(pool, seg, off, data)?;
             done += seg.len;
         }
     }
     Ok(())
+}
+
+/// Prepares `seg`'s cluster as core asks, then writes its part of `data` (which starts at volume
+/// offset `off`), through the pool's own handle.
+fn write_segment(
+    pool: &mut Pool<Dev>,
+    seg: &WriteSegment,
+    off: u64,
+    data: &[u8],
+) -> Result<(), TargetStatus> {
+    prepare(pool, seg)?;
+    let start = to_usize(seg.offset - off)?;
+    let part = data
+        .get(start..start + to_usize(seg.len)?)
+        .ok_or(StatusCode::InternalError)?;
+    dev_write(pool.device_mut(), seg.device_offset, part)
 }
 
 /// Write Zeroes: whole clusters are unmapped (they read as zeros); partial clusters that hold
@@ -278,6 +306,284 @@ fn deallocate_ranges(pool: &mut Pool<Dev>, req: &Request, ranges: u32) -> Result
             .ok_or(StatusCode::LbaOutOfRange)?;
         let len = u64::from(nlb) << req.lba_shift;
         pool.trim(req.volume, off, len).map_err(|e| from_core(&e))?;
+    }
+    Ok(())
+}
+
+/// Detached writes whose device I/O has not ended: the pool's [`Quiesce`] hook.
+#[derive(Debug, Default)]
+pub struct Gate {
+    running: Mutex<u64>,
+    idle: Condvar,
+}
+
+impl Gate {
+    fn count(&self) -> MutexGuard<'_, u64> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a detached write in; call with the pool lock held, before releasing it.
+    fn enter(self: &Arc<Self>) -> GateGuard {
+        *self.count() += 1;
+        GateGuard(self.clone())
+    }
+
+    /// Detached writes running now.
+    pub fn running(&self) -> u64 {
+        *self.count()
+    }
+}
+
+impl Quiesce for Gate {
+    fn wait_writes_landed(&self) {
+        let mut n = self.count();
+        while *n > 0 {
+            n = self.idle.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// A detached write in the gate; leaves it when dropped (the write's I/O has ended).
+struct GateGuard(Arc<Gate>);
+
+impl Drop for GateGuard {
+    fn drop(&mut self) {
+        let mut n = self.0.count();
+        *n -= 1;
+        if *n == 0 {
+            self.0.idle.notify_all();
+        }
+    }
+}
+
+/// The second handle on the pool's device, for I/O outside the pool lock.
+#[derive(Debug)]
+enum DataDevice {
+    File(FileDevice),
+    Block(LinuxBlockDevice),
+}
+
+/// The data path outside the pool lock: our device handle and the gate.
+#[derive(Debug)]
+pub struct DataPath {
+    dev: DataDevice,
+    gate: Arc<Gate>,
+}
+
+impl DataPath {
+    /// Opens a second handle on the pool's device and installs the gate as the pool's quiesce
+    /// hook. Call under the pool lock, once.
+    pub fn open(pool: &mut Pool<Dev>) -> Result<Self, edgevol_hal::Error> {
+        let dev = match pool.device_mut() {
+            PoolDevice::File(d) => DataDevice::File(FileDevice::open(d.path())?),
+            PoolDevice::Block(d) => {
+                let opts = BlockOptions {
+                    // We hold the exclusive open already.
+                    exclusive: false,
+                    block_size: Some(BlockDevice::block_size(d)),
+                    ..BlockOptions::default()
+                };
+                DataDevice::Block(LinuxBlockDevice::open_with(d.path(), &opts)?)
+            }
+        };
+        let gate = Arc::new(Gate::default());
+        pool.set_quiesce(Box::new(gate.clone()));
+        Ok(DataPath { dev, gate })
+    }
+
+    /// The gate (for tests and diagnostics).
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    fn block(&self, offset: u64) -> Result<u64, TargetStatus> {
+        let bs = u64::from(match &self.dev {
+            DataDevice::File(d) => d.block_size(),
+            DataDevice::Block(d) => d.block_size(),
+        });
+        if !offset.is_multiple_of(bs) {
+            return Err(StatusCode::InternalError.into());
+        }
+        Ok(offset / bs)
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), TargetStatus> {
+        let block = self.block(offset)?;
+        match &self.dev {
+            DataDevice::File(d) => d.read_blocks(block, buf),
+            DataDevice::Block(d) => d.read_blocks(block, buf),
+        }
+        .map_err(|e| from_device(e.kind()))
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), TargetStatus> {
+        let block = self.block(offset)?;
+        match &self.dev {
+            DataDevice::File(d) => d.write_blocks(block, data),
+            DataDevice::Block(d) => d.write_blocks(block, data),
+        }
+        .map_err(|e| from_device(e.kind()))
+    }
+}
+
+/// The pool, locked.
+fn lock(state: &State) -> Result<MutexGuard<'_, Pool<Dev>>, TargetStatus> {
+    state
+        .pool()
+        .ok_or(StatusCode::InternalError)?
+        .lock()
+        .map_err(|_| StatusCode::InternalError.into())
+}
+
+/// Tickets to complete, under the pool lock, when dropped: on every path out of a command.
+struct Tickets<'a> {
+    state: &'a State,
+    held: Vec<IoTicket>,
+}
+
+impl Tickets<'_> {
+    fn complete_in(&mut self, pool: &mut Pool<Dev>) {
+        for t in self.held.drain(..) {
+            pool.complete(t);
+        }
+    }
+}
+
+impl Drop for Tickets<'_> {
+    fn drop(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        match lock(self.state) {
+            Ok(mut pool) => self.complete_in(&mut pool),
+            // A poisoned pool serves nothing more; the pins go with the process.
+            Err(_) => tracing::error!("pool lock poisoned: I/O tickets left pinned"),
+        }
+    }
+}
+
+/// Executes `req` on the blocking pool: reads and in-place writes do their device I/O outside
+/// the pool lock through `data`; everything else runs under it ([`execute`]).
+pub fn run(state: &State, data: &DataPath, req: &Request) -> Result<Vec<u8>, TargetStatus> {
+    match req.cmd {
+        IoCommand::Read { slba, blocks, .. } => {
+            let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
+            read_detached(state, data, req.volume, off, len)
+        }
+        IoCommand::Write {
+            slba, blocks, fua, ..
+        } if !req.readonly => {
+            let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
+            if req.data.len() != to_usize(len)? {
+                return Err(StatusCode::DataSglLengthInvalid.into());
+            }
+            write_detached(state, data, req.volume, off, &req.data, fua || !req.wce)?;
+            Ok(Vec::new())
+        }
+        _ => execute(&mut *lock(state)?, req),
+    }
+}
+
+fn read_detached(
+    state: &State,
+    data: &DataPath,
+    vol: VolumeId,
+    off: u64,
+    len: u64,
+) -> Result<Vec<u8>, TargetStatus> {
+    let mut tickets = Tickets {
+        state,
+        held: Vec::new(),
+    };
+    let mut segments = Vec::new();
+    {
+        let mut pool = lock(state)?;
+        let mut done = 0;
+        let mut segs = [ReadSegment::Zero { len: 0 }; SEGMENTS];
+        while done < len {
+            let (n, ticket) = pool
+                .begin_read(vol, off + done, len - done, &mut segs)
+                .map_err(|e| from_core(&e))?;
+            tickets.held.push(ticket);
+            if n == 0 {
+                return Err(StatusCode::InternalError.into());
+            }
+            for seg in &segs[..n] {
+                done += seg.len();
+                segments.push(*seg);
+            }
+        }
+    }
+    let mut buf = vec![0u8; to_usize(len)?];
+    let mut at = 0usize;
+    for seg in segments {
+        let n = to_usize(seg.len())?;
+        let part = buf.get_mut(at..at + n).ok_or(StatusCode::InternalError)?;
+        if let ReadSegment::Data { device_offset, .. } = seg {
+            data.read(device_offset, part)?;
+        }
+        at += n;
+    }
+    drop(tickets);
+    Ok(buf)
+}
+
+fn write_detached(
+    state: &State,
+    data_path: &DataPath,
+    vol: VolumeId,
+    off: u64,
+    data: &[u8],
+    flush: bool,
+) -> Result<(), TargetStatus> {
+    let len = u64::try_from(data.len()).map_err(|_| StatusCode::InternalError)?;
+    let mut tickets = Tickets {
+        state,
+        held: Vec::new(),
+    };
+    let mut detached = Vec::new();
+    let mut gate = None;
+    {
+        let mut pool = lock(state)?;
+        let mut done = 0u64;
+        let mut segs = [WriteSegment::EMPTY; SEGMENTS];
+        while done < len {
+            let (n, ticket) = pool
+                .begin_write(vol, off + done, len - done, &mut segs)
+                .map_err(|e| from_core(&e))?;
+            if n == 0 {
+                pool.complete(ticket);
+                return Err(StatusCode::InternalError.into());
+            }
+            if ticket.detachable() {
+                // In the gate before the lock goes: a snapshot now waits for this write.
+                gate.get_or_insert_with(|| data_path.gate.enter());
+                detached.extend_from_slice(&segs[..n]);
+                tickets.held.push(ticket);
+            } else {
+                // Allocated: the new mapping is visible, so fill it before anyone looks.
+                let result = segs[..n]
+                    .iter()
+                    .try_for_each(|seg| write_segment(&mut pool, seg, off, data));
+                pool.complete(ticket);
+                result?;
+            }
+            done += segs[..n].iter().map(|s| s.len).sum::<u64>();
+        }
+    }
+    let landed = detached.iter().try_for_each(|seg| {
+        let start = to_usize(seg.offset - off)?;
+        let part = data
+            .get(start..start + to_usize(seg.len)?)
+            .ok_or(StatusCode::InternalError)?;
+        data_path.write(seg.device_offset, part)
+    });
+    drop(gate);
+    let mut pool = lock(state)?;
+    tickets.complete_in(&mut pool);
+    landed?;
+    if flush {
+        pool.flush().map_err(|e| from_core(&e))?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use edgevol_core::VolumeId;
@@ -17,6 +17,7 @@ use crate::naming::{parse_subsystem_nqn, DISCOVERY_NQN};
 use crate::state::{HostAccess, State};
 
 use super::controller::{Controller, Kind, DISCOVERY_KATO};
+use super::io::DataPath;
 use super::stats::IoStats;
 
 /// Highest dynamic controller id (`NVME_CNTLID_MAX`).
@@ -37,6 +38,9 @@ pub struct Subsystems {
     next_cntlid: Mutex<u16>,
     /// Bumped when access changes in a way the discovery log must show.
     changes: AtomicU64,
+    /// I/O outside the pool lock, once opened (`None`: the second handle could not be opened,
+    /// so every command runs under the lock).
+    data: OnceLock<Option<Arc<DataPath>>>,
 }
 
 /// Who a Connect wants, before the pool is asked.
@@ -64,7 +68,30 @@ impl Subsystems {
             controllers: Mutex::new(BTreeMap::new()),
             next_cntlid: Mutex::new(1),
             changes: AtomicU64::new(0),
+            data: OnceLock::new(),
         })
+    }
+
+    /// The data path outside the pool lock, opened on first use. Blocking (locks the pool).
+    pub fn data_path(&self) -> Option<Arc<DataPath>> {
+        if let Some(d) = self.data.get() {
+            return d.clone();
+        }
+        let pool = self.state.pool()?;
+        let mut pool = pool.lock().ok()?;
+        // Checked again under the lock: one opener installs the quiesce hook.
+        if let Some(d) = self.data.get() {
+            return d.clone();
+        }
+        let opened = match DataPath::open(&mut pool) {
+            Ok(d) => Some(Arc::new(d)),
+            Err(e) => {
+                tracing::warn!(%e, "no second device handle: NVMe I/O runs under the pool lock");
+                None
+            }
+        };
+        let _ = self.data.set(opened.clone());
+        opened
     }
 
     fn table(&self) -> MutexGuard<'_, BTreeMap<u16, Arc<Controller>>> {

@@ -369,13 +369,19 @@ impl Conn {
             data,
         };
         let (kind, bytes) = request.accounting();
-        let state = self.subs.state.clone();
+        let subs = self.subs.clone();
         self.inflight.spawn(async move {
             let started = StdInstant::now();
-            let result = state
-                .with_pool(move |_, pool| Ok(io::execute(pool, &request)))
-                .await
-                .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
+            // Mapping under the pool lock, device I/O outside it where core allows (io.rs).
+            let result = tokio::task::spawn_blocking(move || match subs.data_path() {
+                Some(data) => io::run(&subs.state, &data, &request),
+                None => match subs.state.pool().map(|p| p.lock()) {
+                    Some(Ok(mut pool)) => io::execute(&mut pool, &request),
+                    _ => Err(StatusCode::InternalError.into()),
+                },
+            })
+            .await
+            .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
             Done {
                 tag,
                 result,
