@@ -21,6 +21,8 @@
 #                        the log (the VM keeps running; its pid is written to --pidfile). For
 #                        long-lived VMs (appliance, nodes). Stop it with: kill "$(cat PIDFILE)"
 #   --pidfile FILE       where --detach-on writes QEMU's pid (default: qemu/.cache/run/NAME.pid)
+#   --lifetime SECS      with --detach-on: a watchdog kills the detached VM after SECS even if
+#                        its caller never stops it (default: no limit)
 # Exit: 0 pass, 1 fail (guest command failed, fail marker or missing pass marker), 124 timeout,
 #       2 usage/setup error.
 #
@@ -41,7 +43,7 @@ KERNEL="$KDIR/boot/vmlinuz-$EDGEVOL_KERNEL_RELEASE"
 MODDIR="$KDIR/lib/modules/$EDGEVOL_KERNEL_RELEASE"
 
 name=guest cmd=true timeout_s=120 log="" pass_marker="" fail_marker="Kernel panic"
-mem=512 smp=1 append="" accel=tcg detach_on="" pidfile=""
+mem=512 smp=1 append="" accel=tcg detach_on="" pidfile="" lifetime=""
 bins=() files=() modules=() qemu_extra=()
 
 die() { echo "run-guest: $*" >&2; exit 2; }
@@ -62,6 +64,7 @@ while (($#)); do
     --accel) accel="$2"; shift 2 ;;
     --detach-on) detach_on="$2"; shift 2 ;;
     --pidfile) pidfile="$2"; shift 2 ;;
+    --lifetime) lifetime="$2"; shift 2 ;;
     --) shift; qemu_extra=("$@"); break ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -170,6 +173,9 @@ start=$(date +%s)
 if [[ -n "$detach_on" ]]; then
     # The initramfs is read by QEMU at start only; the temp dir goes when this script exits.
     "${qemu_cmd[@]}" -daemonize -pidfile "$pidfile" || die "qemu failed to start"
+    if [[ -n "$lifetime" ]]; then
+        setsid bash -c "sleep $lifetime; kill $(cat "$pidfile") 2>/dev/null" </dev/null >/dev/null 2>&1 &
+    fi
     while ! grep -qF -- "$detach_on" "$log"; do
         if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
             echo "run-guest: $name: VM exited before '$detach_on' (log: $log)" >&2; exit 1

@@ -72,6 +72,10 @@ pub struct Args {
     /// Default: the listen address, which must then not be 0.0.0.0 or ::.
     #[arg(long)]
     pub nvme_advertise: Option<IpAddr>,
+    /// Format a blank device (first MiB all zero, no partition table or filesystem signature)
+    /// instead of refusing it: an appliance's first boot on a new drive. Never formats over data.
+    #[arg(long)]
+    pub format_blank: bool,
 }
 
 /// The config file. Relative paths are relative to the file's directory.
@@ -88,6 +92,8 @@ struct FileConfig {
     #[serde(default)]
     topology: BTreeMap<String, String>,
     nvme: Option<FileNvme>,
+    #[serde(default)]
+    format_blank: bool,
 }
 
 /// `[metrics] listen = "ADDR"` or `"off"`.
@@ -186,6 +192,8 @@ pub struct Config {
     pub topology: BTreeMap<String, String>,
     /// The NVMe/TCP target.
     pub nvme: NvmeConfig,
+    /// Format a blank device instead of refusing it (`--format-blank`).
+    pub format_blank: bool,
 }
 
 /// A configuration error: one line naming the file, flag or value at fault.
@@ -316,6 +324,7 @@ impl Config {
                 listen: nvme_listen,
                 advertise,
             },
+            format_blank: args.format_blank || file.format_blank,
         })
     }
 }
@@ -553,6 +562,17 @@ ca = "pki/ca.pem"
         assert_eq!(c.tls.ca, dir.path().join("pki/ca.pem"));
         assert_eq!(c.tls.key, dir.path().join("state/pki/server.key"));
         assert_eq!(c.topology["example.com/rack"], "r7");
+        assert!(!c.format_blank, "off unless asked for");
+        let path = write(
+            dir.path(),
+            "format_blank = true\ndata_dir = \"s\"\ndevices = [\"d\"]\n[nvme]\nadvertise = \"192.0.2.1\"",
+        );
+        let c = Config::from_args(Args {
+            config: Some(path),
+            ..Args::default()
+        })
+        .unwrap();
+        assert!(c.format_blank);
     }
 
     #[test]

@@ -159,8 +159,8 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let fatal = Arc::new(Mutex::new(None));
     {
         let (state, stop, fatal) = (state.clone(), stop.clone(), fatal.clone());
-        let (devices, dev) = (config.devices.clone(), config.dev);
-        tokio::task::spawn_blocking(move || match pool::open(&devices, dev) {
+        let (devices, dev, blank) = (config.devices.clone(), config.dev, config.format_blank);
+        tokio::task::spawn_blocking(move || match pool::open_with(&devices, dev, blank) {
             Ok(pool) => {
                 let c = pool.capacity();
                 tracing::info!(

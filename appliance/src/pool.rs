@@ -1,16 +1,20 @@
 //! Opening the pool behind the volumes: core's [`Pool`] on a hal device.
 //!
 //! A device that holds an edgevol pool is opened (core recovers it). In dev mode a pool file
-//! that was never written (created just now, or still fully sparse) is formatted; anything
-//! else that holds no pool is refused, never formatted over.
+//! that was never written (created just now, or still fully sparse) is formatted. With
+//! `format_blank` (an appliance's first boot), a device whose first MiB is all zero and that
+//! carries no known signature (hal's [`check_formattable`]) is formatted too: a new NVMe drive
+//! reads as zeros. Anything else that holds no pool is refused, never formatted over.
 
 use std::fmt;
 use std::fs;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use edgevol_core::{BlockDevice, Corruption, ErrorType, FormatOptions, Pool};
+use edgevol_hal::discovery::check_formattable;
 use edgevol_hal::{FileDevice, LinuxBlockDevice};
 
 use crate::config::DEV_POOL_BYTES;
@@ -115,9 +119,22 @@ impl BlockDevice for PoolDevice {
     }
 }
 
+/// How much of a device must read as zeros, from its start, before `format_blank` formats it.
+pub const BLANK_PROBE_BYTES: usize = 1 << 20;
+
 /// Opens the pool on `devices` (formatting a never-written dev pool file first). Blocking: run
 /// it off the reactor.
 pub fn open(devices: &[PathBuf], dev: bool) -> Result<Pool<PoolDevice>, PoolError> {
+    open_with(devices, dev, false)
+}
+
+/// As [`open`]; with `format_blank`, also formats a blank device (first MiB all zero, no
+/// signature) instead of refusing it. A device holding anything else is still refused.
+pub fn open_with(
+    devices: &[PathBuf],
+    dev: bool,
+    format_blank: bool,
+) -> Result<Pool<PoolDevice>, PoolError> {
     let path = match devices {
         [one] => one,
         _ => return Err(PoolError::SeveralDevices(devices.len())),
@@ -130,6 +147,9 @@ pub fn open(devices: &[PathBuf], dev: bool) -> Result<Pool<PoolDevice>, PoolErro
     let meta = fs::metadata(path).map_err(|e| device_err(&e))?;
     // A file with no allocated blocks was never written: it cannot hold anyone's data.
     let never_written = created || (meta.is_file() && meta.blocks() == 0);
+    // Probed before the device is opened for the pool: an edgevol pool starts with its
+    // superblocks, so it is never blank and is never formatted over.
+    let blank = format_blank && !never_written && is_blank(path).map_err(|e| device_err(&e))?;
     let device = if meta.file_type().is_block_device() {
         PoolDevice::Block(LinuxBlockDevice::open(path).map_err(|e| device_err(&e))?)
     } else if meta.is_file() {
@@ -141,7 +161,7 @@ pub fn open(devices: &[PathBuf], dev: bool) -> Result<Pool<PoolDevice>, PoolErro
         path: path.clone(),
         error,
     };
-    if dev && never_written {
+    if (dev && never_written) || blank {
         tracing::info!(device = %path.display(), "formatting a new pool");
         return Pool::format(device, FormatOptions::new(new_uuid()?, CLUSTER_SIZE))
             .map_err(core_err);
@@ -152,6 +172,30 @@ pub fn open(devices: &[PathBuf], dev: bool) -> Result<Pool<PoolDevice>, PoolErro
             Err(PoolError::NotAPool(path.clone()))
         }
         Err(e) => Err(core_err(e)),
+    }
+}
+
+/// Whether `path` reads as zeros over its first [`BLANK_PROBE_BYTES`] (or all of it, if
+/// shorter) and hal finds no signature on it.
+fn is_blank(path: &Path) -> Result<bool, String> {
+    let file = fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut head = vec![0u8; BLANK_PROBE_BYTES];
+    let mut n = 0;
+    while n < head.len() {
+        match file.read_at(&mut head[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if head[..n].iter().any(|b| *b != 0) {
+        return Ok(false);
+    }
+    match check_formattable(path, false) {
+        Ok(()) => Ok(true),
+        Err(edgevol_hal::Error::Refused { .. }) => Ok(false),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -221,10 +265,64 @@ mod tests {
             }
         }
         assert_eq!(fs::read(&path).unwrap(), data, "untouched");
+        match open_with(std::slice::from_ref(&path), false, true) {
+            Err(PoolError::NotAPool(p)) => assert_eq!(p, path),
+            other => panic!("format_blank must refuse foreign data, got {other:?}"),
+        }
+        assert_eq!(fs::read(&path).unwrap(), data, "untouched");
         let two = [path.clone(), path.clone()];
         assert!(matches!(
             open(&two, true),
             Err(PoolError::SeveralDevices(2))
         ));
+    }
+
+    /// A written (not sparse) all-zero device: what a new drive looks like.
+    fn zeroed(path: &Path, bytes: usize) {
+        fs::write(path, vec![0u8; bytes]).unwrap();
+        assert!(
+            fs::metadata(path).unwrap().blocks() > 0,
+            "allocated, not sparse"
+        );
+    }
+
+    #[test]
+    fn format_blank_formats_a_zeroed_device_once_then_reopens_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drive.img");
+        zeroed(&path, 64 << 20);
+        let one = std::slice::from_ref(&path);
+        match open(one, false) {
+            Err(PoolError::NotAPool(_)) => {}
+            other => panic!("without format_blank a blank drive is refused, got {other:?}"),
+        }
+        let pool = open_with(one, false, true).unwrap();
+        let uuid = pool.uuid();
+        assert!(pool.capacity().total > 0);
+        drop(pool);
+        for format_blank in [true, false] {
+            let pool = open_with(one, false, format_blank).unwrap();
+            assert_eq!(pool.uuid(), uuid, "reopened, not reformatted");
+        }
+    }
+
+    #[test]
+    fn format_blank_refuses_any_data_in_the_first_mib() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drive.img");
+        // No signature hal knows, but not blank: someone's data.
+        for offset in [0usize, 4096, BLANK_PROBE_BYTES - 1] {
+            zeroed(&path, 64 << 20);
+            let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.write_all_at(&[0x5a], offset as u64).unwrap();
+            drop(f);
+            match open_with(std::slice::from_ref(&path), false, true) {
+                Err(PoolError::NotAPool(_)) => {}
+                other => panic!("byte at {offset}: expected NotAPool, got {other:?}"),
+            }
+            let data = fs::read(&path).unwrap();
+            assert_eq!(data[offset], 0x5a, "untouched");
+            assert_eq!(data.iter().filter(|b| **b != 0).count(), 1, "untouched");
+        }
     }
 }

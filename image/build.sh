@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Build the edgevol appliance firmware image, in one command:
+#   image/out/vmlinuz        the pinned Debian cloud kernel (qemu/versions.env)
+#   image/out/initramfs.gz   busybox (pinned busybox-static .deb), static musl edgevold + edgevol
+#                            (for `edgevol pki` on first boot), virtio modules, image/init
+#   image/out/edgevol.img    raw disk, MBR: p1 FAT "EDGEVOLBOOT" (syslinux from the pinned
+#                            syslinux-common .deb, BIOS boot: kernel + initramfs + syslinux.cfg),
+#                            p2 ext4 "EDGEVOL-PERSIST" (edgevold.toml, network.conf; PKI and
+#                            daemon state are added by the first boot)
+# No root, no loop devices: partitions are built as files (mkfs.fat + mtools, mkfs.ext4 -d) and
+# copied into the disk at their offsets; `syslinux --offset` installs the boot loader in place.
+#
+# usage: image/build.sh [--out DIR] [--config FILE] [--network FILE]
+#   --config/--network replace image/defaults/{edgevold.toml,network.conf} on the persistent
+#   partition. Prints the artifact sizes. Needs: scripts/setup-qemu.sh (kernel), apt packages
+#   from image/versions.env (installed when missing).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$ROOT/qemu/versions.env"
+. "$ROOT/image/versions.env"
+. "$ROOT/scripts/lib.sh"
+
+out="$ROOT/image/out" config="$ROOT/image/defaults/edgevold.toml" network="$ROOT/image/defaults/network.conf"
+while (($#)); do
+    case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --config) config="$2"; shift 2 ;;
+    --network) network="$2"; shift 2 ;;
+    *) echo "build.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+t0=$SECONDS
+"$ROOT/scripts/setup-qemu.sh" >/dev/null
+apt_need $EDGEVOL_IMAGE_APT_PACKAGES
+CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
+KDIR="$CACHE/kernel/$EDGEVOL_KERNEL_RELEASE"
+MODDIR="$KDIR/lib/modules/$EDGEVOL_KERNEL_RELEASE"
+
+# --- pinned Debian packages, unpacked once ------------------------------------------------------
+debs="$CACHE/image-debs"
+mkdir -p "$debs"
+chmod 0755 "$debs"
+for spec in $EDGEVOL_IMAGE_DEBS; do
+    pkg="${spec%%=*}" ver="${spec#*=}"
+    dir="$debs/$pkg"
+    if [[ ! -f "$dir/.version" || "$(cat "$dir/.version")" != "$ver" ]]; then
+        log "fetching $pkg=$ver"
+        tmp="$(mktemp -d "$debs/dl.XXXXXX")"
+        chmod 0755 "$tmp"
+        (cd "$tmp" && apt-get download "$pkg=$ver" >&2) ||
+            { apt-get update -qq && (cd "$tmp" && apt-get download "$pkg=$ver" >&2); }
+        rm -rf "$dir"
+        dpkg-deb -x "$tmp"/*.deb "$dir"
+        echo "$ver" >"$dir/.version"
+        rm -rf "$tmp"
+    fi
+done
+BUSYBOX="$debs/busybox-static/bin/busybox"
+SYSLINUX_DIR="$debs/syslinux-common/usr/lib/syslinux"
+[[ -x "$BUSYBOX" && -f "$SYSLINUX_DIR/mbr/mbr.bin" && -f "$SYSLINUX_DIR/modules/bios/ldlinux.c32" ]] ||
+    { echo "build.sh: pinned packages lack busybox or syslinux files" >&2; exit 1; }
+
+# --- static daemon + CLI (ring's C code needs musl-gcc) -----------------------------------------
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
+log "cargo build (static, $EDGEVOL_GUEST_TARGET): edgevold, edgevol"
+cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-appliance -p edgevol-cli >&2
+BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
+for b in edgevold edgevol; do
+    file "$BIN/$b" | grep -q 'statically linked\|static-pie linked' ||
+        { echo "build.sh: $BIN/$b is not static" >&2; exit 1; }
+done
+
+# --- initramfs -----------------------------------------------------------------------------------
+mkdir -p "$out"
+work="$(mktemp -d "$out/.work.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+rootfs="$work/rootfs"
+mkdir -p "$rootfs"/{bin,sbin,etc,proc,sys,dev,tmp,run,persist,lib/modules,usr/bin,usr/sbin}
+install -m 0755 "$BUSYBOX" "$rootfs/bin/busybox"
+install -m 0755 "$BIN/edgevold" "$BIN/edgevol" "$rootfs/bin/"
+install -m 0755 "$ROOT/image/init" "$rootfs/init"
+# The cloud kernel has NVMe PCI, ext4 and TCP built in; virtio transport, disk and NIC are modules.
+declare -A seen=()
+order=()
+add_mod() { # path relative to MODDIR, dependencies first
+    local p="$1" d
+    [[ -n "${seen[$p]:-}" ]] && return 0
+    seen[$p]=1
+    for d in $(grep -m1 "^$p:" "$MODDIR/modules.dep" | cut -d: -f2); do add_mod "$d"; done
+    order+=("$p")
+}
+for m in virtio_pci virtio_blk virtio_net; do
+    p="$(grep -E "/$m\.ko(\.[a-z]+)?:" "$MODDIR/modules.dep" | head -1 | cut -d: -f1)"
+    [[ -n "$p" ]] || { echo "build.sh: module $m not in $MODDIR" >&2; exit 1; }
+    add_mod "$p"
+done
+: >"$rootfs/lib/modules/load.list"
+for p in "${order[@]}"; do
+    b="$(basename "$p")"
+    case "$p" in
+    *.xz) xz -dc "$MODDIR/$p" >"$rootfs/lib/modules/${b%.xz}"; b="${b%.xz}" ;;
+    *.zst) zstd -qdc "$MODDIR/$p" >"$rootfs/lib/modules/${b%.zst}"; b="${b%.zst}" ;;
+    *) cp "$MODDIR/$p" "$rootfs/lib/modules/$b" ;;
+    esac
+    echo "$b" >>"$rootfs/lib/modules/load.list"
+done
+(cd "$rootfs" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) |
+    gzip -9 -n >"$out/initramfs.gz"
+cp "$KDIR/boot/vmlinuz-$EDGEVOL_KERNEL_RELEASE" "$out/vmlinuz"
+
+# --- boot partition: FAT + syslinux ------------------------------------------------------------
+boot="$work/boot.fat"
+truncate -s "${EDGEVOL_BOOT_MIB}M" "$boot"
+mkfs.fat -F 16 -n EDGEVOLBOOT "$boot" >/dev/null
+cat >"$work/syslinux.cfg" <<CFG
+DEFAULT edgevol
+PROMPT 0
+TIMEOUT 0
+LABEL edgevol
+  KERNEL /vmlinuz
+  INITRD /initramfs.gz
+  APPEND console=ttyS0 panic=10 loglevel=4
+CFG
+export MTOOLS_SKIP_CHECK=1
+mcopy -i "$boot" "$out/vmlinuz" "$out/initramfs.gz" "$work/syslinux.cfg" ::/
+mcopy -i "$boot" "$SYSLINUX_DIR/modules/bios/ldlinux.c32" ::/
+
+# --- persistent partition: ext4 with the defaults ------------------------------------------------
+persist="$work/persist.ext4"
+mkdir -p "$work/persist"
+install -m 0644 "$config" "$work/persist/edgevold.toml"
+install -m 0644 "$network" "$work/persist/network.conf"
+truncate -s "${EDGEVOL_PERSIST_MIB}M" "$persist"
+mkfs.ext4 -q -F -L EDGEVOL-PERSIST -E root_owner=0:0 -d "$work/persist" "$persist"
+
+# --- the disk: MBR, p1 boot (active) at 1 MiB, p2 persist ----------------------------------------
+img="$work/edgevol.img"
+total=$((1 + EDGEVOL_BOOT_MIB + EDGEVOL_PERSIST_MIB))
+truncate -s "${total}M" "$img"
+sfdisk -q "$img" <<PARTS
+label: dos
+start=1MiB, size=${EDGEVOL_BOOT_MIB}MiB, type=6, bootable
+start=$((1 + EDGEVOL_BOOT_MIB))MiB, size=${EDGEVOL_PERSIST_MIB}MiB, type=83
+PARTS
+dd if="$boot" of="$img" bs=1M seek=1 conv=notrunc status=none
+dd if="$persist" of="$img" bs=1M seek=$((1 + EDGEVOL_BOOT_MIB)) conv=notrunc status=none
+# syslinux's FAT installer through mtools, on the partition inside the disk image.
+syslinux --install --offset $((1 << 20)) "$img"
+dd if="$SYSLINUX_DIR/mbr/mbr.bin" of="$img" bs=440 count=1 conv=notrunc status=none
+mv "$img" "$out/edgevol.img"
+
+size() { stat -c %s "$1"; }
+log "image built in $((SECONDS - t0)) s"
+printf '%-26s %10s bytes\n' \
+    "edgevold (static musl)" "$(size "$BIN/edgevold")" \
+    "edgevol (static musl)" "$(size "$BIN/edgevol")" \
+    "vmlinuz" "$(size "$out/vmlinuz")" \
+    "initramfs.gz" "$(size "$out/initramfs.gz")" \
+    "edgevol.img (raw disk)" "$(size "$out/edgevol.img")"
+echo "EDGEVOL_IMAGE=$out/edgevol.img"

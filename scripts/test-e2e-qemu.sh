@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# End to end in QEMU (TCG): the appliance firmware image (image/build.sh) boots from its raw disk
+# with an emulated NVMe drive; a node VM runs edgevol-node with the kernel NVMe/TCP initiator;
+# a `-netdev dgram` link joins them; the host drives everything over mTLS (CSI Controller) and
+# through the node VM's test agent (CSI Node + shell). Checks, in order:
+#   1. a drive with foreign data is refused on first boot, and left untouched;
+#   2. first boot on a blank drive: PKI generated, drive formatted, CSI ready;
+#   3. tests/e2e/tests/lifecycle.rs: mount (ext4) and block volumes through their whole life
+#      cycle (create, publish, stage, write, snapshot, clone, read back, expand, tear down, nothing
+#      left), and an unpublished host NQN refused by the target;
+#   4. a later boot (after a power cut) opens the pool: no first boot, no format, same id.
+# Every VM and step has a time budget. Logs: qemu/.cache/logs/e2e-*.log. Exit 0 = PASS.
+#
+# usage: scripts/test-e2e-qemu.sh [--keep]   (--keep: leave the VMs running at the end)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$ROOT/qemu/versions.env"
+. "$ROOT/image/versions.env"
+keep=0
+[[ "${1:-}" == --keep ]] && keep=1
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
+run="$CACHE/e2e"
+rm -rf "$run"
+mkdir -p "$run" "$CACHE/logs"
+say() { echo "==> e2e: $*" >&2; }
+t0=$SECONDS
+
+# --- builds ----------------------------------------------------------------------------------
+say "building the image"
+"$ROOT/image/build.sh" >"$run/image-sizes.txt"
+cat "$run/image-sizes.txt" >&2
+say "building edgevol-node and e2e-agent (static) and the host test"
+CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
+    cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
+cargo test --locked -p edgevol-e2e --test lifecycle --no-run >&2
+BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
+say "builds done in $((SECONDS - t0)) s"
+
+free_port() { python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET, getattr(socket, sys.argv[1])); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' "$1"; }
+csi_port=$(free_port SOCK_STREAM) node_csi=$(free_port SOCK_STREAM) node_exec=$(free_port SOCK_STREAM)
+link_a=$(free_port SOCK_DGRAM) link_n=$(free_port SOCK_DGRAM)
+
+# The console copies the daemon's log with `tail -f`: a line may land just after a marker.
+wait_log() { # FILE TEXT: up to 15 s
+    local i
+    for i in $(seq 1 30); do grep -q -- "$2" "$1" && return 0; sleep 0.5; done
+    return 1
+}
+pids=()
+cleanup() {
+    ((keep)) && { say "VMs left running: ${pids[*]:-}"; return; }
+    for p in "${pids[@]}"; do [[ -f "$p" ]] && kill "$(cat "$p")" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+appliance() { # NAME DISK NVME [appliance-vm args...]
+    local name=$1 disk=$2 nvme=$3
+    shift 3
+    pids+=("$CACHE/run/$name.pid")
+    "$ROOT/qemu/appliance-vm.sh" --name "$name" --disk "$disk" --nvme "$nvme" \
+        --pidfile "$CACHE/run/$name.pid" --mem 512 "$@"
+}
+
+# --- 1. foreign data on the drive: refused, untouched -----------------------------------------
+say "1. first boot on a drive with foreign data: must be refused"
+cp "$ROOT/image/out/edgevol.img" "$run/foreign-disk.img"
+truncate -s 256M "$run/foreign-nvme.img"
+mkfs.ext4 -q -F -L someone-else "$run/foreign-nvme.img"
+sum_before=$(sha256sum <"$run/foreign-nvme.img")
+appliance e2e-foreign "$run/foreign-disk.img" "$run/foreign-nvme.img" --expect-fail --timeout 120
+wait_log "$CACHE/logs/e2e-foreign.log" "holds no edgevol pool and is not blank; refusing to format it" ||
+    { say "FAIL: refusal message missing"; exit 1; }
+grep -q "formatting a new pool" "$CACHE/logs/e2e-foreign.log" && { say "FAIL: formatted foreign data"; exit 1; }
+[[ "$(sha256sum <"$run/foreign-nvme.img")" == "$sum_before" ]] || { say "FAIL: foreign drive modified"; exit 1; }
+say "ok: foreign drive refused and untouched"
+
+# --- 2. first boot on a blank drive ----------------------------------------------------------
+say "2. first boot on a blank NVMe drive"
+cp "$ROOT/image/out/edgevol.img" "$run/disk.img"
+truncate -s 1G "$run/nvme0.img"
+boot_t=$SECONDS
+appliance e2e-appliance "$run/disk.img" "$run/nvme0.img" --csi-port "$csi_port" \
+    --link "$link_a:$link_n" --timeout 150 --lifetime 900
+boot_s=$((SECONDS - boot_t))
+alog="$CACHE/logs/e2e-appliance.log"
+for want in "EDGEVOL-APPLIANCE FIRST-BOOT" "PKI-GENERATED" "formatting a new pool device=/dev/nvme0n1" "pool open: ready"; do
+    wait_log "$alog" "$want" || { say "FAIL: '$want' missing from $alog"; exit 1; }
+done
+if grep -q "BEGIN .*PRIVATE KEY" "$alog"; then say "FAIL: key material in the console log"; exit 1; fi
+say "ok: first boot formatted the drive; ready after ${boot_s} s ($(grep -o 'READY boot_ms=[0-9]*' "$alog"))"
+
+# The client PKI from the persistent partition, as an operator would take it off the box. A copy
+# of the live ext4 partition is made consistent (journal replayed) by e2fsck, then read by debugfs.
+persist="$run/persist.ext4"
+dd if="$run/disk.img" of="$persist" bs=1M skip=$((1 + EDGEVOL_BOOT_MIB)) count="$EDGEVOL_PERSIST_MIB" status=none
+e2fsck -fy "$persist" >/dev/null 2>&1 || (($? <= 1)) || { say "FAIL: e2fsck of the persist copy"; exit 1; }
+mkdir -p "$run/out"
+debugfs -R "rdump /pki $run/out" "$persist" 2>/dev/null
+appliance_id=$(debugfs -R "cat /state/appliance-id" "$persist" 2>/dev/null | tr -d '[:space:]')
+[[ -f "$run/out/pki/controller.key" && -n "$appliance_id" ]] || { say "FAIL: no PKI/appliance id on the persistent partition"; exit 1; }
+rm -f "$persist"
+
+# --- node VM ---------------------------------------------------------------------------------
+say "booting the node VM"
+pids+=("$CACHE/run/e2e-node.pid")
+"$ROOT/qemu/node-vm.sh" --name e2e-node --bin-dir "$BIN" --link "$link_n:$link_a" \
+    --csi-port "$node_csi" --exec-port "$node_exec" --appliance "$appliance_id" \
+    --timeout 120 --lifetime 900
+
+# --- 3. the life cycle -----------------------------------------------------------------------
+say "3. volume life cycle (mount + block), driven from the host"
+EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/out/pki" \
+    EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
+    timeout --kill-after=10 420 cargo test --locked -p edgevol-e2e --test lifecycle -- \
+    --ignored --test-threads=1 --nocapture
+
+# --- 4. power cut and a later boot -------------------------------------------------------------
+say "4. power cut, then a later boot opens the pool"
+kill "$(cat "$CACHE/run/e2e-appliance.pid")"
+sleep 1
+appliance e2e-appliance-2 "$run/disk.img" "$run/nvme0.img" --csi-port "$csi_port" \
+    --link "$link_a:$link_n" --timeout 150 --lifetime 300
+alog2="$CACHE/logs/e2e-appliance-2.log"
+wait_log "$alog2" "pool open: ready" || { say "FAIL: pool not opened on the second boot"; exit 1; }
+for bad in "FIRST-BOOT" "PKI-GENERATED" "formatting a new pool"; do
+    grep -q "$bad" "$alog2" && { say "FAIL: '$bad' on a later boot"; exit 1; }
+done
+grep -q "\"$appliance_id\"" "$alog2" || { say "FAIL: appliance id changed across boots"; exit 1; }
+say "ok: later boot opened the pool ($(grep -o 'READY boot_ms=[0-9]*' "$alog2"))"
+say "PASS in $((SECONDS - t0)) s"

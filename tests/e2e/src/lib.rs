@@ -1,0 +1,113 @@
+//! Host-side helpers of the QEMU end-to-end tests (scripts/test-e2e-qemu.sh): an mTLS channel to
+//! the appliance VM's CSI port, a plaintext channel to the node VM's `edgevol-node` (through the
+//! test-only `e2e-agent` splice), and the agent's shell with a time budget per command.
+//!
+//! Every remote step has a budget: [`within`] fails the test with the step's name when it is spent.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use edgevol_pki::tls::{client_config, TlsFiles};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
+use tonic::transport::{Channel, Endpoint};
+
+/// Awaits `fut` for at most `secs`, panicking with `what` when the budget is spent.
+pub async fn within<T>(secs: u64, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(secs), fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no answer within {secs} s"),
+    }
+}
+
+/// A gRPC channel to the appliance over mutual TLS with the client pair `name` of `pki`
+/// (`ca.pem`, `NAME.pem`, `NAME.key`); the server certificate must be valid for `localhost`.
+pub async fn appliance_channel(addr: SocketAddr, pki: &Path, name: &str) -> Channel {
+    let tls = client_config(TlsFiles {
+        ca: &pki.join("ca.pem"),
+        cert: &pki.join(format!("{name}.pem")),
+        key: &pki.join(format!("{name}.key")),
+    })
+    .expect("client TLS configuration from the appliance's PKI");
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(20));
+    within(
+        30,
+        "connect to the appliance",
+        endpoint.connect_with_connector(tower::service_fn(move |_uri| {
+            let tls = tls.clone();
+            async move {
+                let tcp = TcpStream::connect(addr).await?;
+                tcp.set_nodelay(true)?;
+                let stream = TlsConnector::from(tls)
+                    .connect(ServerName::try_from("localhost").expect("name"), tcp)
+                    .await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        })),
+    )
+    .await
+    .expect("mTLS connection to the appliance")
+}
+
+/// A plaintext gRPC channel to the node plugin (the agent splices it to the unix socket).
+pub async fn node_channel(addr: SocketAddr) -> Channel {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(20));
+    within(30, "connect to the node plugin", endpoint.connect())
+        .await
+        .expect("connection to the node plugin")
+}
+
+/// The shell of the node VM (test-only `e2e-agent --exec-port`).
+#[derive(Debug, Clone, Copy)]
+pub struct Agent {
+    /// Forwarded exec port on the host.
+    pub addr: SocketAddr,
+}
+
+impl Agent {
+    /// Runs `command` with `sh -c` in the VM; the agent kills it after `budget` seconds (124).
+    pub async fn sh(&self, budget: u64, command: &str) -> (i32, String) {
+        let addr = self.addr;
+        let request = format!("{budget}\n{command}");
+        within(budget + 15, &format!("node VM: {command}"), async move {
+            let mut conn = TcpStream::connect(addr).await.expect("agent connect");
+            conn.write_all(request.as_bytes())
+                .await
+                .expect("agent send");
+            conn.shutdown().await.expect("agent half-close");
+            let mut answer = String::new();
+            conn.read_to_string(&mut answer)
+                .await
+                .expect("agent answer");
+            let (code, output) = answer
+                .split_once('\n')
+                .unwrap_or_else(|| panic!("agent answered {answer:?}"));
+            (code.parse().expect("exit code"), output.to_owned())
+        })
+        .await
+    }
+
+    /// As [`Agent::sh`], and the command must succeed; returns its output.
+    pub async fn ok(&self, budget: u64, command: &str) -> String {
+        let (code, output) = self.sh(budget, command).await;
+        assert_eq!(code, 0, "node VM: `{command}` exited {code}:\n{output}");
+        output
+    }
+}
+
+/// `host:port` from an environment variable the test script sets.
+pub fn env_addr(var: &str) -> SocketAddr {
+    let v = std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} not set: run scripts/test-e2e-qemu.sh"));
+    v.parse()
+        .unwrap_or_else(|_| panic!("{var}={v:?} is not HOST:PORT"))
+}
