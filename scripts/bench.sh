@@ -6,8 +6,9 @@
 # script only collects. It asserts no timings: a bench fails only if it cannot run.
 #
 # usage: scripts/bench.sh [--quick]
-#   --quick  CI smoke mode: small counts, short runs, no musl release build (under 3 minutes on
-#            2 cores once the release benches are built).
+#   --quick  CI smoke mode: small counts, short runs, built with the test (dev) profile so it
+#            reuses the test build and no release build happens; its figures are not
+#            meaningful, it only proves every bench still runs.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -19,7 +20,13 @@ case "${1:-}" in
     *) echo "usage: $0 [--quick]" >&2; exit 2 ;;
 esac
 qarg=()
-((quick)) && qarg=(--quick)
+profile=(--release)
+bench_profile=()
+if ((quick)); then
+    qarg=(--quick)
+    profile=()
+    bench_profile=(--profile dev)
+fi
 
 target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
 out="$ROOT/target/bench"
@@ -70,14 +77,14 @@ run() {
     section "$name" "$*" "$file"
 }
 
-run "control plane" cargo bench -q -p edgevol-appliance --bench control_plane -- "${qarg[@]}"
-run "footprint RSS" cargo bench -q -p edgevol-appliance --bench footprint -- "${qarg[@]}"
+run "control plane" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench control_plane -- "${qarg[@]}"
+run "footprint RSS" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench footprint -- "${qarg[@]}"
 
 if ((quick)); then
     # core_bench has no short mode (10,000-volume open, 1 TiB snapshot): build it so it cannot
     # rot, run it in the full mode only.
     log "core: build only in --quick"
-    cargo bench -q -p edgevol-core --bench core_bench --no-run
+    cargo bench -q "${bench_profile[@]}" -p edgevol-core --bench core_bench --no-run
     printf '| measurement | edgevol-core | baseline | ratio |\n|---|---|---|---|\n| skipped in --quick (built only) | - | - | - |\n' >"$out/core.md"
     section "core" "cargo bench -p edgevol-core --bench core_bench --no-run" "$out/core.md"
 else
@@ -89,11 +96,11 @@ fi
 hal_file="/dev/shm/edgevol-bench-$$.img"
 [[ -d /dev/shm ]] || hal_file="$out/hal-bench.img"
 if ((quick)); then hal_args=(--size-mib 64 --secs 0.05); else hal_args=(--size-mib 256 --secs 1); fi
-run "hal" cargo run -q --release -p edgevol-hal --bin hal-bench -- "$hal_file" "${hal_args[@]}"
+run "hal" cargo run -q "${profile[@]}" -p edgevol-hal --bin hal-bench -- "$hal_file" "${hal_args[@]}"
 rm -f "$hal_file"
 
 if [[ -f appliance/benches/data_path.rs ]]; then
-    run "data path" cargo bench -q -p edgevol-appliance --bench data_path -- "${qarg[@]}"
+    run "data path" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench data_path -- "${qarg[@]}"
 else
     log "data path: appliance/benches/data_path.rs not present yet: skipped"
 fi
@@ -111,11 +118,11 @@ size_row() { # label, path
 sizes="$out/sizes.md"
 {
     printf '| artifact | bytes | MiB |\n|---|---:|---:|\n'
-    cargo build -q --release -p edgevol-appliance --bin edgevold
-    size_row "edgevold (release, glibc, dynamic)" "$target_dir/release/edgevold"
     if ((quick)); then
-        printf '| edgevold (static musl) | skipped in --quick | - |\n'
+        printf '| edgevold binaries | skipped in --quick (no release build) | - |\n'
     else
+        cargo build -q --release -p edgevol-appliance --bin edgevold
+        size_row "edgevold (release, glibc, dynamic)" "$target_dir/release/edgevold"
         command -v musl-gcc >/dev/null && export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
         cargo build -q --release --target x86_64-unknown-linux-musl -p edgevol-appliance --bin edgevold >&2
         size_row "edgevold (static musl)" "$target_dir/x86_64-unknown-linux-musl/release/edgevold"

@@ -29,17 +29,16 @@ step 300 "core builds for thumbv7em-none-eabihf (no_std)" \
 step 60 "one rustls crypto provider (ring, no aws-lc-rs)" \
     bash -c '! cargo tree --workspace -e normal,build,dev -i aws-lc-rs >/dev/null 2>&1'
 step 1800 "cargo test --workspace" cargo test --workspace --locked
-# Benchmarks run in a short mode so they cannot rot; built with the test profile (no release
-# build in CI) and never asserting timings.
-step 300 "bench smoke: control plane" \
-    cargo bench --locked --profile dev -p edgevol-appliance --bench control_plane -- --quick
-step 300 "bench smoke: data path" \
-    cargo bench --locked --profile dev -p edgevol-appliance --bench data_path -- --quick
+# Every benchmark in its short mode, so none can rot: built with the test profile (no release
+# build in CI), never asserting timings.
+step 600 "benchmarks, short mode" ./scripts/bench.sh --quick
 step 900 "fuzz smoke: core metadata decoder" ./scripts/fuzz.sh metadata_decode 30
 step 900 "fuzz smoke: NVMe/TCP PDU decoder" ./scripts/fuzz.sh pdu_decode 30
 step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMART)" \
     ./scripts/test-hal-qemu.sh
 step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target" \
     ./scripts/test-nvme-qemu.sh
+step 900 "QEMU end to end: appliance image + node VM, CSI life cycle over mTLS (mount + block)" \
+    ./scripts/test-e2e-qemu.sh
 
 log "all tests passed in $((SECONDS - started)) s"
