@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{dev_config, DevAppliance};
+use edgevol_nvmeof::initiator::Data;
 use edgevol_nvmeof::pdu::Digests;
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
@@ -93,6 +94,13 @@ async fn publish_connect_unpublish_and_reconnect_after_restart() {
     let data: Vec<u8> = (0..8192u32).map(|i| (i % 241) as u8).collect();
     let (sqe, payload) = io::write(3, &data, true);
     ok(&q.cmd(sqe, payload).await);
+    // A discard as Linux sends it (mkfs does this): one sub-cluster range in a buffer sized for
+    // 256 ranges. Accepted; a partial cluster keeps its data.
+    let (sqe, Data::Write(mut ranges)) = io::deallocate(&[(0, 2)]) else {
+        unreachable!("deallocate carries data")
+    };
+    ranges.resize(4096, 0);
+    ok(&q.cmd(sqe, Data::Write(ranges)).await);
 
     // Unpublish cuts the live queues and later connects are refused.
     c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {

@@ -21,6 +21,8 @@ pub mod opcode {
 
 /// Size of one Dataset Management range.
 pub const DSM_RANGE_LEN: u32 = 16;
+/// The most ranges one Dataset Management command carries.
+pub const DSM_MAX_RANGES: u32 = 256;
 
 /// A parsed I/O command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,7 +130,13 @@ pub fn parse_io(sqe: &Sqe, lba_shift: u8) -> Result<IoCommand, Status> {
         }
         opcode::DATASET_MANAGEMENT => {
             let ranges = (sqe.cdw(10) & 0xff) + 1;
-            check(u64::from(ranges * DSM_RANGE_LEN))?;
+            // Linux hosts always transfer a buffer for the maximum 256 ranges (some devices DMA
+            // that much whatever NR says), so the data may be longer than NR ranges, never
+            // shorter and never beyond 256 ranges (Linux nvmet checks "less than or equal" too).
+            let needed = u64::from(ranges * DSM_RANGE_LEN);
+            if len < needed || len > u64::from(DSM_MAX_RANGES * DSM_RANGE_LEN) {
+                return Err(StatusCode::DataSglLengthInvalid.status());
+            }
             Ok(IoCommand::DatasetManagement {
                 nsid,
                 ranges,
@@ -200,6 +208,17 @@ mod tests {
                 deallocate: true
             })
         );
+        // Linux sends a 256-range buffer whatever NR says: accepted; shorter or longer is not.
+        sqe.set_transport_data(4096);
+        assert!(parse_io(&sqe, 9).is_ok());
+        for bad in [16, 4112] {
+            sqe.set_transport_data(bad);
+            assert_eq!(
+                parse_io(&sqe, 9),
+                Err(StatusCode::DataSglLengthInvalid.status()),
+                "{bad}"
+            );
+        }
         sqe.set_opcode(opcode::WRITE_ZEROES)
             .set_cdw(12, 1 << 25)
             .set_transport_data(0);
