@@ -7,6 +7,9 @@
 #   --cmd 'SHELL'        command run by the guest's init (busybox sh -c), after mounts and modules
 #   --bin PATH           copy an executable into the guest's /bin (repeatable; static musl expected)
 #   --file SRC:DST       copy a host file to DST in the guest (repeatable)
+#   --host-bin PATH      copy a dynamically linked host executable (e.g. Debian's /usr/sbin/nvme)
+#                        into the guest's /bin under its own name, with the shared libraries and
+#                        the loader `ldd` resolves for it, at the same paths (repeatable)
 #   --module NAME        load a kernel module (and its dependencies, resolved from modules.dep)
 #                        before --cmd runs (repeatable), e.g. --module nvme-tcp --module virtio_net
 #   --timeout SECS       hard wall-clock budget for the whole VM (default 120); on expiry QEMU is
@@ -44,7 +47,7 @@ MODDIR="$KDIR/lib/modules/$EDGEVOL_KERNEL_RELEASE"
 
 name=guest cmd=true timeout_s=120 log="" pass_marker="" fail_marker="Kernel panic"
 mem=512 smp=1 append="" accel=tcg detach_on="" pidfile="" lifetime=""
-bins=() files=() modules=() qemu_extra=()
+bins=() host_bins=() files=() modules=() qemu_extra=()
 
 die() { echo "run-guest: $*" >&2; exit 2; }
 while (($#)); do
@@ -53,6 +56,7 @@ while (($#)); do
     --cmd) cmd="$2"; shift 2 ;;
     --bin) bins+=("$2"); shift 2 ;;
     --file) files+=("$2"); shift 2 ;;
+    --host-bin) host_bins+=("$2"); shift 2 ;;
     --module) modules+=("$2"); shift 2 ;;
     --timeout) timeout_s="$2"; shift 2 ;;
     --log) log="$2"; shift 2 ;;
@@ -90,6 +94,15 @@ for b in "${bins[@]}"; do
     [[ -f "$b" ]] || die "--bin $b: no such file"
     install -m 0755 "$b" "$rootfs/bin/$(basename "$b")"
 done
+# Host executables with their libraries (as qemu/node-vm.sh copies util-linux and e2fsprogs):
+# the name is kept (some tools read argv[0]), libraries and loader land at the paths ldd prints.
+declare -A host_libs=()
+for b in "${host_bins[@]}"; do
+    [[ -x "$b" ]] || die "--host-bin $b: no such executable"
+    files+=("$(readlink -f "$b"):/bin/$(basename "$b")")
+    while read -r lib; do host_libs[$lib]=1; done < <(ldd "$b" | grep -o '/[^ ]*\.so[^ ]*')
+done
+for lib in "${!host_libs[@]}"; do files+=("$(readlink -f "$lib"):$lib"); done
 for f in "${files[@]}"; do
     src="${f%%:*}" dst="${f#*:}"
     [[ -e "$src" && "$dst" == /* ]] || die "--file $f: want an existing SRC and an absolute DST"

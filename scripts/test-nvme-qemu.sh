@@ -2,13 +2,16 @@
 # The NVMe/TCP target against the real Linux initiator: a QEMU TCG guest (pinned Debian cloud
 # kernel, nvme-tcp module, busybox) connects through slirp to edgevold's target running in the
 # test process on the host, is refused with an unpublished host NQN, then writes 2 MiB with dd,
-# reads it back after dropping its page cache, and the test checks the same bytes through core.
-# Installs what it needs via scripts/setup-qemu.sh. Exit 0 = PASS.
+# reads it back after dropping its page cache, and the test checks the same bytes through core
+# (appliance/tests/nvme_linux.rs). Then Debian's nvme-cli, copied from the host with its shared
+# libraries into a second guest, runs discover / connect / list / id-ctrl / id-ns / disconnect
+# and refused connects against two volumes (appliance/tests/nvme_cli.rs, qemu/nvme-cli-guest.sh).
+# Installs what it needs via scripts/setup-qemu.sh and apt (nvme-cli). Exit 0 = PASS.
 #
-# usage: scripts/test-nvme-qemu.sh [--timeout SECS]   (default 240: build + boot + run)
+# usage: scripts/test-nvme-qemu.sh [--timeout SECS]   (default 300: build + two boots + runs)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-timeout_s=240
+timeout_s=300
 while (($#)); do
     case "$1" in
     --timeout) timeout_s="$2"; shift 2 ;;
@@ -16,7 +19,13 @@ while (($#)); do
     esac
 done
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
+if ! dpkg-query -W -f='${Status}' nvme-cli 2>/dev/null | grep -q 'install ok installed'; then
+    echo "test-nvme-qemu: installing Debian package nvme-cli" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends nvme-cli >/dev/null ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends nvme-cli >/dev/null; }
+fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 cd "$ROOT"
 exec timeout --kill-after=10 "$timeout_s" \
-    cargo test --locked -p edgevol-appliance --test nvme_linux -- --ignored --nocapture
+    cargo test --locked -p edgevol-appliance --test nvme_linux --test nvme_cli -- --ignored --nocapture

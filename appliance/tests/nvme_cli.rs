@@ -1,0 +1,316 @@
+//! Interop with Debian's nvme-cli (what users run) in a QEMU TCG guest, which reaches this
+//! process's target at 10.0.2.2 through slirp: discovery lists exactly the host's subsystems,
+//! connect, `nvme list` / `id-ctrl` / `id-ns` / `ns-descs` show our model, serial, NGUID and
+//! UUID, a dd round trip, disconnect, and connects the access list refuses. The guest
+//! (qemu/nvme-cli-guest.sh) only reports; this test judges its serial log. Ignored by default:
+//! `scripts/test-nvme-qemu.sh` runs it (it needs the QEMU harness of `scripts/setup-qemu.sh` and
+//! the host's nvme-cli).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use edgevol_appliance::{naming, start, Args, Config};
+use edgevol_core::{BlockDevice, ReadSegment, VolumeId, VolumeSpec};
+use tonic::Status;
+
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-5555-6666-7777-888888888888";
+const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-9999-aaaa-bbbb-cccccccccccc";
+const STRANGER: &str = "nqn.2014-08.org.nvmexpress:uuid:deadbeef-0000-0000-0000-000000000001";
+const APPLIANCE: &str = "qemu-cli";
+const MIB: u64 = 1 << 20;
+const SIZE: u64 = 64 * MIB;
+const NVME_CLI: &str = "/usr/sbin/nvme";
+
+fn core_err(e: edgevol_core::Error) -> Status {
+    Status::internal(format!("{e:?}"))
+}
+
+/// One guest step: its output lines and exit code.
+#[derive(Debug, Default)]
+struct Step {
+    out: Vec<String>,
+    rc: Option<i32>,
+}
+
+impl Step {
+    fn text(&self) -> String {
+        self.out.join("\n")
+    }
+
+    fn ok(&self, name: &str) -> &Self {
+        assert_eq!(
+            self.rc,
+            Some(0),
+            "guest step {name} failed:\n{}",
+            self.text()
+        );
+        self
+    }
+
+    /// The value of an nvme-cli `key : value` line (id-ctrl, id-ns), trimmed.
+    fn field(&self, key: &str) -> Option<String> {
+        self.out.iter().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == key).then(|| v.trim().to_owned())
+        })
+    }
+
+    /// Values of `key: value` lines of discovery log entries (`subnqn:`, `traddr:`, ...).
+    fn all(&self, key: &str) -> Vec<String> {
+        self.out
+            .iter()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == key).then(|| v.trim().to_owned())
+            })
+            .collect()
+    }
+
+    /// `Discovery Log Number of Records N, ...`.
+    fn records(&self) -> Option<u64> {
+        self.out.iter().find_map(|l| {
+            let rest = l.split("Number of Records").nth(1)?;
+            rest.trim()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+    }
+}
+
+/// Splits the serial log into the guest's `EVCLI-BEGIN name` .. `EVCLI-END name rc=N` steps.
+fn steps(log: &str) -> HashMap<String, Step> {
+    let mut steps: HashMap<String, Step> = HashMap::new();
+    let mut current: Option<String> = None;
+    for line in log.lines() {
+        let line = line.trim_end_matches('\r');
+        if let Some(name) = line.strip_prefix("EVCLI-BEGIN ") {
+            current = Some(name.trim().to_owned());
+            steps.entry(name.trim().to_owned()).or_default();
+        } else if let Some(end) = line.strip_prefix("EVCLI-END ") {
+            let (name, rc) = end.split_once(" rc=").expect("EVCLI-END name rc=N");
+            steps.entry(name.to_owned()).or_default().rc = rc.trim().parse().ok();
+            current = None;
+        } else if let Some(name) = &current {
+            steps
+                .get_mut(name)
+                .expect("begun")
+                .out
+                .push(line.to_owned());
+        }
+    }
+    steps
+}
+
+async fn volume_bytes(
+    state: &std::sync::Arc<edgevol_appliance::state::State>,
+    id: VolumeId,
+    offset: u64,
+    len: u64,
+) -> Vec<u8> {
+    state
+        .with_pool(move |_, pool| {
+            let segs: Vec<_> = pool.map_read(id, offset, len).map_err(core_err)?.collect();
+            let mut out = Vec::new();
+            for s in segs {
+                match s {
+                    ReadSegment::Data { device_offset, len } => {
+                        let mut buf = vec![0u8; usize::try_from(len).unwrap()];
+                        let bs = u64::from(pool.device_mut().block_size());
+                        pool.device_mut()
+                            .read(device_offset / bs, &mut buf)
+                            .unwrap();
+                        out.extend(buf);
+                    }
+                    ReadSegment::Zero { len } => {
+                        out.extend(vec![0u8; usize::try_from(len).unwrap()]);
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "boots a QEMU guest with the host's nvme-cli: scripts/test-nvme-qemu.sh"]
+async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
+    assert!(
+        std::path::Path::new(NVME_CLI).exists(),
+        "{NVME_CLI} missing: scripts/test-nvme-qemu.sh installs Debian's nvme-cli"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::from_args(Args {
+        dev: true,
+        data_dir: Some(dir.path().to_path_buf()),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        nvme_listen: Some("0.0.0.0:0".parse().unwrap()),
+        nvme_advertise: Some("10.0.2.2".parse().unwrap()),
+        appliance_id: Some(APPLIANCE.into()),
+        ..Args::default()
+    })
+    .unwrap();
+    let running = start(config).await.unwrap();
+    let state = running.state.clone();
+    while !state.is_ready() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let port = state.target().unwrap().endpoint.port();
+    // Two volumes: one published to the guest's host NQN, one to another host only.
+    let (id, other, pool_uuid) = state
+        .with_pool(|_, pool| {
+            let other = pool
+                .create_volume(VolumeSpec::new("someone-else", SIZE))
+                .map_err(core_err)?;
+            pool.publish(other, OTHER_HOST, false).map_err(core_err)?;
+            // Created second, so its id (in the serial and the NGUID) is not 0.
+            let id = pool
+                .create_volume(VolumeSpec::new("cli", SIZE))
+                .map_err(core_err)?;
+            pool.publish(id, HOST, false).map_err(core_err)?;
+            Ok((id, other, pool.uuid()))
+        })
+        .await
+        .unwrap();
+    let nqn = naming::subsystem_nqn(APPLIANCE, id);
+    let other_nqn = naming::subsystem_nqn(APPLIANCE, other);
+
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cache = std::env::var_os("EDGEVOL_QEMU_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("qemu/.cache"));
+    std::fs::create_dir_all(cache.join("logs")).unwrap();
+    let log = cache.join("logs/nvme-cli.log");
+    let guest_script = root.join("qemu/nvme-cli-guest.sh");
+    let cmd = format!("sh /etc/nvme-cli-guest.sh {port} {nqn} {other_nqn} {HOST} {STRANGER}");
+    let mut child = Command::new(root.join("qemu/run-guest.sh"));
+    child
+        .args(["--name", "nvme-cli", "--timeout", "150", "--mem", "512"])
+        .arg("--log")
+        .arg(&log)
+        .args(["--host-bin", NVME_CLI])
+        .arg("--file")
+        .arg(format!("{}:/etc/nvme-cli-guest.sh", guest_script.display()))
+        .args(["--module", "nvme-tcp", "--module", "virtio_pci"])
+        .args(["--module", "virtio_net"])
+        .args(["--cmd", &cmd, "--pass-marker", "EVCLI-DONE"])
+        .args([
+            "--",
+            "-netdev",
+            "user,id=n0",
+            "-device",
+            "virtio-net-pci,netdev=n0",
+        ]);
+    let status = tokio::task::spawn_blocking(move || child.status())
+        .await
+        .unwrap()
+        .unwrap();
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        status.success(),
+        "guest run failed: {status} (see {})",
+        log.display()
+    );
+    let steps = steps(&log_text);
+    let step = |name: &str| {
+        steps
+            .get(name)
+            .unwrap_or_else(|| panic!("guest step {name} missing from {}", log.display()))
+    };
+    step("net").ok("net");
+
+    // Discovery shows exactly the subsystems published to the connecting host.
+    let discover = step("discover").ok("discover");
+    assert_eq!(discover.records(), Some(1), "{}", discover.text());
+    assert_eq!(discover.all("subnqn"), vec![nqn.clone()]);
+    assert_eq!(discover.all("traddr"), vec!["10.0.2.2".to_owned()]);
+    assert_eq!(discover.all("trsvcid"), vec![port.to_string()]);
+    assert_eq!(discover.all("trtype"), vec!["tcp".to_owned()]);
+    let stranger = step("discover-stranger");
+    assert!(
+        stranger.all("subnqn").is_empty() && stranger.records().unwrap_or(0) == 0,
+        "a host published to nothing discovers nothing:\n{}",
+        stranger.text()
+    );
+
+    step("connect").ok("connect");
+    step("namespace").ok("namespace");
+    let serial = format!("ev{:x}", id.0);
+    let list = step("list").ok("list").text();
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("/dev/nvme"))
+        .unwrap_or_else(|| panic!("nvme list shows the namespace:\n{list}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert!(cols.contains(&serial.as_str()), "serial in `{row}`");
+    assert!(cols.contains(&"edgevol"), "model in `{row}`");
+
+    let id_ctrl = step("id-ctrl").ok("id-ctrl");
+    assert_eq!(id_ctrl.field("sn").as_deref(), Some(serial.as_str()));
+    assert_eq!(id_ctrl.field("mn").as_deref(), Some("edgevol"));
+    assert_eq!(id_ctrl.field("subnqn").as_deref(), Some(nqn.as_str()));
+
+    let id_ns = step("id-ns").ok("id-ns");
+    let nguid = naming::hex(&naming::nguid(pool_uuid, id));
+    assert_eq!(id_ns.field("nguid").as_deref(), Some(nguid.as_str()));
+    let descs = step("ns-descs").ok("ns-descs");
+    assert_eq!(descs.field("nguid").as_deref(), Some(nguid.as_str()));
+    let uuid = naming::uuid_string(naming::namespace_uuid(pool_uuid, id));
+    assert_eq!(descs.field("uuid").as_deref(), Some(uuid.as_str()));
+    let blocks = id_ns
+        .field("nsze")
+        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        .expect("nsze");
+    let lbads = id_ns
+        .out
+        .iter()
+        .find(|l| l.contains("in use"))
+        .and_then(|l| l.split("lbads:").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u32>().ok())
+        .expect("the LBA format in use");
+    assert_eq!(blocks << lbads, SIZE, "namespace size");
+
+    // The round trip: same checksum written and read back, and the same bytes in the volume.
+    let io = step("io").ok("io");
+    let sum = |what: &str| {
+        io.out
+            .iter()
+            .find_map(|l| l.strip_prefix(what))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|| panic!("{what}checksum in:\n{}", io.text()))
+    };
+    assert_eq!(sum("written "), sum("read "));
+    let data = volume_bytes(&state, id, MIB, 4 * MIB).await;
+    let line = b"EDGEVOL-NVME-CLI\n";
+    let expected: Vec<u8> = line.iter().copied().cycle().take(data.len()).collect();
+    assert!(data == expected, "the guest's bytes are in the volume");
+
+    let disconnect = step("disconnect").ok("disconnect");
+    assert!(
+        disconnect.text().contains("disconnected 1 controller"),
+        "{}",
+        disconnect.text()
+    );
+
+    // The access list: an unpublished host, and this host on another host's volume.
+    for name in ["connect-stranger", "connect-other"] {
+        let s = step(name);
+        assert!(
+            matches!(s.rc, Some(rc) if rc != 0 && rc != 124 && rc != 143),
+            "{name} must be refused at once:\n{} (rc {:?})",
+            s.text(),
+            s.rc
+        );
+    }
+    assert_eq!(
+        step("leftovers").text().trim(),
+        "none",
+        "no controller left"
+    );
+    running.stop().await.unwrap();
+}
