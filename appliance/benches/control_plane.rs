@@ -6,18 +6,15 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{block_volume, channel};
 use edgevol_appliance::{start, Args, Config};
 use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::identity_client::IdentityClient;
-use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
-use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, BlockVolume};
 use edgevol_proto::csi::v1::*;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::TlsConnector;
-use tonic::transport::{Channel, Endpoint};
 
 struct Stats {
     name: String,
@@ -50,23 +47,6 @@ fn rss_kib() -> u64 {
         })
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-fn create(name: String) -> CreateVolumeRequest {
-    CreateVolumeRequest {
-        name,
-        capacity_range: Some(CapacityRange {
-            required_bytes: 1 << 20,
-            limit_bytes: 0,
-        }),
-        volume_capabilities: vec![VolumeCapability {
-            access_mode: Some(AccessMode {
-                mode: Mode::SingleNodeWriter as i32,
-            }),
-            access_type: Some(AccessType::Block(BlockVolume {})),
-        }],
-        ..Default::default()
-    }
 }
 
 /// Times `n` sequential calls; returns the samples and the total.
@@ -111,22 +91,7 @@ async fn main() {
     })
     .unwrap();
     let addr = app.local_addr;
-    let channel: Channel = Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_| {
-            let tls = tls.clone();
-            async move {
-                let tcp = TcpStream::connect(addr).await?;
-                // Without it Nagle and delayed ACKs add 40 ms to every small request.
-                tcp.set_nodelay(true)?;
-                let s = TlsConnector::from(tls)
-                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
-                    .await?;
-                Ok::<_, std::io::Error>(TokioIo::new(s))
-            }
-        }))
-        .await
-        .unwrap();
+    let channel = channel(addr, tls).await;
     let mut identity = IdentityClient::new(channel.clone());
     let mut c = ControllerClient::new(channel.clone());
     let rss_empty = rss_kib();
@@ -147,7 +112,7 @@ async fn main() {
         let mut c = c.clone();
         let name = format!("seq-{i}");
         async move {
-            c.create_volume(create(name)).await.unwrap();
+            c.create_volume(block_volume(name)).await.unwrap();
         }
     })
     .await;
@@ -172,7 +137,7 @@ async fn main() {
                 c.controller_publish_volume(ControllerPublishVolumeRequest {
                     volume_id: id,
                     node_id: "nqn.2014-08.org.nvmexpress:uuid:bench".into(),
-                    volume_capability: create(String::new()).volume_capabilities.pop(),
+                    volume_capability: block_volume(String::new()).volume_capabilities.pop(),
                     ..Default::default()
                 })
                 .await
@@ -223,7 +188,7 @@ async fn main() {
             let mut samples = Vec::new();
             for i in 0..per {
                 let t = Instant::now();
-                c.create_volume(create(format!("par-{w}-{i}")))
+                c.create_volume(block_volume(format!("par-{w}-{i}")))
                     .await
                     .unwrap();
                 samples.push(t.elapsed());
@@ -250,7 +215,9 @@ async fn main() {
         .entries
         .len();
     for i in have..listed {
-        c.create_volume(create(format!("list-{i}"))).await.unwrap();
+        c.create_volume(block_volume(format!("list-{i}")))
+            .await
+            .unwrap();
     }
     let (s, t) = timed(if quick { 3 } else { 10 }, |_| {
         let mut c = c.clone();

@@ -10,14 +10,8 @@ use std::time::Duration;
 use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::identity_client::IdentityClient;
-use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
-use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, BlockVolume};
 use edgevol_proto::csi::v1::*;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::TlsConnector;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Kills the daemon when the bench ends, however it ends.
 struct Daemon(Child);
@@ -41,22 +35,10 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn create(name: String) -> CreateVolumeRequest {
-    CreateVolumeRequest {
-        name,
-        capacity_range: Some(CapacityRange {
-            required_bytes: 1 << 20,
-            limit_bytes: 0,
-        }),
-        volume_capabilities: vec![VolumeCapability {
-            access_mode: Some(AccessMode {
-                mode: Mode::SingleNodeWriter as i32,
-            }),
-            access_type: Some(AccessType::Block(BlockVolume {})),
-        }],
-        ..Default::default()
-    }
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{block_volume, try_channel};
 
 #[tokio::main]
 async fn main() {
@@ -97,20 +79,7 @@ async fn main() {
                 key: &pki.join("admin.key"),
             });
             if let Ok(tls) = tls {
-                let connected = Endpoint::from_shared(format!("http://{addr}"))
-                    .unwrap()
-                    .connect_with_connector(tower::service_fn(move |_| {
-                        let tls = tls.clone();
-                        async move {
-                            let tcp = TcpStream::connect(addr).await?;
-                            tcp.set_nodelay(true)?;
-                            let s = TlsConnector::from(tls)
-                                .connect(ServerName::try_from("localhost").unwrap(), tcp)
-                                .await?;
-                            Ok::<_, std::io::Error>(TokioIo::new(s))
-                        }
-                    }))
-                    .await;
+                let connected = try_channel(addr, tls).await;
                 if let Ok(c) = connected {
                     break c;
                 }
@@ -139,7 +108,9 @@ async fn main() {
             let calls: Vec<_> = (created..created + batch)
                 .map(|i| {
                     let mut c = c.clone();
-                    tokio::spawn(async move { c.create_volume(create(format!("fp-{i}"))).await })
+                    tokio::spawn(
+                        async move { c.create_volume(block_volume(format!("fp-{i}"))).await },
+                    )
                 })
                 .collect();
             for call in calls {

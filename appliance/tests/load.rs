@@ -5,28 +5,7 @@ mod common;
 
 use common::DevAppliance;
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
-use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
-use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, BlockVolume};
-use edgevol_proto::csi::v1::{
-    CapacityRange, CreateVolumeRequest, ListVolumesRequest, VolumeCapability,
-};
-
-fn request(name: String) -> CreateVolumeRequest {
-    CreateVolumeRequest {
-        name,
-        capacity_range: Some(CapacityRange {
-            required_bytes: 1 << 20,
-            limit_bytes: 0,
-        }),
-        volume_capabilities: vec![VolumeCapability {
-            access_mode: Some(AccessMode {
-                mode: Mode::SingleNodeWriter as i32,
-            }),
-            access_type: Some(AccessType::Block(BlockVolume {})),
-        }],
-        ..Default::default()
-    }
-}
+use edgevol_proto::csi::v1::ListVolumesRequest;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_concurrent_creates_and_a_hundred_racing_on_one_name() {
@@ -44,7 +23,10 @@ async fn a_thousand_concurrent_creates_and_a_hundred_racing_on_one_name() {
             format!("load-{i}")
         };
         tasks.spawn(async move {
-            let v = c.create_volume(request(name.clone())).await?.into_inner();
+            let v = c
+                .create_volume(common::block_volume(name.clone()))
+                .await?
+                .into_inner();
             Ok::<_, tonic::Status>((name, v.volume.unwrap().volume_id))
         });
     }

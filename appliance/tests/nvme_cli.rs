@@ -6,13 +6,15 @@
 //! `scripts/test-nvme-qemu.sh` runs it (it needs the QEMU harness of `scripts/setup-qemu.sh` and
 //! the host's nvme-cli).
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use edgevol_appliance::{naming, start, Args, Config};
-use edgevol_core::{BlockDevice, ReadSegment, VolumeId, VolumeSpec};
+use edgevol_core::VolumeSpec;
 use tonic::Status;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-5555-6666-7777-888888888888";
@@ -103,37 +105,6 @@ fn steps(log: &str) -> HashMap<String, Step> {
         }
     }
     steps
-}
-
-async fn volume_bytes(
-    state: &std::sync::Arc<edgevol_appliance::state::State>,
-    id: VolumeId,
-    offset: u64,
-    len: u64,
-) -> Vec<u8> {
-    state
-        .with_pool(move |_, pool| {
-            let segs: Vec<_> = pool.map_read(id, offset, len).map_err(core_err)?.collect();
-            let mut out = Vec::new();
-            for s in segs {
-                match s {
-                    ReadSegment::Data { device_offset, len } => {
-                        let mut buf = vec![0u8; usize::try_from(len).unwrap()];
-                        let bs = u64::from(pool.device_mut().block_size());
-                        pool.device_mut()
-                            .read(device_offset / bs, &mut buf)
-                            .unwrap();
-                        out.extend(buf);
-                    }
-                    ReadSegment::Zero { len } => {
-                        out.extend(vec![0u8; usize::try_from(len).unwrap()]);
-                    }
-                }
-            }
-            Ok(out)
-        })
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,7 +256,7 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
             .unwrap_or_else(|| panic!("{what}checksum in:\n{}", io.text()))
     };
     assert_eq!(sum("written "), sum("read "));
-    let data = volume_bytes(&state, id, MIB, 4 * MIB).await;
+    let data = common::volume_bytes(&state, id, MIB, 4 * MIB).await;
     let line = b"EDGEVOL-NVME-CLI\n";
     let expected: Vec<u8> = line.iter().copied().cycle().take(data.len()).collect();
     assert!(data == expected, "the guest's bytes are in the volume");

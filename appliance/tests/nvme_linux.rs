@@ -2,12 +2,14 @@
 //! process's target at 10.0.2.2 through slirp. Ignored by default: `scripts/test-nvme-qemu.sh`
 //! runs it (it needs the QEMU harness of `scripts/setup-qemu.sh`).
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use edgevol_appliance::{naming, start, Args, Config};
-use edgevol_core::{BlockDevice, ReadSegment, VolumeSpec};
+use edgevol_core::VolumeSpec;
 use tonic::Status;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-1111-2222-3333-444444444444";
@@ -94,29 +96,7 @@ async fn linux_initiator_writes_and_reads_back() {
         "guest run failed: {status} (see qemu/.cache/logs/nvme-tcp.log)"
     );
 
-    let data = state
-        .with_pool(move |_, pool| {
-            let segs: Vec<_> = pool.map_read(id, MIB, 2 * MIB).map_err(core_err)?.collect();
-            let mut out = Vec::new();
-            for s in segs {
-                match s {
-                    ReadSegment::Data { device_offset, len } => {
-                        let mut buf = vec![0u8; usize::try_from(len).unwrap()];
-                        let bs = u64::from(pool.device_mut().block_size());
-                        pool.device_mut()
-                            .read(device_offset / bs, &mut buf)
-                            .unwrap();
-                        out.extend(buf);
-                    }
-                    ReadSegment::Zero { len } => {
-                        out.extend(vec![0u8; usize::try_from(len).unwrap()]);
-                    }
-                }
-            }
-            Ok(out)
-        })
-        .await
-        .unwrap();
+    let data = common::volume_bytes(&state, id, MIB, 2 * MIB).await;
     let line = b"EDGEVOL-NVME-TCP\n";
     let expected: Vec<u8> = line.iter().copied().cycle().take(data.len()).collect();
     assert!(data == expected, "the guest's bytes are in the volume");

@@ -74,12 +74,21 @@ pub fn tls_for(pki: &Path, cert: &Path, key: &Path) -> Arc<ClientConfig> {
 
 /// A gRPC channel over our own TLS connector (tonic's TLS is not compiled in: one TLS stack).
 pub async fn channel(addr: SocketAddr, tls: Arc<ClientConfig>) -> Channel {
+    try_channel(addr, tls).await.unwrap()
+}
+
+/// [`channel`], for callers that wait for a daemon to come up.
+pub async fn try_channel(
+    addr: SocketAddr,
+    tls: Arc<ClientConfig>,
+) -> Result<Channel, tonic::transport::Error> {
     Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_with_connector(tower::service_fn(move |_uri| {
             let tls = tls.clone();
             async move {
                 let tcp = TcpStream::connect(addr).await?;
+                // Without it Nagle and delayed ACKs add 40 ms to small requests.
                 tcp.set_nodelay(true)?;
                 let stream = TlsConnector::from(tls)
                     .connect(ServerName::try_from("localhost").unwrap(), tcp)
@@ -87,6 +96,63 @@ pub async fn channel(addr: SocketAddr, tls: Arc<ClientConfig>) -> Channel {
                 Ok::<_, std::io::Error>(TokioIo::new(stream))
             }
         }))
+        .await
+}
+
+/// A 1 MiB single-node block volume named `name`: the request load tests and benches repeat.
+pub fn block_volume(name: String) -> edgevol_proto::csi::v1::CreateVolumeRequest {
+    use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
+    use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, BlockVolume};
+    use edgevol_proto::csi::v1::{CapacityRange, CreateVolumeRequest, VolumeCapability};
+    CreateVolumeRequest {
+        name,
+        capacity_range: Some(CapacityRange {
+            required_bytes: 1 << 20,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![VolumeCapability {
+            access_mode: Some(AccessMode {
+                mode: Mode::SingleNodeWriter as i32,
+            }),
+            access_type: Some(AccessType::Block(BlockVolume {})),
+        }],
+        ..Default::default()
+    }
+}
+
+/// The bytes of `len` at `offset` of volume `id`, read through core's mapping and the pool device
+/// (holes as zeros): what the volume holds, independently of the data path under test.
+pub async fn volume_bytes(
+    state: &Arc<edgevol_appliance::state::State>,
+    id: edgevol_core::VolumeId,
+    offset: u64,
+    len: u64,
+) -> Vec<u8> {
+    use edgevol_core::{BlockDevice, ReadSegment};
+    state
+        .with_pool(move |_, pool| {
+            let segs: Vec<_> = pool
+                .map_read(id, offset, len)
+                .map_err(|e| tonic::Status::internal(format!("{e:?}")))?
+                .collect();
+            let bs = u64::from(pool.device_mut().block_size());
+            let mut out = Vec::new();
+            for s in segs {
+                match s {
+                    ReadSegment::Data { device_offset, len } => {
+                        let mut buf = vec![0u8; usize::try_from(len).unwrap()];
+                        pool.device_mut()
+                            .read(device_offset / bs, &mut buf)
+                            .unwrap();
+                        out.extend(buf);
+                    }
+                    ReadSegment::Zero { len } => {
+                        out.extend(vec![0u8; usize::try_from(len).unwrap()]);
+                    }
+                }
+            }
+            Ok(out)
+        })
         .await
         .unwrap()
 }
