@@ -144,6 +144,7 @@ impl<D: BlockDevice> Pool<D> {
                 Ok(state) => {
                     let mut pool = Self::mounted(dev, sb, state, h.generation, h.seq + 1);
                     pool.replay()?;
+                    pool.discard_journal_tail()?;
                     return Ok(pool);
                 }
                 Err(e) => {
@@ -223,6 +224,17 @@ impl<D: BlockDevice> Pool<D> {
         }
         if replayed > 0 {
             log::info!("journal: replayed {replayed} frames, next sequence {}", self.seq);
+        }
+        Ok(())
+    }
+
+    /// Discards the journal past the replayed tail: only torn or superseded frames live there
+    /// (`replay` has just checked that no later commit does), and the next commits append there.
+    fn discard_journal_tail(&mut self) -> Result<()> {
+        let rest = self.geo.journal_blocks - self.journal_pos;
+        if rest > 0 {
+            let at = self.geo.journal_start() + self.journal_pos;
+            self.dev.discard(at, rest).map_err(dev_err)?;
         }
         Ok(())
     }
@@ -319,9 +331,11 @@ impl<D: BlockDevice> Pool<D> {
                 return Err(Error::ResourceExhausted(Limit::Metadata));
             }
         }
+        // The blocks ahead of `journal_pos` were discarded when this pass of the journal began
+        // (after a checkpoint, or past the tail at open): appends never rewrite a block in
+        // place, and a commit costs one write and one flush.
         let at = self.geo.journal_start() + self.journal_pos;
         let blocks = (enc.bytes.len() / bs) as u64;
-        self.dev.discard(at, blocks).map_err(dev_err)?;
         self.dev.write(at, &enc.bytes).map_err(dev_err)?;
         self.dev.flush().map_err(dev_err)?;
         self.journal_pos += blocks;
@@ -397,6 +411,12 @@ impl<D: BlockDevice> Pool<D> {
         self.journal_pos = 0;
         self.meta_estimate = len;
         self.pending.clear();
+        // A new pass of the journal starts: everything in it is older than the checkpoint now
+        // durable (replay tells it apart by sequence number whatever a discard leaves behind).
+        // One discard per pass instead of one per commit; erase-before-write media need it.
+        self.dev
+            .discard(self.geo.journal_start(), self.geo.journal_blocks)
+            .map_err(dev_err)?;
         Ok(())
     }
 
