@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One benchmark command: control plane over mTLS, core, hal (raw-device baseline), the data path
 # (if appliance/benches/data_path.rs exists), and footprint (daemon RSS at 0 / 1,000 / 10,000
-# volumes, static binary size, firmware image size). Prints every table and writes them as JSON
+# volumes, static binary size, firmware image size), and in full mode the data path in QEMU (fio in
+# a node VM: edgevol vs the kernel's nvmet-tcp) with the image's boot-to-ready (scripts/bench-qemu.sh).
+# Prints every table and writes them as JSON
 # to target/bench/results.json. Every bench prints its own baseline from the same run; this
 # script only collects. It asserts no timings: a bench fails only if it cannot run.
 #
@@ -105,7 +107,17 @@ else
     log "data path: appliance/benches/data_path.rs not present yet: skipped"
 fi
 
-# Footprint: binary and image sizes.
+# Data path in QEMU and the image's boot-to-ready (scripts/bench-qemu.sh: two TCG VMs, fio, minutes
+# of runtime): full mode only. A failure there is reported and does not stop the other benches.
+qemu_md="$out/data_path_qemu.md"
+rm -f "$qemu_md"
+if ((quick)); then
+    log "data path in QEMU + image boot-to-ready: skipped in --quick (full mode runs scripts/bench-qemu.sh)"
+elif ! run "data path qemu" "$ROOT/scripts/bench-qemu.sh"; then
+    log "data path in QEMU: scripts/bench-qemu.sh FAILED (logs in qemu/.cache/logs/bench-*.log); continuing"
+fi
+
+# Footprint: binary and image sizes (the image is built by scripts/bench-qemu.sh in full mode).
 size_row() { # label, path
     if [[ -f $2 ]]; then
         local b
@@ -129,7 +141,13 @@ sizes="$out/sizes.md"
     fi
     size_row "image/out/initramfs.gz" "$ROOT/image/out/initramfs.gz"
     size_row "image/out/edgevol.img (raw disk)" "$ROOT/image/out/edgevol.img"
-    printf '| QEMU image boot-to-ready | not measured yet | - |\n'
+    if ((quick)); then
+        printf '| QEMU image boot-to-ready | skipped in --quick (scripts/bench-qemu.sh) | - |\n'
+    elif [[ -f $qemu_md ]] && grep -q '^| QEMU image' "$qemu_md"; then
+        grep '^| QEMU image' "$qemu_md"
+    else
+        printf '| QEMU image boot-to-ready | not measured (scripts/bench-qemu.sh failed) | - |\n'
+    fi
 } | tee "$sizes"
 section "footprint sizes" "cargo build --release [--target x86_64-unknown-linux-musl] -p edgevol-appliance; stat" "$sizes"
 

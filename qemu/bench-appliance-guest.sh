@@ -1,0 +1,81 @@
+# Runs inside the benchmark appliance VM (scripts/bench-qemu.sh boots it with qemu/run-guest.sh,
+# which copies this file to /etc/edgevol-bench-appliance.sh; busybox sh). Two identical raw
+# virtio-blk backing disks: serial EVBENCHPOOL holds edgevold's pool (formatted blank here) and
+# serial EVBENCHNVMET is exported by the kernel's nvmet + nvmet-tcp on a second port, so both
+# targets serve the same kind of backing from the same VM and CPU.
+#   edgevold: CSI over mTLS on :9500 (host PKI in /etc/edgevol-pki), NVMe/TCP on :4420
+#   nvmet-tcp: NQN from edgevol.nvmet_nqn, port 4421, allow_any_host
+# Markers: EDGEVOL-BENCH-APPLIANCE READY | EDGEVOL-BENCH-APPLIANCE FAILED <why>
+arg() { sed -n "s/.*edgevol\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
+fail() { echo "EDGEVOL-BENCH-APPLIANCE FAILED $*"; exit 1; }
+iface_of() {
+    for n in /sys/class/net/*; do
+        [ "$(cat "$n/address" 2>/dev/null)" = "$1" ] && { basename "$n"; return 0; }
+    done
+    return 1
+}
+disk_of() { # virtio-blk serial -> /dev/vdX
+    for b in /sys/block/vd*; do
+        [ "$(cat "$b/serial" 2>/dev/null)" = "$1" ] && { echo "/dev/$(basename "$b")"; return 0; }
+    done
+    return 1
+}
+for i in $(seq 1 50); do iface_of 52:54:00:ed:01:01 >/dev/null && disk_of EVBENCHNVMET >/dev/null && break; sleep 0.1; done
+mgmt="$(iface_of 52:54:00:ed:00:01)" || fail "no management NIC"
+storage="$(iface_of 52:54:00:ed:01:01)" || fail "no storage NIC"
+ip link set "$mgmt" up && ip addr add 10.0.2.15/24 dev "$mgmt" || fail "management network"
+ip link set "$storage" up && ip addr add 192.168.77.1/24 dev "$storage" || fail "storage network"
+pool="$(disk_of EVBENCHPOOL)" || fail "no pool disk (serial EVBENCHPOOL)"
+other="$(disk_of EVBENCHNVMET)" || fail "no nvmet disk (serial EVBENCHNVMET)"
+echo "edgevol-bench: pool on $pool, nvmet on $other"
+
+# --- kernel target: nvmet + nvmet-tcp through configfs ---------------------------------------
+nqn="$(arg nvmet_nqn)"
+[ -n "$nqn" ] || fail "edgevol.nvmet_nqn missing from the kernel command line"
+mount -t configfs none /sys/kernel/config 2>/dev/null
+cfg=/sys/kernel/config/nvmet
+[ -d "$cfg" ] || fail "no $cfg (nvmet module not loaded?)"
+mkdir "$cfg/subsystems/$nqn" || fail "nvmet subsystem"
+echo 1 >"$cfg/subsystems/$nqn/attr_allow_any_host"
+mkdir "$cfg/subsystems/$nqn/namespaces/1" || fail "nvmet namespace"
+echo -n "$other" >"$cfg/subsystems/$nqn/namespaces/1/device_path"
+echo 1 >"$cfg/subsystems/$nqn/namespaces/1/enable" || fail "nvmet namespace enable"
+mkdir "$cfg/ports/2" || fail "nvmet port"
+echo tcp >"$cfg/ports/2/addr_trtype"
+echo ipv4 >"$cfg/ports/2/addr_adrfam"
+echo 192.168.77.1 >"$cfg/ports/2/addr_traddr"
+echo 4421 >"$cfg/ports/2/addr_trsvcid"
+ln -s "$cfg/subsystems/$nqn" "$cfg/ports/2/subsystems/$nqn" || fail "nvmet port link"
+echo "edgevol-bench: nvmet-tcp exports $other as $nqn on 192.168.77.1:4421"
+
+# --- edgevold ---------------------------------------------------------------------------------
+mkdir -p /tmp/state
+cat >/tmp/edgevold.toml <<CFG
+data_dir = "/tmp/state"
+listen = "0.0.0.0:9500"
+devices = ["$pool"]
+
+[tls]
+ca = "/etc/edgevol-pki/ca.pem"
+cert = "/etc/edgevol-pki/server.pem"
+key = "/etc/edgevol-pki/server.key"
+
+[nvme]
+listen = "0.0.0.0:4420"
+advertise = "192.168.77.1"
+CFG
+log=/tmp/edgevold.log
+: >"$log"
+edgevold --config /tmp/edgevold.toml --format-blank >"$log" 2>&1 &
+pid=$!
+tail -n +1 -f "$log" &
+ready=""
+for i in $(seq 1 1200); do
+    grep -q "pool open: ready" "$log" && { ready=1; break; }
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+[ -n "$ready" ] || fail "edgevold did not become ready"
+echo "EDGEVOL-BENCH-APPLIANCE READY"
+wait "$pid"
+fail "edgevold exited"
