@@ -64,6 +64,19 @@ async fn ready(app: &DevAppliance) {
     panic!("pool never opened");
 }
 
+async fn snapshot(c: &mut ControllerClient<Channel>, source: &str, name: &str) -> Snapshot {
+    c.create_snapshot(CreateSnapshotRequest {
+        source_volume_id: source.into(),
+        name: name.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .snapshot
+    .unwrap()
+}
+
 async fn vol(c: &mut ControllerClient<Channel>, req: CreateVolumeRequest) -> Volume {
     c.create_volume(req)
         .await
@@ -231,17 +244,7 @@ async fn space_topology_and_sources() {
 
     // Sources: a snapshot and a volume, echoed back; size rules.
     let src = vol(&mut c, create("src", 8 * MIB)).await;
-    let snap = c
-        .create_snapshot(CreateSnapshotRequest {
-            source_volume_id: src.volume_id.clone(),
-            name: "snap-1".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let snap = snapshot(&mut c, &src.volume_id, "snap-1").await;
     let from_snap = |name: &str, required: i64, id: &str| CreateVolumeRequest {
         volume_content_source: Some(VolumeContentSource {
             r#type: Some(SourceType::Snapshot(SnapshotSource {
@@ -292,17 +295,7 @@ async fn delete_volume_is_idempotent_and_keeps_snapshots() {
     ready(&app).await;
     let mut c = client(&app).await;
     let v = vol(&mut c, create("doomed", MIB)).await;
-    let snap = c
-        .create_snapshot(CreateSnapshotRequest {
-            source_volume_id: v.volume_id.clone(),
-            name: "keep-me".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let snap = snapshot(&mut c, &v.volume_id, "keep-me").await;
     for _ in 0..2 {
         c.delete_volume(DeleteVolumeRequest {
             volume_id: v.volume_id.clone(),
@@ -726,17 +719,7 @@ async fn volumes_and_snapshots_survive_a_restart() {
     ready(&app).await;
     let mut c = client(&app).await;
     let v = vol(&mut c, create("durable", 3 * MIB)).await;
-    let s = c
-        .create_snapshot(CreateSnapshotRequest {
-            source_volume_id: v.volume_id.clone(),
-            name: "durable-snap".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let s = snapshot(&mut c, &v.volume_id, "durable-snap").await;
     let DevAppliance { dir, running } = app;
     running.stop().await.unwrap();
 
