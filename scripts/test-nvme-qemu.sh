@@ -4,9 +4,11 @@
 # test process on the host, is refused with an unpublished host NQN, then writes 2 MiB with dd,
 # reads it back after dropping its page cache, and the test checks the same bytes through core
 # (appliance/tests/nvme_linux.rs). Then Debian's nvme-cli, copied from the host with its shared
-# libraries into a second guest, runs discover / connect / list / id-ctrl / id-ns / disconnect
-# and refused connects against two volumes (appliance/tests/nvme_cli.rs, qemu/nvme-cli-guest.sh).
-# Installs what it needs via scripts/setup-qemu.sh and apt (nvme-cli). Exit 0 = PASS.
+# libraries into a second guest (with fio and mkfs.ext4), runs discover / connect / list /
+# id-ctrl / id-ns, a dd round trip, fio --verify=crc32c, a CSI snapshot cut while fio writes
+# (checked on a clone), ext4 files md5-verified over a new connection, and refused connects
+# (appliance/tests/nvme_cli.rs, qemu/nvme-cli-guest.sh).
+# Installs what it needs via scripts/setup-qemu.sh and apt (nvme-cli, fio). Exit 0 = PASS.
 #
 # usage: scripts/test-nvme-qemu.sh [--timeout SECS]   (default 300: build + two boots + runs)
 set -euo pipefail
@@ -19,11 +21,15 @@ while (($#)); do
     esac
 done
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
-if ! dpkg-query -W -f='${Status}' nvme-cli 2>/dev/null | grep -q 'install ok installed'; then
-    echo "test-nvme-qemu: installing Debian package nvme-cli" >&2
+missing=()
+for pkg in nvme-cli fio e2fsprogs; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    echo "test-nvme-qemu: installing Debian packages ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq --no-install-recommends nvme-cli >/dev/null ||
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends nvme-cli >/dev/null; }
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 cd "$ROOT"

@@ -1,8 +1,10 @@
 //! Interop with Debian's nvme-cli (what users run) in a QEMU TCG guest, which reaches this
 //! process's target at 10.0.2.2 through slirp: discovery lists exactly the host's subsystems,
 //! connect, `nvme list` / `id-ctrl` / `id-ns` / `ns-descs` show our model, serial, NGUID and
-//! UUID, a dd round trip, disconnect, and connects the access list refuses. The guest
-//! (qemu/nvme-cli-guest.sh) only reports; this test judges its serial log. Ignored by default:
+//! UUID, a dd round trip, `fio --verify=crc32c` random writes, a CSI snapshot cut while the guest
+//! writes (checked on a clone), ext4 files md5-verified across a disconnect and a new connect,
+//! and connects the access list refuses. The guest (qemu/nvme-cli-guest.sh) only reports; this
+//! test judges its serial log and reads the volume back through core. Ignored by default:
 //! `scripts/test-nvme-qemu.sh` runs it (it needs the QEMU harness of `scripts/setup-qemu.sh` and
 //! the host's nvme-cli).
 
@@ -13,8 +15,16 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use edgevol_appliance::csi::ids::Ids;
 use edgevol_appliance::{naming, start, Args, Config};
-use edgevol_core::VolumeSpec;
+use edgevol_core::{VolumeId, VolumeSpec};
+use edgevol_proto::csi::v1::controller_client::ControllerClient;
+use edgevol_proto::csi::v1::volume_content_source::{SnapshotSource, Type};
+use edgevol_proto::csi::v1::{CreateSnapshotRequest, VolumeContentSource};
+use std::sync::atomic::Ordering;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
 use tonic::Status;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-5555-6666-7777-888888888888";
@@ -22,8 +32,13 @@ const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-9999-aaaa-bbb
 const STRANGER: &str = "nqn.2014-08.org.nvmexpress:uuid:deadbeef-0000-0000-0000-000000000001";
 const APPLIANCE: &str = "qemu-cli";
 const MIB: u64 = 1 << 20;
-const SIZE: u64 = 64 * MIB;
+const SIZE: u64 = 256 * MIB;
+/// Where the guest writes before and after the snapshot (qemu/nvme-cli-guest.sh).
+const SNAP_AT: u64 = 128 * MIB;
+const SNAP_LEN: u64 = 8 * MIB;
 const NVME_CLI: &str = "/usr/sbin/nvme";
+const FIO: &str = "/usr/bin/fio";
+const MKFS: &str = "/usr/sbin/mkfs.ext4";
 
 fn core_err(e: edgevol_core::Error) -> Status {
     Status::internal(format!("{e:?}"))
@@ -83,6 +98,63 @@ impl Step {
     }
 }
 
+fn sha256(data: &[u8]) -> String {
+    naming::hex(ring::digest::digest(&ring::digest::SHA256, data).as_ref())
+}
+
+/// What the control port saw: the snapshot cut while the guest wrote, and the volume's write
+/// counter when the request came and when the answer went.
+struct Snapped {
+    snapshot_id: String,
+    writes_before: u64,
+    writes_after: u64,
+}
+
+/// Serves the guest's one "snapshot" request: CreateSnapshot over CSI (mTLS, controller role)
+/// while the guest's fio keeps writing, then a second of writes before the answer.
+async fn serve_snapshot(
+    listener: tokio::net::TcpListener,
+    channel: Channel,
+    state: std::sync::Arc<edgevol_appliance::state::State>,
+    volume: VolumeId,
+    volume_id: String,
+    done: oneshot::Sender<Snapped>,
+) {
+    let (stream, _) = listener.accept().await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    BufReader::new(read).read_line(&mut line).await.unwrap();
+    assert_eq!(line.trim(), "snapshot", "control request");
+    let writes = || {
+        let counters = state.target().unwrap().stats.volume(volume);
+        counters.write.ops.load(Ordering::Relaxed)
+    };
+    let writes_before = writes();
+    let snapshot = ControllerClient::new(channel)
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: volume_id,
+            name: "while-the-guest-writes".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes_after = writes();
+    write
+        .write_all(format!("{} {writes_before} {writes_after}\n", snapshot.snapshot_id).as_bytes())
+        .await
+        .unwrap();
+    drop(write);
+    let _ = done.send(Snapped {
+        snapshot_id: snapshot.snapshot_id,
+        writes_before,
+        writes_after,
+    });
+}
+
 /// Splits the serial log into the guest's `EVCLI-BEGIN name` .. `EVCLI-END name rc=N` steps.
 fn steps(log: &str) -> HashMap<String, Step> {
     let mut steps: HashMap<String, Step> = HashMap::new();
@@ -110,10 +182,12 @@ fn steps(log: &str) -> HashMap<String, Step> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "boots a QEMU guest with the host's nvme-cli: scripts/test-nvme-qemu.sh"]
 async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
-    assert!(
-        std::path::Path::new(NVME_CLI).exists(),
-        "{NVME_CLI} missing: scripts/test-nvme-qemu.sh installs Debian's nvme-cli"
-    );
+    for tool in [NVME_CLI, FIO, MKFS] {
+        assert!(
+            std::path::Path::new(tool).exists(),
+            "{tool} missing: scripts/test-nvme-qemu.sh installs nvme-cli, fio and e2fsprogs"
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
     let config = Config::from_args(Args {
         dev: true,
@@ -150,6 +224,30 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
     let nqn = naming::subsystem_nqn(APPLIANCE, id);
     let other_nqn = naming::subsystem_nqn(APPLIANCE, other);
 
+    // The control port through which the guest asks for its snapshot, answered over CSI.
+    let pki = dir.path().join("pki");
+    let channel = common::channel(
+        running.local_addr,
+        common::tls_for(
+            &pki,
+            &pki.join("controller.pem"),
+            &pki.join("controller.key"),
+        ),
+    )
+    .await;
+    let ctl = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let ctl_port = ctl.local_addr().unwrap().port();
+    let volume_id = Ids::new(APPLIANCE).volume(id);
+    let (snapped_tx, snapped) = oneshot::channel();
+    tokio::spawn(serve_snapshot(
+        ctl,
+        channel.clone(),
+        state.clone(),
+        id,
+        volume_id.clone(),
+        snapped_tx,
+    ));
+
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let cache = std::env::var_os("EDGEVOL_QEMU_CACHE")
         .map(PathBuf::from)
@@ -157,13 +255,23 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
     std::fs::create_dir_all(cache.join("logs")).unwrap();
     let log = cache.join("logs/nvme-cli.log");
     let guest_script = root.join("qemu/nvme-cli-guest.sh");
-    let cmd = format!("sh /etc/nvme-cli-guest.sh {port} {nqn} {other_nqn} {HOST} {STRANGER}");
+    let cmd =
+        format!("sh /etc/nvme-cli-guest.sh {port} {ctl_port} {nqn} {other_nqn} {HOST} {STRANGER}");
     let mut child = Command::new(root.join("qemu/run-guest.sh"));
     child
-        .args(["--name", "nvme-cli", "--timeout", "150", "--mem", "512"])
+        // fio's libraries take ~80 MiB of the initramfs.
+        .args(["--name", "nvme-cli", "--timeout", "420", "--mem", "1024"])
         .arg("--log")
         .arg(&log)
-        .args(["--host-bin", NVME_CLI])
+        .args([
+            "--host-bin",
+            NVME_CLI,
+            "--host-bin",
+            FIO,
+            "--host-bin",
+            MKFS,
+        ])
+        .args(["--file", "/etc/mke2fs.conf:/etc/mke2fs.conf"])
         .arg("--file")
         .arg(format!("{}:/etc/nvme-cli-guest.sh", guest_script.display()))
         .args(["--module", "nvme-tcp", "--module", "virtio_pci"])
@@ -256,17 +364,84 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
             .unwrap_or_else(|| panic!("{what}checksum in:\n{}", io.text()))
     };
     assert_eq!(sum("written "), sum("read "));
-    let data = common::volume_bytes(&state, id, MIB, 4 * MIB).await;
+    let data = common::volume_bytes(&state, id, 64 * MIB, 4 * MIB).await;
     let line = b"EDGEVOL-NVME-CLI\n";
     let expected: Vec<u8> = line.iter().copied().cycle().take(data.len()).collect();
     assert!(data == expected, "the guest's bytes are in the volume");
 
-    let disconnect = step("disconnect").ok("disconnect");
-    assert!(
-        disconnect.text().contains("disconnected 1 controller"),
-        "{}",
-        disconnect.text()
+    // fio wrote, read back and checked every block itself.
+    let fio = step("fio-verify").ok("fio-verify").text();
+    assert!(fio.contains("err= 0"), "fio verify run:\n{fio}");
+
+    // The snapshot cut while fio wrote: the clone holds what was flushed before it, the volume
+    // what came after; writes kept arriving around the cut.
+    let snap = step("snapshot").ok("snapshot");
+    let line = |what: &str| {
+        snap.out
+            .iter()
+            .find_map(|l| l.strip_prefix(what))
+            .map(|s| s.split_whitespace().next().unwrap_or("").to_owned())
+            .unwrap_or_else(|| panic!("{what} in:\n{}", snap.text()))
+    };
+    let (before, after) = (line("before "), line("after "));
+    assert_ne!(before, after);
+    let snapped = snapped.await.expect("the guest asked for its snapshot");
+    assert_eq!(
+        line("host "),
+        snapped.snapshot_id,
+        "the guest got the answer"
     );
+    assert!(
+        snapped.writes_after > snapped.writes_before,
+        "the guest kept writing while the snapshot was cut ({} -> {})",
+        snapped.writes_before,
+        snapped.writes_after
+    );
+    let clone = ControllerClient::new(channel)
+        .create_volume(edgevol_proto::csi::v1::CreateVolumeRequest {
+            volume_content_source: Some(VolumeContentSource {
+                r#type: Some(Type::Snapshot(SnapshotSource {
+                    snapshot_id: snapped.snapshot_id.clone(),
+                })),
+            }),
+            capacity_range: None,
+            ..common::block_volume("clone-of-the-cut".into())
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let ids = Ids::new(APPLIANCE);
+    let clone = ids.parse_volume(&clone.volume_id).expect("one of ours");
+    let at_cut = common::volume_bytes(&state, clone, SNAP_AT, SNAP_LEN).await;
+    assert_eq!(
+        sha256(&at_cut),
+        before,
+        "the clone holds the data flushed before the cut"
+    );
+    let now = common::volume_bytes(&state, id, SNAP_AT, SNAP_LEN).await;
+    assert_eq!(
+        sha256(&now),
+        after,
+        "the volume holds the data written after it"
+    );
+
+    // ext4: files written, then checked over a new connection (no page cache survives it).
+    let sums = step("fs-write").ok("fs-write").text();
+    assert_eq!(sums.lines().filter(|l| l.len() > 34).count(), 5, "{sums}");
+    for name in ["disconnect", "disconnect-again"] {
+        let d = step(name).ok(name);
+        assert!(
+            d.text().contains("disconnected 1 controller"),
+            "{}",
+            d.text()
+        );
+    }
+    step("reconnect").ok("reconnect");
+    step("namespace-again").ok("namespace-again");
+    let verified = step("fs-verify").ok("fs-verify").text();
+    assert_eq!(verified.matches(": OK").count(), 5, "{verified}");
 
     // The access list: an unpublished host, and this host on another host's volume.
     for name in ["connect-stranger", "connect-other"] {
