@@ -148,9 +148,10 @@ pub async fn serve(
                 }
             }
             Some(done) = conn.inflight.join_next(), if !conn.inflight.is_empty() => {
-                match done {
-                    Ok(done) => conn.finish_io(done),
-                    Err(e) => tracing::error!(%e, "I/O task failed"),
+                conn.joined(done);
+                // Every other finished I/O too, so that one write carries the whole batch.
+                while let Some(done) = conn.inflight.try_join_next() {
+                    conn.joined(done);
                 }
             }
             read = rd.read(&mut chunk) => match read {
@@ -370,18 +371,20 @@ impl Conn {
         };
         let (kind, bytes) = request.accounting();
         let subs = self.subs.clone();
-        self.inflight.spawn(async move {
-            let started = StdInstant::now();
-            // Mapping under the pool lock, device I/O outside it where core allows (io.rs).
-            let result = tokio::task::spawn_blocking(move || match subs.data_path() {
-                Some(data) => io::run(&subs.state, &data, &request),
-                None => match subs.state.pool().map(|p| p.lock()) {
-                    Some(Ok(mut pool)) => io::execute(&mut pool, &request),
-                    _ => Err(StatusCode::InternalError.into()),
-                },
-            })
-            .await
-            .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
+        let started = StdInstant::now();
+        // Straight onto the blocking pool: one hand-off per command. Mapping under the pool
+        // lock, device I/O outside it where core allows (io.rs). A panic fails the command, not
+        // the connection.
+        self.inflight.spawn_blocking(move || {
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match subs.data_path() {
+                    Some(data) => io::run(&subs.state, &data, &request),
+                    None => match subs.state.pool().map(|p| p.lock()) {
+                        Some(Ok(mut pool)) => io::execute(&mut pool, &request),
+                        _ => Err(StatusCode::InternalError.into()),
+                    },
+                }))
+                .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
             Done {
                 tag,
                 result,
@@ -390,6 +393,13 @@ impl Conn {
                 started,
             }
         });
+    }
+
+    fn joined(&mut self, done: Result<Done, tokio::task::JoinError>) {
+        match done {
+            Ok(done) => self.finish_io(done),
+            Err(e) => tracing::error!(%e, "I/O task failed"),
+        }
     }
 
     fn finish_io(&mut self, done: Done) {
