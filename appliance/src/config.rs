@@ -27,9 +27,14 @@ pub const DEV_POOL_BYTES: u64 = 16 << 30;
 #[command(
     name = "edgevold",
     version,
-    about = "edgevol appliance daemon: CSI over mTLS"
+    about = "edgevol appliance daemon: CSI over mTLS",
+    // Daemon flags and a command never mix: `edgevold --dev format` is an error, not a guess.
+    args_conflicts_with_subcommands = true
 )]
 pub struct Args {
+    /// An operator command to run instead of the daemon.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// TOML configuration file.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -76,6 +81,14 @@ pub struct Args {
     /// instead of refusing it: an appliance's first boot on a new drive. Never formats over data.
     #[arg(long)]
     pub format_blank: bool,
+}
+
+/// Operator commands of `edgevold`; without one it runs the daemon.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Format a device as a new, empty pool, deallocating (discarding) its data area. Offline:
+    /// refused while a daemon holds the device.
+    Format(crate::format::FormatArgs),
 }
 
 /// The config file. Relative paths are relative to the file's directory.

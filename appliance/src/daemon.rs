@@ -90,6 +90,7 @@ pub struct Running {
     stop: Arc<Notify>,
     task: JoinHandle<Result<(), DaemonError>>,
     _lock: File,
+    _device_locks: Vec<pool::DeviceLock>,
 }
 
 impl Running {
@@ -118,6 +119,9 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let data_dir = &config.data_dir;
     prepare_data_dir(data_dir, config.dev)?;
     let lock = lock_data_dir(data_dir)?;
+    // Held, like the data dir, until the daemon stops: `edgevold format` refuses a held device.
+    let device_locks =
+        pool::lock_devices(&config.devices, config.dev).map_err(DaemonError::Pool)?;
     if config.dev {
         edgevol_pki::files::ensure_dev(&data_dir.join("pki")).map_err(DaemonError::Pki)?;
     }
@@ -233,6 +237,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         stop,
         task,
         _lock: lock,
+        _device_locks: device_locks,
     })
 }
 

@@ -11,12 +11,14 @@ pub mod auth;
 pub mod config;
 pub mod csi;
 pub mod daemon;
+pub mod format;
 pub mod metrics;
 pub mod naming;
 pub mod nvme;
 pub mod pool;
+pub mod progress;
 pub mod state;
 pub mod transport;
 
-pub use config::{Args, Config};
+pub use config::{Args, Command, Config};
 pub use daemon::{start, DaemonError, Running};

@@ -1,12 +1,16 @@
-//! `edgevold`: parses flags, starts the daemon, runs until SIGINT/SIGTERM.
+//! `edgevold`: parses flags, starts the daemon, runs until SIGINT/SIGTERM; or runs an operator
+//! command (`edgevold format`).
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use edgevol_appliance::{start, Args, Config};
+use edgevol_appliance::format::{self, FormatArgs};
+use edgevol_appliance::naming::uuid_string;
+use edgevol_appliance::progress::human_bytes;
+use edgevol_appliance::{start, Args, Command, Config};
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -14,6 +18,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    if let Some(Command::Format(f)) = args.command.take() {
+        return format_device(&f);
+    }
     let config = match Config::from_args(args) {
         Ok(c) => c,
         Err(e) => return fail(&e),
@@ -40,6 +47,21 @@ fn main() -> ExitCode {
             Err(e) => fail(&e),
         }
     })
+}
+
+fn format_device(args: &FormatArgs) -> ExitCode {
+    match format::run(args) {
+        Ok(done) => {
+            println!(
+                "formatted {}: edgevol pool {}, {} of data clusters",
+                args.device.display(),
+                uuid_string(done.uuid),
+                human_bytes(done.capacity)
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

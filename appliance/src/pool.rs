@@ -5,6 +5,10 @@
 //! `format_blank` (an appliance's first boot), a device whose first MiB is all zero and that
 //! carries no known signature (hal's [`check_formattable`]) is formatted too: a new NVMe drive
 //! reads as zeros. Anything else that holds no pool is refused, never formatted over.
+//!
+//! A device is held exclusively: a block device is opened with `O_EXCL`, a file is locked with
+//! [`lock_device`] by the daemon for its lifetime and by `edgevold format`, so neither writes
+//! under the other.
 
 use std::fmt;
 use std::fs;
@@ -13,11 +17,12 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use edgevol_core::{BlockDevice, Corruption, ErrorType, FormatOptions, Pool};
+use edgevol_core::{BlockDevice, Corruption, ErrorType, FormatOptions, Pool, Progress};
 use edgevol_hal::discovery::check_formattable;
 use edgevol_hal::{FileDevice, LinuxBlockDevice};
 
 use crate::config::DEV_POOL_BYTES;
+use crate::progress::{human_bytes, Steps};
 
 /// Allocation unit of pools the appliance formats.
 pub const CLUSTER_SIZE: u32 = 1 << 20;
@@ -32,6 +37,8 @@ pub enum PoolError {
         /// What went wrong.
         error: String,
     },
+    /// Another process holds the device: a running edgevold, a mount, device-mapper or md.
+    Busy(PathBuf),
     /// More devices than a pool spans.
     SeveralDevices(usize),
     /// The device holds no edgevol pool and is not known blank: refused.
@@ -51,6 +58,11 @@ impl fmt::Display for PoolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PoolError::Device { path, error } => write!(f, "device {}: {error}", path.display()),
+            PoolError::Busy(path) => write!(
+                f,
+                "device {} is in use (a running edgevold, a mount, or another driver holds it)",
+                path.display()
+            ),
             PoolError::SeveralDevices(n) => {
                 write!(f, "{n} devices given; a pool spans exactly one device")
             }
@@ -119,6 +131,54 @@ impl BlockDevice for PoolDevice {
     }
 }
 
+/// Holds a pool device against other edgevold processes while it lives: an advisory `flock`
+/// on a regular file (a block device needs none: it is opened with `O_EXCL`). The daemon keeps
+/// one next to its data-dir lock; `edgevold format` keeps one while it formats.
+#[derive(Debug)]
+pub struct DeviceLock {
+    _file: Option<fs::File>,
+}
+
+/// Locks `path` if it is a regular file. A path that does not exist (yet) is not locked: opening
+/// it reports that.
+pub fn lock_device(path: &Path) -> Result<DeviceLock, PoolError> {
+    let device_err = |error: &dyn fmt::Display| PoolError::Device {
+        path: path.to_path_buf(),
+        error: error.to_string(),
+    };
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Ok(DeviceLock { _file: None }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(DeviceLock { _file: None }),
+        Err(e) => return Err(device_err(&e)),
+    }
+    // A handle of its own: flock belongs to an open file description, and hal's FileDevice
+    // keeps its handle private.
+    let file = fs::File::open(path).map_err(|e| device_err(&e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(DeviceLock { _file: Some(file) }),
+        Err(fs::TryLockError::WouldBlock) => Err(PoolError::Busy(path.to_path_buf())),
+        Err(fs::TryLockError::Error(e)) => Err(device_err(&e)),
+    }
+}
+
+/// The daemon's locks on its `devices`, taken at start; in dev mode the pool file is created
+/// first, so it is locked before it is formatted.
+pub fn lock_devices(devices: &[PathBuf], dev: bool) -> Result<Vec<DeviceLock>, PoolError> {
+    devices
+        .iter()
+        .map(|path| {
+            if dev {
+                create_sparse(path, DEV_POOL_BYTES).map_err(|e| PoolError::Device {
+                    path: path.clone(),
+                    error: e.to_string(),
+                })?;
+            }
+            lock_device(path)
+        })
+        .collect()
+}
+
 /// How much of a device must read as zeros, from its start, before `format_blank` formats it.
 pub const BLANK_PROBE_BYTES: usize = 1 << 20;
 
@@ -150,21 +210,29 @@ pub fn open_with(
     // Probed before the device is opened for the pool: an edgevol pool starts with its
     // superblocks, so it is never blank and is never formatted over.
     let blank = format_blank && !never_written && is_blank(path).map_err(|e| device_err(&e))?;
-    let device = if meta.file_type().is_block_device() {
-        PoolDevice::Block(LinuxBlockDevice::open(path).map_err(|e| device_err(&e))?)
-    } else if meta.is_file() {
-        PoolDevice::File(FileDevice::open(path).map_err(|e| device_err(&e))?)
-    } else {
-        return Err(device_err(&"neither a regular file nor a block device"));
-    };
+    let device = open_device(path)?;
     let core_err = |error| PoolError::Core {
         path: path.clone(),
         error,
     };
-    if (dev && never_written) || blank {
+    if dev && never_written {
+        // Nothing was ever written, so there is nothing to deallocate.
         tracing::info!(device = %path.display(), "formatting a new pool");
         return Pool::format(device, FormatOptions::new(new_uuid()?, CLUSTER_SIZE))
             .map_err(core_err);
+    }
+    if blank {
+        tracing::info!(device = %path.display(), "formatting a new pool: deallocating the data area");
+        let mut steps = Steps::default();
+        return format_device(device, path, CLUSTER_SIZE, &mut |p| {
+            if let Some(percent) = steps.next(p) {
+                tracing::info!(
+                    device = %path.display(),
+                    "formatting: {percent}% of {} deallocated",
+                    human_bytes(p.total)
+                );
+            }
+        });
     }
     match Pool::open(device) {
         Ok(pool) => Ok(pool),
@@ -175,9 +243,64 @@ pub fn open_with(
     }
 }
 
+/// Opens `path` for a pool: a block device with `O_EXCL` (refused while mounted or held by
+/// device-mapper, md or another edgevold), a regular file as is (see [`lock_device`]). Never
+/// creates anything.
+pub fn open_device(path: &Path) -> Result<PoolDevice, PoolError> {
+    let device_err = |error: &dyn fmt::Display| PoolError::Device {
+        path: path.to_path_buf(),
+        error: error.to_string(),
+    };
+    let meta = fs::metadata(path).map_err(|e| device_err(&e))?;
+    if meta.file_type().is_block_device() {
+        match LinuxBlockDevice::open(path) {
+            Ok(d) => Ok(PoolDevice::Block(d)),
+            Err(edgevol_hal::Error::Io { source, .. })
+                if source.kind() == io::ErrorKind::ResourceBusy =>
+            {
+                Err(PoolError::Busy(path.to_path_buf()))
+            }
+            Err(e) => Err(device_err(&e)),
+        }
+    } else if meta.is_file() {
+        Ok(PoolDevice::File(
+            FileDevice::open(path).map_err(|e| device_err(&e))?,
+        ))
+    } else {
+        Err(device_err(&"neither a regular file nor a block device"))
+    }
+}
+
+/// Formats `device` (at `path`) as a new pool and deallocates its data area, reporting
+/// progress. Durable when it returns.
+pub fn format_device(
+    device: PoolDevice,
+    path: &Path,
+    cluster_size: u32,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Pool<PoolDevice>, PoolError> {
+    let options = FormatOptions::new(new_uuid()?, cluster_size);
+    Pool::format_discarding(device, options, progress).map_err(|error| PoolError::Core {
+        path: path.to_path_buf(),
+        error,
+    })
+}
+
 /// Whether `path` reads as zeros over its first [`BLANK_PROBE_BYTES`] (or all of it, if
 /// shorter) and hal finds no signature on it.
 fn is_blank(path: &Path) -> Result<bool, String> {
+    if !head_is_zero(path)? {
+        return Ok(false);
+    }
+    match check_formattable(path, false) {
+        Ok(()) => Ok(true),
+        Err(edgevol_hal::Error::Refused { .. }) => Ok(false),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Whether the first [`BLANK_PROBE_BYTES`] of `path` (or all of it, if shorter) read as zeros.
+pub(crate) fn head_is_zero(path: &Path) -> Result<bool, String> {
     let file = fs::File::open(path).map_err(|e| e.to_string())?;
     let mut head = vec![0u8; BLANK_PROBE_BYTES];
     let mut n = 0;
@@ -189,14 +312,7 @@ fn is_blank(path: &Path) -> Result<bool, String> {
             Err(e) => return Err(e.to_string()),
         }
     }
-    if head[..n].iter().any(|b| *b != 0) {
-        return Ok(false);
-    }
-    match check_formattable(path, false) {
-        Ok(()) => Ok(true),
-        Err(edgevol_hal::Error::Refused { .. }) => Ok(false),
-        Err(e) => Err(e.to_string()),
-    }
+    Ok(head[..n].iter().all(|b| *b == 0))
 }
 
 /// Creates a sparse file of `bytes`; `false` if it already existed.
@@ -300,10 +416,41 @@ mod tests {
         let uuid = pool.uuid();
         assert!(pool.capacity().total > 0);
         drop(pool);
+        // The data area was deallocated: the file's blocks were given back.
+        let allocated = fs::metadata(&path).unwrap().blocks() * 512;
+        assert!(allocated < 16 << 20, "{allocated} bytes still allocated");
         for format_blank in [true, false] {
             let pool = open_with(one, false, format_blank).unwrap();
             assert_eq!(pool.uuid(), uuid, "reopened, not reformatted");
         }
+    }
+
+    #[test]
+    fn a_device_lock_is_exclusive_until_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pool.img");
+        let one = std::slice::from_ref(&path);
+        let locks = lock_devices(one, true).unwrap();
+        assert_eq!(
+            fs::metadata(&path).unwrap().len(),
+            DEV_POOL_BYTES,
+            "created"
+        );
+        match lock_device(&path) {
+            Err(PoolError::Busy(p)) => assert_eq!(p, path),
+            other => panic!("expected Busy, got {other:?}"),
+        }
+        assert!(matches!(lock_devices(one, true), Err(PoolError::Busy(_))));
+        // The holder itself opens (and here formats) the device it locked.
+        let pool = open(one, true).unwrap();
+        drop(locks);
+        let _again = lock_device(&path).unwrap();
+        drop(pool);
+        assert!(open(one, true).is_ok(), "locks are for other processes");
+        assert!(
+            lock_device(&dir.path().join("missing.img")).is_ok(),
+            "nothing to lock"
+        );
     }
 
     #[test]

@@ -87,7 +87,7 @@ struct Encoded {
     next_seq: u64,
 }
 
-fn dev_err<E: DeviceError>(e: E) -> Error {
+pub(crate) fn dev_err<E: DeviceError>(e: E) -> Error {
     Error::Device(e.kind())
 }
 
@@ -120,7 +120,7 @@ impl<D: BlockDevice> Pool<D> {
     /// up to its torn tail. Refuses (`Error::Corrupt`) when acknowledged metadata cannot be
     /// recovered; never trusts a byte whose CRC it has not checked.
     pub fn open(mut dev: D) -> Result<Self> {
-        let sb = read_superblock(&mut dev)?;
+        let sb = read_superblock(&mut dev, true)?;
         let geo = sb.geo;
         if geo.block_size != dev.block_size() || geo.block_count > dev.block_count() {
             return Err(Error::Corrupt(Corruption::Geometry));
@@ -462,7 +462,9 @@ fn data_clusters(geo: &Geometry) -> Result<usize> {
         .ok_or(Error::Corrupt(Corruption::Geometry))
 }
 
-fn read_superblock<D: BlockDevice>(dev: &mut D) -> Result<Superblock> {
+/// The valid superblock copy with the highest generation. `warn`: log each invalid copy (on
+/// open a damaged copy is news; on a probe of a device that may be blank it is noise).
+pub(crate) fn read_superblock<D: BlockDevice>(dev: &mut D, warn: bool) -> Result<Superblock> {
     let bs = usize::try_from(dev.block_size()).map_err(|_| Error::Corrupt(Corruption::Geometry))?;
     if bs < superblock::LEN || dev.block_count() < 2 {
         return Err(Error::Corrupt(Corruption::NoSuperblock));
@@ -475,7 +477,8 @@ fn read_superblock<D: BlockDevice>(dev: &mut D) -> Result<Superblock> {
         match Superblock::decode(&block) {
             Ok(Some(sb)) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
             Ok(Some(_)) => {}
-            Ok(None) => log::warn!("superblock copy {copy} invalid"),
+            Ok(None) if warn => log::warn!("superblock copy {copy} invalid"),
+            Ok(None) => {}
             Err(e) => version_err = Some(e),
         }
     }
