@@ -423,6 +423,154 @@ async fn namespace_change_raises_an_async_event() {
     );
 }
 
+/// One Error Information Log Entry as the host reads it (`struct nvme_error_slot`).
+#[derive(Debug, PartialEq, Eq)]
+struct ErrorEntry {
+    count: u64,
+    sqid: u16,
+    cid: u16,
+    status: u16,
+    location: u16,
+    lba: u64,
+    nsid: u32,
+}
+
+fn error_entries(page: &[u8]) -> Vec<ErrorEntry> {
+    let u16_at = |e: &[u8], at: usize| u16::from_le_bytes([e[at], e[at + 1]]);
+    page.chunks_exact(64)
+        .map(|e| ErrorEntry {
+            count: u64::from_le_bytes(e[0..8].try_into().unwrap()),
+            sqid: u16_at(e, 8),
+            cid: u16_at(e, 10),
+            status: u16_at(e, 12),
+            location: u16_at(e, 14),
+            lba: u64::from_le_bytes(e[16..24].try_into().unwrap()),
+            nsid: u32::from_le_bytes(e[24..28].try_into().unwrap()),
+        })
+        .collect()
+}
+
+fn smart_error_count(smart: &[u8]) -> u128 {
+    u128::from_le_bytes(smart[176..192].try_into().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_commands_fill_the_error_log_newest_first() {
+    const SLOTS: usize = 128;
+    let f = Fixture::start().await;
+    let v = f.volume("v", 16 * MIB, HOST, false).await;
+    let nqn = f.nqn(v);
+    let mut admin = Admin::connect(f.addr, &nqn, HOST, 0).await.unwrap();
+    let ctrl = admin.identify(1, 0).await;
+    ok(&ctrl);
+    assert_eq!(usize::from(ctrl.data[262]) + 1, SLOTS, "ELPE");
+    let log = admin.get_log(0x01, 64 * SLOTS as u32).await;
+    ok(&log);
+    assert!(log.data.iter().all(|&b| b == 0), "no errors yet");
+    let mut q1 = admin
+        .io_queue(f.addr, 1, &nqn, HOST, Digests::NONE)
+        .await
+        .unwrap();
+
+    // LBA Out of Range and Invalid Opcode on I/O queue 1, Invalid Namespace on the admin queue.
+    let nsze = 16 * MIB / 4096;
+    let (sqe, data) = io::read(nsze, 1);
+    let past_end = q1.cmd(sqe, data).await;
+    assert_eq!(status(&past_end), (0, 0x80, true));
+    assert!(past_end.cqe.status().more, "More: the log has the details");
+    let unserved = || {
+        // Compare (05h) is not served.
+        let mut sqe = edgevol_nvmeof::sqe::Sqe::default();
+        sqe.set_opcode(0x05).set_nsid(1);
+        sqe
+    };
+    let bad_opcode = q1.cmd(unserved(), Data::None).await;
+    assert_eq!(status(&bad_opcode), (0, 0x01, true));
+    let bad_ns = admin.identify(0, 2).await;
+    assert_eq!(status(&bad_ns), (0, 0x0b, true));
+
+    let log = admin.get_log(0x01, 4096).await;
+    ok(&log);
+    let entries = error_entries(&log.data);
+    // Status Field: status in bits 15:1 (DNR is bit 14 of the status), phase bit 0 clear.
+    let dnr = 1 << 14;
+    assert_eq!(
+        entries[0],
+        ErrorEntry {
+            count: 3,
+            sqid: 0,
+            cid: bad_ns.cid,
+            status: (dnr | 0x0b) << 1,
+            location: 4,
+            lba: 0,
+            nsid: 2,
+        }
+    );
+    assert_eq!(
+        entries[1],
+        ErrorEntry {
+            count: 2,
+            sqid: 1,
+            cid: bad_opcode.cid,
+            status: (dnr | 0x01) << 1,
+            location: 0,
+            lba: 0,
+            nsid: 1,
+        }
+    );
+    assert_eq!(
+        entries[2],
+        ErrorEntry {
+            count: 1,
+            sqid: 1,
+            cid: past_end.cid,
+            status: (dnr | 0x80) << 1,
+            location: 40,
+            lba: nsze,
+            nsid: 1,
+        }
+    );
+    assert!(log.data[3 * 64..].iter().all(|&b| b == 0), "unused: zero");
+
+    // Offset and length window the page: the second entry alone.
+    let mut sqe = edgevol_nvmeof::sqe::Sqe::default();
+    sqe.set_opcode(edgevol_nvmeof::admin::opcode::GET_LOG_PAGE)
+        .set_nsid(0xffff_ffff)
+        .set_cdw(10, (15 << 16) | 0x01)
+        .set_cdw(12, 64);
+    let one = admin.q.cmd(sqe, Data::Read(64)).await;
+    ok(&one);
+    assert_eq!(error_entries(&one.data)[0].count, 2);
+
+    let smart = admin.get_log(0x02, 512).await;
+    ok(&smart);
+    assert_eq!(smart_error_count(&smart.data), 3);
+
+    // More failures than the ring holds: only the newest stay, still newest first.
+    let more = SLOTS + 2;
+    let mut last = 0;
+    for batch in 0..more.div_ceil(16) {
+        let n = 16.min(more - batch * 16);
+        let cids: Vec<u16> = (0..n).map(|_| q1.submit(unserved(), Data::None)).collect();
+        for cid in cids {
+            assert_eq!(status(&q1.wait(cid).await).1, 0x01);
+            last = cid;
+        }
+    }
+    let total = (3 + more) as u64;
+    let log = admin.get_log(0x01, 64 * SLOTS as u32).await;
+    ok(&log);
+    let entries = error_entries(&log.data);
+    assert_eq!(entries.len(), SLOTS);
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(e.count, total - i as u64, "entry {i}");
+        assert_eq!((e.sqid, e.status, e.nsid), (1, (dnr | 0x01) << 1, 1));
+    }
+    assert_eq!(entries[0].cid, last);
+    let smart = admin.get_log(0x02, 512).await;
+    assert_eq!(smart_error_count(&smart.data), u128::from(total));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_pdus_close_only_their_connection() {
     let f = Fixture::start().await;

@@ -218,8 +218,8 @@ async fn log(
 ) -> Result<Vec<u8>, TargetStatus> {
     match (lid, &ctrl.kind) {
         (discovery::LID, Kind::Discovery) => discovery_log(subs, &ctrl.host).await,
-        (log_page::ERROR, _) => Ok(vec![0u8; log_page::ERROR_ENTRY_LEN]),
-        (log_page::SMART, Kind::Volume { id, .. }) => smart(subs, *id).await,
+        (log_page::ERROR, _) => Ok(ctrl.errors().page()),
+        (log_page::SMART, Kind::Volume { id, .. }) => smart(subs, ctrl, *id).await,
         (log_page::CHANGED_NS, Kind::Volume { .. }) => Ok(ctrl.regs().take_changed(rae)),
         _ => Err(invalid_field()),
     }
@@ -244,7 +244,11 @@ pub async fn discovery_log(subs: &Subsystems, host: &str) -> Result<Vec<u8>, Tar
     Ok(discovery::log_page(subs.endpoint, genctr, &nqns))
 }
 
-async fn smart(subs: &Subsystems, volume: VolumeId) -> Result<Vec<u8>, TargetStatus> {
+async fn smart(
+    subs: &Subsystems,
+    ctrl: &Controller,
+    volume: VolumeId,
+) -> Result<Vec<u8>, TargetStatus> {
     let capacity = subs
         .state
         .with_pool(|_, pool| Ok(pool.capacity()))
@@ -258,7 +262,7 @@ async fn smart(subs: &Subsystems, volume: VolumeId) -> Result<Vec<u8>, TargetSta
             bytes_written: c.write.bytes.load(Ordering::Relaxed),
             reads: c.read.ops.load(Ordering::Relaxed),
             writes: c.write.ops.load(Ordering::Relaxed),
-            errors: c.read.errors.load(Ordering::Relaxed) + c.write.errors.load(Ordering::Relaxed),
         },
+        ctrl.errors().count(),
     ))
 }

@@ -1,6 +1,6 @@
 //! One controller (Linux `struct nvmet_ctrl`): who it belongs to, its registers (CC/CSTS), its
-//! features, its keep-alive clock and its pending asynchronous events. Pure state: the queue
-//! tasks lock it briefly, never across I/O.
+//! features, its keep-alive clock, its pending asynchronous events and its error log. Pure
+//! state: the queue tasks lock it briefly, never across I/O.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,6 +9,8 @@ use std::time::Duration;
 use edgevol_core::VolumeId;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
+
+use super::errors::ErrorLog;
 
 /// Most I/O queues one controller may have (Set Features Number of Queues is capped here).
 pub const MAX_IO_QUEUES: u16 = 16;
@@ -206,6 +208,8 @@ pub struct Controller {
     /// What it serves.
     pub kind: Kind,
     regs: Mutex<Registers>,
+    // Its own lock: every queue records failures here without contending for the registers.
+    errors: Mutex<ErrorLog>,
     closed: watch::Sender<bool>,
     /// Wakes the admin queue when an event is queued.
     pub aen: Notify,
@@ -238,6 +242,7 @@ impl Controller {
                 ns_attr_masked: false,
                 changed: BTreeSet::new(),
             }),
+            errors: Mutex::new(ErrorLog::default()),
             closed: watch::Sender::new(false),
             aen: Notify::new(),
         })
@@ -246,6 +251,11 @@ impl Controller {
     /// Locks the registers (never held across an await or I/O).
     pub fn regs(&self) -> MutexGuard<'_, Registers> {
         self.regs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Locks the error log (never held across an await or I/O).
+    pub fn errors(&self) -> MutexGuard<'_, ErrorLog> {
+        self.errors.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Notes traffic (resets the keep-alive timer).

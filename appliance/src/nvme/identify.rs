@@ -3,6 +3,7 @@
 //! values: no I/O here.
 
 use super::controller::{Kind, MAX_AERS, MAX_QUEUE_SIZE, VERSION};
+use super::errors;
 use super::subsys::NSID;
 
 /// Size of every Identify structure.
@@ -64,9 +65,11 @@ pub fn controller(info: &ControllerInfo<'_>) -> Vec<u8> {
     put(&mut b, 92, &oaes.to_le_bytes());
     // CNTRLTYPE: 1 I/O, 2 discovery.
     b[111] = if discovery { 2 } else { 1 };
-    // AERL (0's based), LPA bit 2: extended data for Get Log Page.
+    // AERL (0's based), LPA bit 2: extended data for Get Log Page, ELPE (0's based): the
+    // error log ring.
     b[259] = u8::try_from(MAX_AERS - 1).unwrap_or(0);
     b[261] = 1 << 2;
+    b[262] = u8::try_from(errors::SLOTS - 1).unwrap_or(u8::MAX);
     // KAS: keep-alive granularity in 100 ms units: whole seconds.
     put(&mut b, 320, &10u16.to_le_bytes());
     // SQES / CQES: required and maximum entry sizes 64 and 16 bytes.
@@ -202,6 +205,7 @@ mod tests {
         });
         assert_eq!(&b[78..80], &[5, 0]);
         assert_eq!(b[111], 2);
+        assert_eq!(usize::from(b[262]) + 1, errors::SLOTS, "ELPE");
         assert_eq!(&b[768..773], b"nqn.x");
         assert_eq!(u32::from_le_bytes(b[1792..1796].try_into().unwrap()), 1028);
         assert_eq!(&b[4..8], b"abc ");

@@ -1,7 +1,9 @@
-//! Log pages other than discovery: Error Information (empty: errors are reported in their
-//! completions), SMART / Health Information (from the pool's capacity and the volume's
-//! counters), and the windowing every Get Log Page applies (offset and length in bytes; reads
-//! past the end return zeros, as Linux `nvmet_copy_to_sgl` of a zeroed buffer does).
+//! Log pages other than discovery: the identifiers served, SMART / Health Information (from the
+//! pool's capacity, the volume's counters and the controller's error count), and the windowing
+//! every Get Log Page applies (offset and length in bytes; reads past the end return zeros, as
+//! Linux `nvmet_copy_to_sgl` of a zeroed buffer does). Error Information is each controller's
+//! record of its failed commands, newest first: its ring and entry encoding are in
+//! [`super::errors`].
 
 use edgevol_core::Capacity;
 
@@ -11,8 +13,6 @@ pub const ERROR: u8 = 0x01;
 pub const SMART: u8 = 0x02;
 /// Changed Namespace List.
 pub const CHANGED_NS: u8 = 0x04;
-/// One error log entry (ELPE = 0: one entry).
-pub const ERROR_ENTRY_LEN: usize = 64;
 /// Size of the SMART log.
 pub const SMART_LEN: usize = 512;
 /// Available spare threshold reported (percent).
@@ -40,8 +40,6 @@ pub struct Traffic {
     pub reads: u64,
     /// Write commands.
     pub writes: u64,
-    /// Failed commands.
-    pub errors: u64,
 }
 
 fn percent(part: u64, whole: u64) -> u8 {
@@ -54,7 +52,8 @@ fn percent(part: u64, whole: u64) -> u8 {
 /// The SMART log. For a thin pool the scarce resource is free clusters, so Available Spare is the
 /// pool's free share and Percentage Used its used share; Critical Warning bit 0 says the free
 /// share fell below the threshold. Data units are thousands of 512-byte units, rounded up.
-pub fn smart(capacity: &Capacity, t: &Traffic) -> Vec<u8> {
+/// `error_entries` is the controller's Error Information count.
+pub fn smart(capacity: &Capacity, t: &Traffic, error_entries: u64) -> Vec<u8> {
     let mut b = vec![0u8; SMART_LEN];
     let spare = percent(capacity.free, capacity.total);
     b[0] = u8::from(spare < SPARE_THRESHOLD);
@@ -66,7 +65,7 @@ pub fn smart(capacity: &Capacity, t: &Traffic) -> Vec<u8> {
     b[48..64].copy_from_slice(&units(t.bytes_written).to_le_bytes());
     b[64..80].copy_from_slice(&u128::from(t.reads).to_le_bytes());
     b[80..96].copy_from_slice(&u128::from(t.writes).to_le_bytes());
-    b[176..192].copy_from_slice(&u128::from(t.errors).to_le_bytes());
+    b[176..192].copy_from_slice(&u128::from(error_entries).to_le_bytes());
     b
 }
 
@@ -91,8 +90,10 @@ mod tests {
                 bytes_read: 512_001,
                 ..Traffic::default()
             },
+            3,
         );
         assert_eq!((b[0], b[3], b[5]), (1, 5, 95));
         assert_eq!(b[32], 2);
+        assert_eq!(&b[176..192], &3u128.to_le_bytes());
     }
 }

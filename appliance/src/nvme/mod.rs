@@ -7,6 +7,8 @@
 //! - [`subsys`]: controllers, dynamic cntlids, the host ACL (the volume's durable
 //!   publications), and [`subsys::Access`], the `HostAccess` the CSI controller calls.
 //! - [`controller`]: one controller's registers (CC/CSTS), features, keep-alive, events.
+//! - [`errors`]: each controller's Error Information log, recorded at the transport's one
+//!   completion point.
 //! - [`fabrics`] (Connect, Property Get/Set), [`admin`] (Identify, logs, features),
 //!   [`identify`], [`log_page`], [`discovery`]: admin-side data structures.
 //! - [`io`]: Read/Write/Flush/Write Zeroes/DSM over core and hal (its docs say how the pool lock
@@ -16,6 +18,7 @@
 pub mod admin;
 pub mod controller;
 pub mod discovery;
+pub mod errors;
 pub mod fabrics;
 pub mod identify;
 pub mod io;

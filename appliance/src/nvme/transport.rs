@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::controller::{CcEffect, Controller, Kind, MAX_AERS};
+use super::errors::Origin;
 use super::fabrics::{self, Bound};
 use super::io;
 use super::stats::{IoKind, VolumeCounters};
@@ -28,9 +29,16 @@ use super::{admin, queue_config};
 /// Bytes read from the socket at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// A command handed out by the queue: its tag, and what the error log records if it fails.
+#[derive(Clone, Copy)]
+struct Issued {
+    tag: CommandTag,
+    origin: Origin,
+}
+
 /// A finished I/O command.
 struct Done {
-    tag: CommandTag,
+    issued: Issued,
     result: Result<Vec<u8>, TargetStatus>,
     kind: IoKind,
     bytes: u64,
@@ -70,7 +78,7 @@ struct Conn {
     lba_shift: u8,
     counters: Option<Arc<VolumeCounters>>,
     inflight: JoinSet<Done>,
-    aers: Vec<CommandTag>,
+    aers: Vec<Issued>,
     ctrl_watch: Option<watch::Receiver<bool>>,
     end: Option<End>,
 }
@@ -241,39 +249,59 @@ impl Conn {
         }
     }
 
-    fn complete(&mut self, tag: CommandTag, status: Status, result: u64, data: &[u8]) {
+    /// Submission queue id of this connection (0 also before Connect: nothing is recorded
+    /// then, there is no controller yet).
+    fn sqid(&self) -> u16 {
+        match &self.bound {
+            Some(Bound::Io(_, qid)) => *qid,
+            Some(Bound::Admin(_)) | None => 0,
+        }
+    }
+
+    /// Every completion goes through here: a failure is recorded in the controller's error log
+    /// and flagged More (the log has its details), as Linux `nvmet_set_error` does.
+    fn complete(&mut self, issued: Issued, mut status: Status, result: u64, data: &[u8]) {
+        if !status.is_success() {
+            if let Some(ctrl) = self.controller() {
+                ctrl.errors().record(&issued.origin, status);
+                status.more = true;
+            }
+        }
         let c = Completion {
             status,
             result,
             data,
         };
-        if let Err(e) = self.queue.complete(tag, c) {
+        if let Err(e) = self.queue.complete(issued.tag, c) {
             tracing::debug!(%e, "completion dropped");
         }
     }
 
-    fn fail(&mut self, tag: CommandTag, status: TargetStatus) {
-        self.complete(tag, status.status(), 0, &[]);
+    fn fail(&mut self, issued: Issued, status: TargetStatus) {
+        self.complete(issued, status.status(), 0, &[]);
     }
 
     async fn dispatch(&mut self, c: queue::Command) {
-        let tag = c.tag;
+        let issued = Issued {
+            tag: c.tag,
+            origin: Origin::new(self.sqid(), &c.sqe),
+        };
         let read_len = usize::try_from(c.read_len).unwrap_or(0);
         let cmd = match parse::parse(&c.sqe, &c.data, &self.queue_state()) {
             Ok(cmd) => cmd,
-            Err(rejected) => return self.complete(tag, rejected.status, rejected.result, &[]),
+            Err(rejected) => return self.complete(issued, rejected.status, rejected.result, &[]),
         };
         if let Command::Connect { cmd, data } = cmd {
             return match fabrics::connect(&self.subs, &mut self.queue, cmd, data).await {
                 Ok((bound, result)) => {
                     self.bind(bound).await;
-                    self.complete(tag, Status::SUCCESS, result, &[]);
+                    self.complete(issued, Status::SUCCESS, result, &[]);
                 }
-                Err(r) => self.complete(tag, r.status, r.result, &[]),
+                Err(r) => self.complete(issued, r.status, r.result, &[]),
             };
         }
         let Some(ctrl) = self.controller() else {
-            return self.fail(tag, StatusCode::CommandSequenceError.into());
+            return self.fail(issued, StatusCode::CommandSequenceError.into());
         };
         ctrl.touch();
         let fabrics_cmd = matches!(
@@ -283,13 +311,13 @@ impl Conn {
         // Linux `nvmet_check_ctrl_status`: admin and I/O commands need an enabled, ready
         // controller.
         if !fabrics_cmd && !ctrl.regs().ready() {
-            return self.fail(tag, StatusCode::CommandSequenceError.into());
+            return self.fail(issued, StatusCode::CommandSequenceError.into());
         }
         match cmd {
             Command::Connect { .. } => {}
             Command::PropertyGet(get) => match fabrics::property_get(&ctrl, get) {
-                Ok(v) => self.complete(tag, Status::SUCCESS, v, &[]),
-                Err(s) => self.fail(tag, s),
+                Ok(v) => self.complete(issued, Status::SUCCESS, v, &[]),
+                Err(s) => self.fail(issued, s),
             },
             Command::PropertySet(set) => match fabrics::property_set(&ctrl, set) {
                 Ok(CcEffect::Shutdown) => {
@@ -301,30 +329,30 @@ impl Conn {
                             "flush at controller shutdown failed"
                         );
                     }
-                    self.complete(tag, Status::SUCCESS, 0, &[]);
+                    self.complete(issued, Status::SUCCESS, 0, &[]);
                 }
-                Ok(CcEffect::None) => self.complete(tag, Status::SUCCESS, 0, &[]),
-                Err(s) => self.fail(tag, s),
+                Ok(CcEffect::None) => self.complete(issued, Status::SUCCESS, 0, &[]),
+                Err(s) => self.fail(issued, s),
             },
             Command::Disconnect => {
-                self.complete(tag, Status::SUCCESS, 0, &[]);
+                self.complete(issued, Status::SUCCESS, 0, &[]);
                 self.end = Some(End::Disconnect);
             }
             Command::Admin(AdminCommand::AsyncEventRequest) => {
                 if self.aers.len() >= MAX_AERS {
-                    return self.fail(tag, TargetStatus::AerLimitExceeded);
+                    return self.fail(issued, TargetStatus::AerLimitExceeded);
                 }
-                self.aers.push(tag);
+                self.aers.push(issued);
                 self.deliver_events();
             }
             Command::Admin(admin_cmd) => match admin::execute(&self.subs, &ctrl, admin_cmd).await {
                 Ok(mut reply) => {
                     reply.data.resize(read_len, 0);
-                    self.complete(tag, Status::SUCCESS, reply.result, &reply.data);
+                    self.complete(issued, Status::SUCCESS, reply.result, &reply.data);
                 }
-                Err(s) => self.fail(tag, s),
+                Err(s) => self.fail(issued, s),
             },
-            Command::Io(io_cmd) => self.start_io(tag, &ctrl, io_cmd, c.data),
+            Command::Io(io_cmd) => self.start_io(issued, &ctrl, io_cmd, c.data),
         }
     }
 
@@ -353,13 +381,13 @@ impl Conn {
 
     fn start_io(
         &mut self,
-        tag: CommandTag,
+        issued: Issued,
         ctrl: &Controller,
         cmd: edgevol_nvmeof::io_cmd::IoCommand,
         data: Vec<u8>,
     ) {
         let Kind::Volume { id, readonly } = ctrl.kind else {
-            return self.fail(tag, StatusCode::InvalidOpcode.into());
+            return self.fail(issued, StatusCode::InvalidOpcode.into());
         };
         let request = io::Request {
             volume: id,
@@ -386,7 +414,7 @@ impl Conn {
                 }))
                 .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
             Done {
-                tag,
+                issued,
                 result,
                 kind,
                 bytes,
@@ -412,8 +440,8 @@ impl Conn {
             );
         }
         match done.result {
-            Ok(data) => self.complete(done.tag, Status::SUCCESS, 0, &data),
-            Err(s) => self.fail(done.tag, s),
+            Ok(data) => self.complete(done.issued, Status::SUCCESS, 0, &data),
+            Err(s) => self.fail(done.issued, s),
         }
     }
 
@@ -427,8 +455,8 @@ impl Conn {
             let Some(event) = ctrl.regs().events.pop_front() else {
                 break;
             };
-            let tag = self.aers.remove(0);
-            self.complete(tag, Status::SUCCESS, u64::from(event), &[]);
+            let issued = self.aers.remove(0);
+            self.complete(issued, Status::SUCCESS, u64::from(event), &[]);
         }
     }
 
