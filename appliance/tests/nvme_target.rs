@@ -138,6 +138,14 @@ async fn identify_and_data_path_round_trips() {
     let list = admin.identify(2, 0).await;
     assert_eq!(&list.data[0..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(status(&admin.identify(0, 2).await).1, 0x0b, "invalid ns");
+    // The NVM command set's controller and namespace structures (CNS 06h / 05h, CSI 0), which
+    // Linux reads at connect: served, all zero (no limits of our own).
+    for (cns, nsid) in [(6, 0), (5, 1)] {
+        let nvm = admin.identify(cns, nsid).await;
+        ok(&nvm);
+        assert!(nvm.data.iter().all(|&b| b == 0), "CNS {cns}");
+    }
+    assert_eq!(status(&admin.identify(5, 2).await).1, 0x0b, "invalid ns");
     let q = admin.set_features(0x07, 0x0001_0001).await;
     ok(&q);
     assert_eq!(q.cqe.result, 0x0001_0001);

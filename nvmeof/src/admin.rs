@@ -43,7 +43,18 @@ pub enum Identify {
         /// Namespace id.
         nsid: u32,
     },
+    /// CNS 05h, CSI 00h: the NVM command set's namespace structure of `nsid`.
+    NvmNamespace {
+        /// Namespace id.
+        nsid: u32,
+    },
+    /// CNS 06h, CSI 00h: the NVM command set's controller structure (size limits of Verify,
+    /// Write Zeroes, Write Uncorrectable and Dataset Management). Linux asks for it at connect.
+    NvmController,
 }
+
+/// Command Set Identifier of the NVM command set (CDW11 bits 31:24 of Identify).
+const CSI_NVM: u32 = 0;
 
 /// A parsed admin command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +115,8 @@ pub fn parse_admin(sqe: &Sqe) -> Result<AdminCommand, Status> {
                 0x01 => Identify::Controller,
                 0x02 if nsid < 0xffff_fffe => Identify::ActiveNamespaces { after: nsid },
                 0x03 => Identify::NamespaceDescriptors { nsid },
+                0x05 if sqe.cdw(11) >> 24 == CSI_NVM => Identify::NvmNamespace { nsid },
+                0x06 if sqe.cdw(11) >> 24 == CSI_NVM => Identify::NvmController,
                 _ => return Err(StatusCode::InvalidField.status()),
             };
             Ok(AdminCommand::Identify(id))
@@ -163,7 +176,20 @@ mod tests {
                 nsid: 1
             }))
         );
-        sqe.set_cdw(10, 0x10);
+        sqe.set_cdw(10, 6);
+        assert_eq!(
+            parse_admin(&sqe),
+            Ok(AdminCommand::Identify(Identify::NvmController))
+        );
+        sqe.set_cdw(10, 5);
+        assert_eq!(
+            parse_admin(&sqe),
+            Ok(AdminCommand::Identify(Identify::NvmNamespace { nsid: 1 }))
+        );
+        // Another command set (ZNS is 02h) is not served.
+        sqe.set_cdw(11, 2 << 24);
+        assert_eq!(parse_admin(&sqe), Err(StatusCode::InvalidField.status()));
+        sqe.set_cdw(11, 0).set_cdw(10, 0x10);
         assert_eq!(parse_admin(&sqe), Err(StatusCode::InvalidField.status()));
         sqe.set_cdw(10, 0).set_transport_data(512);
         assert_eq!(

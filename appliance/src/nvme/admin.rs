@@ -127,6 +127,12 @@ async fn identify(
         (Identify::NamespaceDescriptors { nsid }, Some(v)) if nsid == NSID => {
             identify::descriptors(&namespace_info(subs, v, readonly).await?)
         }
+        // No limits of our own beyond MDTS and the spec's 256 ranges, and no extended LBA
+        // formats: both structures are all zero, as nvmet serves them.
+        (Identify::NvmController, Some(_)) => vec![0u8; identify::LEN],
+        (Identify::NvmNamespace { nsid }, Some(_)) if nsid == NSID => {
+            vec![0u8; identify::LEN]
+        }
         _ => return Err(StatusCode::InvalidNamespace.into()),
     };
     Ok(Reply { result: 0, data })
