@@ -38,6 +38,16 @@ if [ "$1" = --roundtrip ]; then
     exit
 fi
 
+# A Read of the first block past the end of the namespace: LBA Out of Range, and an entry in
+# the controller's Error Information log.
+if [ "$1" = --past-end ]; then
+    n=${2#/dev/}
+    lbs=$(cat "/sys/block/$n/queue/logical_block_size")
+    blocks=$(($(cat "/sys/block/$n/size") * 512 / lbs))
+    echo "blocks $blocks"
+    nvme read "$2" --start-block="$blocks" --block-count=0 --data-size="$lbs" --data=/dev/null
+    exit
+fi
 # fio's own check: 32 MiB of 4k random writes at QD16, each block stamped with a crc32c header,
 # then read back and verified (fio exits non-zero on the first bad block).
 if [ "$1" = --fio-verify ]; then
@@ -111,6 +121,8 @@ step net 10 sh -c 'ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0'
     step id-ns 20 nvme id-ns "$(ns)"
     step ns-descs 20 nvme ns-descs "$(ns)"
     step io 60 sh "$self" --roundtrip "$(ns)"
+    step past-end 20 sh "$self" --past-end "$(ns)"
+    step error-log 20 nvme error-log "$(ctrl)" --log-entries=2
     step fio-verify 120 sh "$self" --fio-verify "$(ns)"
     step snapshot 90 sh "$self" --snapshot "$(ns)" "$ctl"
     step fs-write 90 sh "$self" --fs-write "$(ns)"

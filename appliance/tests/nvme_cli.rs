@@ -369,6 +369,43 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
     let expected: Vec<u8> = line.iter().copied().cycle().take(data.len()).collect();
     assert!(data == expected, "the guest's bytes are in the volume");
 
+    // A read past the end: LBA Out of Range, and the newest Error Information log entry names it.
+    let past = step("past-end");
+    assert!(
+        matches!(past.rc, Some(rc) if rc != 0 && rc != 124 && rc != 143),
+        "a read past the end fails at once:\n{}",
+        past.text()
+    );
+    assert!(past.text().contains("LBA Out of Range"), "{}", past.text());
+    let end = past
+        .out
+        .iter()
+        .find_map(|l| l.strip_prefix("blocks "))
+        .and_then(|b| b.trim().parse::<u64>().ok())
+        .expect("the namespace's block count");
+    let log = step("error-log").ok("error-log");
+    let hex = |key: &str| {
+        let v = log
+            .field(key)
+            .unwrap_or_else(|| panic!("{key} in:\n{}", log.text()));
+        // `0x4080(LBA Out of Range: ...)`: the number before the decoded text.
+        let v = v.split('(').next().unwrap_or("").trim().to_owned();
+        u64::from_str_radix(v.trim_start_matches("0x"), 16)
+            .or_else(|_| v.parse())
+            .unwrap_or_else(|_| panic!("{key}: {v}"))
+    };
+    // The first failure of the whole session: nothing Linux sent at connect was refused.
+    assert_eq!(hex("error_count"), 1, "{}", log.text());
+    assert_eq!(hex("lba"), end, "{}", log.text());
+    assert_eq!(hex("nsid"), 1, "{}", log.text());
+    // nvme-cli prints the status without the phase bit: SCT 0, SC 80h in the low 11 bits.
+    assert_eq!(
+        hex("status_field") & 0x7ff,
+        0x080,
+        "LBA Out of Range:\n{}",
+        log.text()
+    );
+
     // fio wrote, read back and checked every block itself.
     let fio = step("fio-verify").ok("fio-verify").text();
     assert!(fio.contains("err= 0"), "fio verify run:\n{fio}");
