@@ -2,11 +2,11 @@
 # Boot the benchmark node VM: qemu/node-vm.sh's node (edgevol-node, e2e-agent, the same networks
 # and qemu/node-guest.sh) plus Debian's fio copied from the host with its libraries
 # (run-guest.sh --host-bin; its dependency tree is ~80 MiB, hence 1 GiB of guest memory).
-# Two vCPUs, so that fio and the kernel's NVMe/TCP and network work do not share one emulated CPU.
-# The storage link is QEMU's TCP socket netdev (connect to the appliance VM's listen port), not
-# `-netdev dgram` as in qemu/node-vm.sh: under the bench's sustained load QEMU 7.2's dgram link
-# stopped passing frames altogether (keep-alives lost, reconnects timing out on both targets).
-# usage: qemu/bench-node-vm.sh --bin-dir DIR --link PORT --csi-port P --exec-port P
+# The storage NICs of both bench VMs run with event_idx=off: with it on, QEMU 7.2's virtio-net
+# stopped delivering frames to the appliance VM for good under sustained writes (keep-alives
+# lost, reconnects timing out, edgevold and nvmet-tcp alike; upstream QEMU later fixed a
+# "network stall under load" in virtio-net's RX buffer check).
+# usage: qemu/bench-node-vm.sh --bin-dir DIR --link LOCAL:REMOTE --csi-port P --exec-port P
 #                              [--name bench-node] [--timeout 180] [--lifetime 1800] [--fio PATH]
 # Exit as run-guest.sh (0 once EDGEVOL-NODE READY).
 set -euo pipefail
@@ -31,7 +31,7 @@ done
 [[ -x "$fio" ]] || { echo "bench-node-vm: $fio missing (apt: fio)" >&2; exit 2; }
 
 exec "$ROOT/qemu/run-guest.sh" --name "$name" --timeout "$timeout_s" --lifetime "$lifetime" \
-    --mem 1024 --smp 2 --append "edgevol.addr=192.168.77.2" \
+    --mem 1024 --smp 1 --append "edgevol.addr=192.168.77.2" \
     --bin "$bin_dir/edgevol-node" --bin "$bin_dir/e2e-agent" --host-bin "$fio" \
     --file "$ROOT/qemu/node-guest.sh:/etc/edgevol-node-guest.sh" \
     --module virtio_pci --module virtio_net --module nvme-tcp \
@@ -39,5 +39,5 @@ exec "$ROOT/qemu/run-guest.sh" --name "$name" --timeout "$timeout_s" --lifetime 
     --detach-on 'EDGEVOL-NODE READY' --fail-marker 'EDGEVOL-NODE FAILED' -- \
     -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$csi_port-:7000,hostfwd=tcp:127.0.0.1:$exec_port-:7001" \
     -device virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:02 \
-    -netdev "socket,id=storage,connect=127.0.0.1:$link" \
-    -device virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:02
+    -netdev "dgram,id=storage,local.type=inet,local.host=127.0.0.1,local.port=${link%%:*},remote.type=inet,remote.host=127.0.0.1,remote.port=${link#*:}" \
+    -device virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:02,event_idx=off,rx_queue_size=1024

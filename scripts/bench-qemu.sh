@@ -4,8 +4,8 @@
 # 1. Data path: an appliance VM (qemu/run-guest.sh + qemu/bench-appliance-guest.sh: static musl
 #    edgevold, nvmet + nvmet-tcp modules) with two identical raw virtio-blk backing files:
 #    edgevold's pool on one (NVMe/TCP :4420), the kernel's nvmet-tcp exporting the other (:4421).
-#    A node VM (qemu/bench-node-vm.sh: edgevol-node, e2e-agent, the host's fio) on the TCP
-#    socket storage link. tests/e2e/tests/bench_qemu.rs creates and publishes a volume through CSI over
+#    A node VM (qemu/bench-node-vm.sh: edgevol-node, e2e-agent, the host's fio) on the dgram
+#    storage link. tests/e2e/tests/bench_qemu.rs creates and publishes a volume through CSI over
 #    mTLS from the host (PKI made on the host), connects both targets in the node VM and runs fio
 #    (4k randread/randwrite QD1 and QD16, 128k seq read/write QD8) RUNS times each per target.
 # 2. Footprint: image/build.sh, then boot-to-ready (the `EDGEVOL-APPLIANCE READY boot_ms=` of
@@ -64,7 +64,7 @@ if ((do_data)); then
     "$BIN/edgevol" pki issue --dir "$run/pki" --role controller --name controller >/dev/null
     truncate -s 1G "$run/pool.img" "$run/nvmet.img"
     csi_port=$(free_port SOCK_STREAM) node_csi=$(free_port SOCK_STREAM) node_exec=$(free_port SOCK_STREAM)
-    link=$(free_port SOCK_STREAM)
+    link_a=$(free_port SOCK_DGRAM) link_n=$(free_port SOCK_DGRAM)
     nqn=nqn.2014-08.org.nvmexpress:bench-nvmet
     # Budget of the whole fio matrix: 6 workloads x 2 targets x runs x (secs + ramp + start-up),
     # the fill of both targets and the VMs' boots, with room for a slow shared machine.
@@ -84,8 +84,8 @@ if ((do_data)); then
         --detach-on 'EDGEVOL-BENCH-APPLIANCE READY' --fail-marker 'EDGEVOL-BENCH-APPLIANCE FAILED' -- \
         -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$csi_port-:9500" \
         -device virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:01 \
-        -netdev "socket,id=storage,listen=127.0.0.1:$link" \
-        -device virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:01 \
+        -netdev "dgram,id=storage,local.type=inet,local.host=127.0.0.1,local.port=$link_a,remote.type=inet,remote.host=127.0.0.1,remote.port=$link_n" \
+        -device virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:01,event_idx=off,rx_queue_size=1024 \
         -drive "file=$run/pool.img,if=none,id=pool,format=raw,cache=writeback" \
         -device virtio-blk-pci,drive=pool,serial=EVBENCHPOOL \
         -drive "file=$run/nvmet.img,if=none,id=other,format=raw,cache=writeback" \
@@ -93,7 +93,7 @@ if ((do_data)); then
 
     say "booting the node VM (fio)"
     pids+=("$CACHE/run/bench-node.pid")
-    "$ROOT/qemu/bench-node-vm.sh" --name bench-node --bin-dir "$BIN" --link "$link" \
+    "$ROOT/qemu/bench-node-vm.sh" --name bench-node --bin-dir "$BIN" --link "$link_n:$link_a" \
         --csi-port "$node_csi" --exec-port "$node_exec" --timeout 240 --lifetime "$((budget + 300))"
 
     say "fio: $runs runs x ${secs} s per workload and target (budget ${budget} s)"
