@@ -83,11 +83,13 @@ appliance e2e-appliance "$run/disk.img" "$run/nvme0.img" --csi-port "$csi_port" 
     --link "$link_a:$link_n" --timeout 150 --lifetime 900
 boot_s=$((SECONDS - boot_t))
 alog="$CACHE/logs/e2e-appliance.log"
-for want in "EDGEVOL-APPLIANCE FIRST-BOOT" "PKI-GENERATED" "formatting a new pool device=/dev/nvme0n1" "pool open: ready"; do
+for want in "EDGEVOL-APPLIANCE FIRST-BOOT" "PKI-GENERATED" \
+    "formatting a new pool: deallocating the data area device=/dev/nvme0n1" \
+    "formatting: 100% of" "pool open: ready"; do
     wait_log "$alog" "$want" || { say "FAIL: '$want' missing from $alog"; exit 1; }
 done
 if grep -q "BEGIN .*PRIVATE KEY" "$alog"; then say "FAIL: key material in the console log"; exit 1; fi
-say "ok: first boot formatted the drive; ready after ${boot_s} s ($(grep -o 'READY boot_ms=[0-9]*' "$alog"))"
+say "ok: first boot formatted (and deallocated) the drive; ready after ${boot_s} s ($(grep -o 'READY boot_ms=[0-9]*' "$alog"))"
 
 # The client PKI from the persistent partition, as an operator would take it off the box. A copy
 # of the live ext4 partition is made consistent (journal replayed) by e2fsck, then read by debugfs.
