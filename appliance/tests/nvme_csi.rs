@@ -138,3 +138,26 @@ async fn publish_connect_unpublish_and_reconnect_after_restart() {
     assert_eq!(read.data, data);
     app.running.stop().await.unwrap();
 }
+
+/// Stopping the daemon lets go of its state, and with it the pool and its device: nothing (the
+/// target's access hook included) keeps them alive behind the caller's back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_daemon_lets_go_of_its_pool() {
+    let app = DevAppliance::start().await;
+    ready(&app).await;
+    let state = std::sync::Arc::downgrade(&app.running.state);
+    let DevAppliance { dir, running } = app;
+    running.stop().await.unwrap();
+    // Connection and listener tasks end with the stop; give the runtime a moment to drop them.
+    let released = tokio::time::timeout(WAIT, async {
+        while state.upgrade().is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        released.is_ok(),
+        "the stopped daemon's state is still alive"
+    );
+    drop(dir);
+}

@@ -101,7 +101,7 @@ pub async fn start(state: Arc<State>, config: &NvmeConfig) -> Result<Target, Bin
     let subsystems = Subsystems::new(state.clone(), endpoint);
     state.set_target(TargetInfo {
         endpoint,
-        access: Arc::new(Access(subsystems.clone())),
+        access: Arc::new(Access(Arc::downgrade(&subsystems))),
         stats: subsystems.stats.clone(),
     });
     let (stop, stop_rx) = watch::channel(false);

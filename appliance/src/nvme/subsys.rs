@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use edgevol_core::VolumeId;
@@ -219,15 +219,19 @@ impl Subsystems {
     }
 }
 
-/// The [`HostAccess`] the CSI controller sees.
+/// The [`HostAccess`] the CSI controller sees. Weak: the state owns it and the subsystems own the
+/// state, so a strong reference would keep a stopped target's pool (and its device) alive.
 #[derive(Debug)]
-pub struct Access(pub Arc<Subsystems>);
+pub struct Access(pub Weak<Subsystems>);
 
 impl HostAccess for Access {
     fn revoke(&self, volume: VolumeId, host: &str) {
-        self.0.changes.fetch_add(1, Ordering::Relaxed);
-        let doomed: Vec<_> = self
-            .0
+        // Target stopped: no controller left to close.
+        let Some(subs) = self.0.upgrade() else {
+            return;
+        };
+        subs.changes.fetch_add(1, Ordering::Relaxed);
+        let doomed: Vec<_> = subs
             .controllers()
             .into_iter()
             .filter(|c| c.volume() == Some(volume) && c.host == host)
@@ -239,12 +243,15 @@ impl HostAccess for Access {
                 volume = volume.0,
                 "revoked: closing controller"
             );
-            self.0.remove(&c);
+            subs.remove(&c);
         }
     }
 
     fn namespace_changed(&self, volume: VolumeId) {
-        for c in self.0.controllers() {
+        let Some(subs) = self.0.upgrade() else {
+            return;
+        };
+        for c in subs.controllers() {
             if c.volume() == Some(volume) && c.regs().namespace_changed(NSID) {
                 c.aen.notify_one();
             }
