@@ -74,6 +74,15 @@ impl Step {
         })
     }
 
+    /// The first word after `prefix` on the first line that starts with it.
+    fn word_after(&self, prefix: &str) -> &str {
+        self.out
+            .iter()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("`{prefix}` in:\n{}", self.text()))
+    }
+
     /// Values of `key: value` lines of discovery log entries (`subnqn:`, `traddr:`, ...).
     fn all(&self, key: &str) -> Vec<String> {
         self.out
@@ -356,14 +365,7 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
 
     // The round trip: same checksum written and read back, and the same bytes in the volume.
     let io = step("io").ok("io");
-    let sum = |what: &str| {
-        io.out
-            .iter()
-            .find_map(|l| l.strip_prefix(what))
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|| panic!("{what}checksum in:\n{}", io.text()))
-    };
-    assert_eq!(sum("written "), sum("read "));
+    assert_eq!(io.word_after("written "), io.word_after("read "));
     let data = common::volume_bytes(&state, id, 64 * MIB, 4 * MIB).await;
     let line = b"EDGEVOL-NVME-CLI\n";
     let expected: Vec<u8> = line.iter().copied().cycle().take(data.len()).collect();
@@ -377,11 +379,9 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
         past.text()
     );
     assert!(past.text().contains("LBA Out of Range"), "{}", past.text());
-    let end = past
-        .out
-        .iter()
-        .find_map(|l| l.strip_prefix("blocks "))
-        .and_then(|b| b.trim().parse::<u64>().ok())
+    let end: u64 = past
+        .word_after("blocks ")
+        .parse()
         .expect("the namespace's block count");
     let log = step("error-log").ok("error-log");
     let hex = |key: &str| {
@@ -413,18 +413,11 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
     // The snapshot cut while fio wrote: the clone holds what was flushed before it, the volume
     // what came after; writes kept arriving around the cut.
     let snap = step("snapshot").ok("snapshot");
-    let line = |what: &str| {
-        snap.out
-            .iter()
-            .find_map(|l| l.strip_prefix(what))
-            .map(|s| s.split_whitespace().next().unwrap_or("").to_owned())
-            .unwrap_or_else(|| panic!("{what} in:\n{}", snap.text()))
-    };
-    let (before, after) = (line("before "), line("after "));
+    let (before, after) = (snap.word_after("before "), snap.word_after("after "));
     assert_ne!(before, after);
     let snapped = snapped.await.expect("the guest asked for its snapshot");
     assert_eq!(
-        line("host "),
+        snap.word_after("host "),
         snapped.snapshot_id,
         "the guest got the answer"
     );
