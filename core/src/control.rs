@@ -177,7 +177,8 @@ impl<D: BlockDevice> Pool<D> {
     }
 
     /// Sets a group's members to exactly `members` (ModifyVolumeGroupMembership): volumes not
-    /// listed leave the group, listed ones join. A volume in another group is `InvalidArgument`.
+    /// listed leave the group, listed ones join. A volume in another group is `InvalidArgument`
+    /// naming that group (of several such volumes, the one with the lowest id).
     pub fn set_group_members(&mut self, id: GroupId, members: &[VolumeId]) -> Result<()> {
         let mut members = members.to_vec();
         members.sort_unstable();

@@ -230,7 +230,12 @@ impl Model {
             Op::SetMembers { group, ref vols } => {
                 let Some(g) = pick(&self.groups, group) else { return };
                 let members: Vec<VolumeId> = vols.iter().filter_map(|&i| pick(&self.volumes, i)).collect();
-                let conflict = members.iter().find_map(|m| self.volumes[m].1.filter(|&o| o != g));
+                // Of several members in other groups, core names the group of the lowest id.
+                let conflict = members
+                    .iter()
+                    .filter_map(|m| Some((*m, self.volumes[m].1.filter(|&o| o != g)?)))
+                    .min()
+                    .map(|(_, other)| other);
                 match conflict {
                     Some(other) => assert_eq!(
                         pool.set_group_members(g, &members),
