@@ -529,6 +529,9 @@ async fn delete_removes_members_and_is_idempotent() {
         .await
         .unwrap();
     delete(&mut c, "garbage", snaps).await.unwrap();
+    // csi-sanity's shape: an unknown id without snapshot_ids is still OK (looked up first).
+    delete(&mut c, "test-box-gs12345", vec![]).await.unwrap();
+    delete(&mut c, &gs.group_snapshot_id, vec![]).await.unwrap();
     app.running.stop().await.unwrap();
 }
 
@@ -566,14 +569,23 @@ async fn get_returns_the_group_snapshot_and_its_error_rows() {
         assert_eq!(err.code(), Code::NotFound, "{missing}");
         assert!(err.message().contains(missing), "{}", err.message());
     }
-    // Required fields.
+    // csi-sanity's shape: an unknown id without snapshot_ids is NOT_FOUND (looked up first).
+    for missing in ["test-box-gs999", "garbage"] {
+        assert_eq!(code(get(&mut c, missing, vec![]).await), Code::NotFound);
+    }
+    // Required fields: snapshot_ids of an existing group snapshot.
     assert_eq!(
         code(get(&mut c, "", snaps.clone()).await),
         Code::InvalidArgument
     );
-    assert_eq!(
-        code(get(&mut c, &gs.group_snapshot_id, vec![]).await),
-        Code::InvalidArgument
+    let err = get(&mut c, &gs.group_snapshot_id, vec![])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("snapshot_ids is required"),
+        "{}",
+        err.message()
     );
     assert_eq!(
         code(get(&mut c, &"x".repeat(129), snaps).await),

@@ -80,7 +80,8 @@ impl TryFrom<CreateVolumeGroupSnapshotRequest> for CreateOp {
 }
 
 /// Delete/GetVolumeGroupSnapshot, validated: the group snapshot id and the member snapshot ids
-/// the CO believes it holds (REQUIRED by the spec; we check them against ours).
+/// the CO believes it holds. The ids are REQUIRED by the spec, but only checked once the group
+/// snapshot is found: an unknown id is NOT_FOUND (Get) or OK (Delete) whatever they say.
 struct ByIdOp {
     id: String,
     snapshot_ids: Vec<String>,
@@ -94,18 +95,18 @@ impl ByIdOp {
     ) -> Result<Self, Status> {
         validate::required("group_snapshot_id", &id)?;
         validate::secrets(secrets)?;
-        if snapshot_ids.is_empty() {
-            return Err(Status::invalid_argument("snapshot_ids is required"));
-        }
         for s in &snapshot_ids {
             validate::required("snapshot_ids entry", s)?;
         }
         Ok(ByIdOp { id, snapshot_ids })
     }
 
-    /// INVALID_ARGUMENT ("Snapshot list mismatch") unless `snapshot_ids` is exactly the member
-    /// snapshots of `gs` (in any order).
+    /// INVALID_ARGUMENT unless `snapshot_ids` is given ("snapshot_ids is required") and is
+    /// exactly the member snapshots of `gs` (in any order; "Snapshot list mismatch").
     fn check_members(&self, ids: Ids<'_>, gs: &GroupSnapshot) -> Result<(), Status> {
+        if self.snapshot_ids.is_empty() {
+            return Err(Status::invalid_argument("snapshot_ids is required"));
+        }
         let ours: BTreeSet<String> = gs.snapshots().iter().map(|&s| ids.snapshot(s)).collect();
         let theirs: BTreeSet<String> = self.snapshot_ids.iter().cloned().collect();
         if ours == theirs && theirs.len() == self.snapshot_ids.len() {

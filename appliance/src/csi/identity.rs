@@ -3,18 +3,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use edgevol_driver::identity;
 use edgevol_proto::csi::v1::identity_server::Identity;
-use edgevol_proto::csi::v1::plugin_capability::service::Type as Service;
 use edgevol_proto::csi::v1::{
-    plugin_capability, GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse,
-    GetPluginInfoRequest, GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
+    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
+    GetPluginInfoResponse, ProbeRequest, ProbeResponse,
 };
 use tonic::{Request, Response, Status};
 
 use crate::state::State;
-
-/// The plugin's name, in domain notation as CSI asks.
-pub const PLUGIN_NAME: &str = "csi.edgevol.io";
 
 /// The Identity service.
 #[derive(Debug, Clone)]
@@ -43,8 +40,8 @@ impl Identity for IdentityService {
             ),
         ]);
         Ok(Response::new(GetPluginInfoResponse {
-            name: PLUGIN_NAME.to_owned(),
-            vendor_version: env!("CARGO_PKG_VERSION").to_owned(),
+            name: identity::PLUGIN_NAME.to_owned(),
+            vendor_version: identity::VENDOR_VERSION.to_owned(),
             manifest,
         }))
     }
@@ -53,25 +50,7 @@ impl Identity for IdentityService {
         &self,
         _request: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        // Only what is served: the Controller and GroupController services, and topology (every
-        // volume is reachable only through this appliance: its `edgevol.io/appliance` segment).
-        let capabilities = [
-            Service::ControllerService,
-            Service::VolumeAccessibilityConstraints,
-            Service::GroupControllerService,
-        ]
-        .into_iter()
-        .map(|service| PluginCapability {
-            r#type: Some(plugin_capability::Type::Service(
-                plugin_capability::Service {
-                    r#type: service as i32,
-                },
-            )),
-        })
-        .collect();
-        Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities,
-        }))
+        Ok(Response::new(identity::plugin_capabilities()))
     }
 
     async fn probe(

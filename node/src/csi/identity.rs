@@ -9,7 +9,7 @@ use edgevol_proto::csi::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use super::PLUGIN_NAME;
+use edgevol_driver::identity;
 
 /// The Identity service.
 #[derive(Debug, Clone, Default)]
@@ -22,8 +22,8 @@ impl Identity for IdentityService {
         _request: Request<GetPluginInfoRequest>,
     ) -> Result<Response<GetPluginInfoResponse>, Status> {
         Ok(Response::new(GetPluginInfoResponse {
-            name: PLUGIN_NAME.to_owned(),
-            vendor_version: env!("CARGO_PKG_VERSION").to_owned(),
+            name: identity::PLUGIN_NAME.to_owned(),
+            vendor_version: identity::VENDOR_VERSION.to_owned(),
             manifest: HashMap::from([("component".to_owned(), "node".to_owned())]),
         }))
     }
@@ -32,11 +32,10 @@ impl Identity for IdentityService {
         &self,
         _request: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        // The node plugin serves no Controller service; topology is reported by NodeGetInfo
-        // and advertised by the controller plugin.
-        Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: Vec::new(),
-        }))
+        // The whole driver's capabilities, though this instance serves no Controller: the spec
+        // asks every instance of one plugin version for the same set, and orchestrators (Nomad)
+        // read it here to decide whether volumes need ControllerPublishVolume.
+        Ok(Response::new(identity::plugin_capabilities()))
     }
 
     async fn probe(
