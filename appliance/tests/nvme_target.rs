@@ -722,3 +722,45 @@ async fn snapshots_and_trims_race_in_flight_io() {
         .unwrap();
     assert_eq!((pending, writes), (0, 0), "every pin released");
 }
+
+/// Right after a start the listener is up before the pool is open: a Connect then is answered
+/// Controller Busy without DNR (Linux retries it), and the same host is admitted once it is open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_before_the_pool_is_open_is_retryable() {
+    let state = std::sync::Arc::new(edgevol_appliance::state::State::new(
+        "test-box".into(),
+        Default::default(),
+    ));
+    let target = edgevol_appliance::nvme::start(
+        state.clone(),
+        &edgevol_appliance::config::NvmeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: "127.0.0.1".parse().unwrap(),
+        },
+    )
+    .await
+    .unwrap();
+    let addr = state.target().expect("target registered").endpoint;
+    // The pool exists (as on a restart) but the daemon has not opened it yet.
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = edgevol_appliance::pool::open(&[dir.path().join("pool.img")], true).unwrap();
+    let id = pool.create_volume(VolumeSpec::new("v", MIB)).unwrap();
+    pool.publish(id, HOST, false).unwrap();
+    let nqn = naming::subsystem_nqn("test-box", id);
+    let busy = Admin::connect(addr, &nqn, HOST, 0)
+        .await
+        .err()
+        .expect("refused while the pool opens");
+    assert_eq!(
+        status(&busy),
+        (1, 0x81, false),
+        "Controller Busy, retryable"
+    );
+
+    state.set_pool(pool);
+    Admin::connect(addr, &nqn, HOST, 0)
+        .await
+        .map_err(|c| c.cqe.status())
+        .expect("admitted once the pool is open");
+    target.stop().await;
+}

@@ -100,7 +100,7 @@ pub enum StatusCode {
     ConnectIncompatibleFormat,
     /// Fabrics Connect: a parameter is invalid (the CQE result says which).
     ConnectInvalidParameters,
-    /// Fabrics Connect: the controller is busy (cntlid in use).
+    /// Fabrics Connect: the controller is busy (no controller id free, not ready yet); retryable.
     ConnectControllerBusy,
     /// Fabrics Connect: the host is not allowed to reach this subsystem.
     ConnectInvalidHost,
@@ -135,7 +135,8 @@ impl StatusCode {
             StatusCode::InvalidQueueIdentifier => (sct::COMMAND_SPECIFIC, 0x01, true),
             StatusCode::ConnectIncompatibleFormat => (sct::COMMAND_SPECIFIC, 0x80, true),
             StatusCode::ConnectInvalidParameters => (sct::COMMAND_SPECIFIC, 0x82, true),
-            StatusCode::ConnectControllerBusy => (sct::COMMAND_SPECIFIC, 0x81, true),
+            // Busy is transient (no free controller id, pool still opening): the host retries.
+            StatusCode::ConnectControllerBusy => (sct::COMMAND_SPECIFIC, 0x81, false),
             StatusCode::ConnectInvalidHost => (sct::COMMAND_SPECIFIC, 0x84, true),
             StatusCode::WriteFault => (sct::MEDIA, 0x80, false),
             StatusCode::UnrecoveredReadError => (sct::MEDIA, 0x81, false),
@@ -194,6 +195,7 @@ mod tests {
     fn retryable_codes_have_no_dnr() {
         assert!(!StatusCode::TransientTransportError.status().dnr);
         assert!(!StatusCode::InternalError.status().dnr);
+        assert!(!StatusCode::ConnectControllerBusy.status().dnr);
         assert!(StatusCode::InvalidOpcode.status().dnr);
     }
 }

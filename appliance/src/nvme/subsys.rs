@@ -117,13 +117,20 @@ impl Subsystems {
     /// The admission decision for `host` on `volume`: read-only flag, or the Connect error.
     /// Reads the volume's durable publications under the pool lock (off the reactor).
     pub async fn admit(&self, volume: VolumeId, host: String) -> Result<bool, Rejected> {
+        if !self.state.is_ready() {
+            // Right after a start the listener is up before the pool: a host reconnecting now
+            // must retry (Linux keeps reconnecting on a status without DNR), not give up.
+            tracing::warn!(%host, volume = ?volume, "Connect before the pool is open: answered Controller Busy (retryable)");
+            return Err(StatusCode::ConnectControllerBusy.status().into());
+        }
+        let who = host.clone();
         let looked_up = self
             .state
             .with_pool(move |_, pool| {
                 Ok(pool.volume(volume).ok().map(|v| {
                     v.publications()
                         .iter()
-                        .find(|p| p.host == host)
+                        .find(|p| p.host == who)
                         .map(|p| p.readonly)
                 }))
             })
@@ -138,8 +145,10 @@ impl Subsystems {
                 StatusCode::ConnectInvalidParameters,
                 connect_data_offset::SUBSYSNQN,
             )),
-            // Pool still opening: retryable.
-            Err(_) => Err(StatusCode::InternalError.status().into()),
+            Err(e) => {
+                tracing::error!(%host, volume = ?volume, error = %e.message(), "Connect: pool unusable");
+                Err(StatusCode::InternalError.status().into())
+            }
         }
     }
 
