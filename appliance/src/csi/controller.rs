@@ -30,6 +30,7 @@ use super::qos;
 use super::status::from_core;
 use super::validate;
 use crate::naming;
+use crate::nvme::stats::MediaHealth;
 use crate::pool::PoolDevice;
 use crate::state::{now_nanos, State, TargetInfo};
 
@@ -607,7 +608,7 @@ impl Controller for ControllerService {
                         volume: Some(state.csi_volume(pool, v)),
                         status: Some(list_volumes_response::VolumeStatus {
                             published_node_ids: published_nodes(v),
-                            volume_condition: Some(condition(pool)),
+                            volume_condition: Some(condition(state, pool, v.id())),
                         }),
                     });
                 }
@@ -843,7 +844,7 @@ impl Controller for ControllerService {
                 Ok((
                     state.csi_volume(pool, v),
                     published_nodes(v),
-                    condition(pool),
+                    condition(state, pool, id),
                 ))
             })
             .await?;
@@ -908,17 +909,33 @@ pub(crate) fn volume_context<D: BlockDevice>(
     context
 }
 
-/// A volume's condition is its pool's: after a device failure the pool refuses all work until
-/// the appliance reopens it, and every volume on it is abnormal.
-fn condition<D: BlockDevice>(pool: &Pool<D>) -> VolumeCondition {
-    match pool.failure() {
-        None => VolumeCondition {
-            abnormal: false,
-            message: "pool healthy".into(),
-        },
-        Some(kind) => VolumeCondition {
+/// A volume's condition: abnormal when its pool stopped after a device failure (every volume on
+/// it then is: the pool refuses all work until the appliance reopens it), or when commands on
+/// this volume failed on the medium since the daemon started (the drive may be failing; other
+/// volumes keep being served).
+fn condition<D: BlockDevice>(state: &State, pool: &Pool<D>, volume: VolumeId) -> VolumeCondition {
+    if let Some(kind) = pool.failure() {
+        return VolumeCondition {
             abnormal: true,
             message: format!("pool stopped after a device failure ({kind}); restart the appliance"),
+        };
+    }
+    let health = state.target().map(|t| t.stats.media_health(volume));
+    match health {
+        Some(MediaHealth {
+            errors,
+            last: Some((at, kind)),
+        }) if errors > 0 => VolumeCondition {
+            abnormal: true,
+            message: format!(
+                "{errors} I/O command(s) failed on the pool device's medium since the appliance started, \
+                 the latest a {} at Unix time {at}; check the drive (edgevol status --metrics)",
+                kind.as_str()
+            ),
+        },
+        _ => VolumeCondition {
+            abnormal: false,
+            message: "pool healthy".into(),
         },
     }
 }

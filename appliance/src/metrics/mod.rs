@@ -312,6 +312,19 @@ fn io_metrics(e: &mut Exposition, sources: &Sources) {
         }
     }
     e.family(
+        "edgevol_volume_media_errors_total",
+        Kind::Counter,
+        "NVMe commands on the volume failed by the pool device's medium (Unrecovered Read Error, Write Fault); the volume is reported abnormal.",
+    );
+    for (v, c) in &stats {
+        let n = c.media_errors.load(Ordering::Relaxed);
+        e.sample(
+            "edgevol_volume_media_errors_total",
+            &[("volume_id", &names[v])],
+            n,
+        );
+    }
+    e.family(
         "edgevol_volume_io_latency_seconds",
         Kind::Histogram,
         "Latency of every NVMe command on the volume, from parse to completion (no _sum: the target counts buckets only).",

@@ -36,8 +36,8 @@ use edgevol_nvmeof::io_cmd::{IoCommand, DSM_RANGE_LEN};
 use edgevol_nvmeof::status::StatusCode;
 
 use super::stats::IoKind;
-use super::status::{from_core, from_device, TargetStatus};
-use crate::pool::PoolDevice;
+use super::status::{from_core, from_device, Access, TargetStatus};
+use crate::pool::{fault_error, PoolDevice, SharedFaults};
 use crate::state::State;
 
 /// Segments mapped per `map_write` call.
@@ -86,8 +86,8 @@ fn byte_range(slba: u64, blocks: u32, shift: u8) -> Result<(u64, u64), TargetSta
     Ok((off, len))
 }
 
-fn dev_err(e: &<Dev as edgevol_core::ErrorType>::Error) -> TargetStatus {
-    from_device(e.kind())
+fn dev_err(e: &<Dev as edgevol_core::ErrorType>::Error, access: Access) -> TargetStatus {
+    from_device(e.kind(), access)
 }
 
 fn to_usize(v: u64) -> Result<usize, TargetStatus> {
@@ -104,12 +104,13 @@ fn block_of(dev: &Dev, offset: u64) -> Result<u64, TargetStatus> {
 
 fn dev_read(dev: &mut Dev, offset: u64, buf: &mut [u8]) -> Result<(), TargetStatus> {
     let block = block_of(dev, offset)?;
-    dev.read(block, buf).map_err(|e| dev_err(&e))
+    dev.read(block, buf).map_err(|e| dev_err(&e, Access::Read))
 }
 
 fn dev_write(dev: &mut Dev, offset: u64, buf: &[u8]) -> Result<(), TargetStatus> {
     let block = block_of(dev, offset)?;
-    dev.write(block, buf).map_err(|e| dev_err(&e))
+    dev.write(block, buf)
+        .map_err(|e| dev_err(&e, Access::Write))
 }
 
 /// Executes `req`; the read data on success.
@@ -361,6 +362,8 @@ impl Drop for GateGuard {
 enum DataDevice {
     File(FileDevice),
     Block(LinuxBlockDevice),
+    /// The pool's own fault device (tests), shared: it has one fault plan.
+    Faulty(SharedFaults),
 }
 
 /// The data path outside the pool lock: our device handle and the gate.
@@ -385,6 +388,7 @@ impl DataPath {
                 };
                 DataDevice::Block(LinuxBlockDevice::open_with(d.path(), &opts)?)
             }
+            PoolDevice::Faulty(d) => DataDevice::Faulty(d.clone()),
         };
         let gate = Arc::new(Gate::default());
         pool.set_quiesce(Box::new(gate.clone()));
@@ -400,6 +404,7 @@ impl DataPath {
         let bs = u64::from(match &self.dev {
             DataDevice::File(d) => d.block_size(),
             DataDevice::Block(d) => d.block_size(),
+            DataDevice::Faulty(d) => BlockDevice::block_size(&*lock_faults(d)),
         });
         if !offset.is_multiple_of(bs) {
             return Err(StatusCode::InternalError.into());
@@ -412,8 +417,9 @@ impl DataPath {
         match &self.dev {
             DataDevice::File(d) => d.read_blocks(block, buf),
             DataDevice::Block(d) => d.read_blocks(block, buf),
+            DataDevice::Faulty(d) => lock_faults(d).read_blocks(block, buf).map_err(fault_error),
         }
-        .map_err(|e| from_device(e.kind()))
+        .map_err(|e| from_device(e.kind(), Access::Read))
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), TargetStatus> {
@@ -421,9 +427,16 @@ impl DataPath {
         match &self.dev {
             DataDevice::File(d) => d.write_blocks(block, data),
             DataDevice::Block(d) => d.write_blocks(block, data),
+            DataDevice::Faulty(d) => lock_faults(d)
+                .write_blocks(block, data)
+                .map_err(fault_error),
         }
-        .map_err(|e| from_device(e.kind()))
+        .map_err(|e| from_device(e.kind(), Access::Write))
     }
+}
+
+fn lock_faults(d: &SharedFaults) -> MutexGuard<'_, edgevol_hal::FaultDevice<FileDevice>> {
+    d.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The pool, locked.

@@ -25,6 +25,18 @@ pub enum IoKind {
     Deallocate,
 }
 
+impl IoKind {
+    /// The kind as the metrics and messages name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoKind::Read => "read",
+            IoKind::Write => "write",
+            IoKind::Flush => "flush",
+            IoKind::Deallocate => "deallocate",
+        }
+    }
+}
+
 /// Counters of one direction.
 #[derive(Debug, Default)]
 pub struct OpCounters {
@@ -50,6 +62,19 @@ pub struct VolumeCounters {
     /// Latency histogram over every command: bucket `i` counts latencies up to
     /// `LATENCY_BUCKETS_US[i]`, the last one the rest.
     pub latency: [AtomicU64; LATENCY_BUCKETS_US.len() + 1],
+    /// Commands failed by the pool's medium (also counted in their direction's `errors`).
+    pub media_errors: AtomicU64,
+    /// The latest of them: when (Unix seconds) and what kind of command.
+    pub last_media_error: Mutex<Option<(u64, IoKind)>>,
+}
+
+/// The health of one volume's data as its I/O saw it: what CSI's volume condition reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MediaHealth {
+    /// Commands failed by the medium since the daemon started.
+    pub errors: u64,
+    /// The latest: Unix seconds and command kind.
+    pub last: Option<(u64, IoKind)>,
 }
 
 impl VolumeCounters {
@@ -77,6 +102,29 @@ impl VolumeCounters {
         }
     }
 
+    /// Records a command failed by the medium (a read or write error of the pool device).
+    pub fn media_error(&self, kind: IoKind) {
+        self.media_errors.fetch_add(1, Ordering::Relaxed);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        *self
+            .last_media_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((now, kind));
+    }
+
+    /// Media errors so far and the latest.
+    pub fn media_health(&self) -> MediaHealth {
+        MediaHealth {
+            errors: self.media_errors.load(Ordering::Relaxed),
+            last: *self
+                .last_media_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+
     /// Total samples in the latency histogram.
     pub fn samples(&self) -> u64 {
         self.latency.iter().map(|b| b.load(Ordering::Relaxed)).sum()
@@ -94,6 +142,18 @@ impl IoStats {
     pub fn volume(&self, volume: VolumeId) -> Arc<VolumeCounters> {
         let mut map = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(volume).or_default().clone()
+    }
+
+    /// The media health of `volume`; clean if it has served no I/O.
+    pub fn media_health(&self, volume: VolumeId) -> MediaHealth {
+        let map = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&volume).map_or(
+            MediaHealth {
+                errors: 0,
+                last: None,
+            },
+            |c| c.media_health(),
+        )
     }
 
     /// A snapshot of the map (for exporters).

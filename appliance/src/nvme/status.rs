@@ -50,16 +50,30 @@ pub fn from_core(e: &Error) -> TargetStatus {
         Error::OutOfRange(_) => StatusCode::LbaOutOfRange.into(),
         Error::ResourceExhausted(Limit::Clusters { .. }) => TargetStatus::CapacityExceeded,
         Error::NotFound(_) => StatusCode::InvalidNamespace.into(),
-        Error::Device(kind) => from_device(*kind),
+        // Core reports device errors of its own metadata I/O (commits): not the host's data.
+        Error::Device(_) => StatusCode::InternalError.into(),
         _ => StatusCode::InternalError.into(),
     }
 }
 
-/// Maps a device error kind (read or write path) to a status.
-pub fn from_device(kind: DeviceErrorKind) -> TargetStatus {
-    match kind {
-        DeviceErrorKind::ReadOnly => TargetStatus::NamespaceWriteProtected,
-        DeviceErrorKind::OutOfBounds => StatusCode::LbaOutOfRange.into(),
+/// Which way a failed device access went: a medium error is a read or a write fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Reading data (or a copy-on-write source).
+    Read,
+    /// Writing data (or a zero-fill / copy-on-write target).
+    Write,
+}
+
+/// Maps a device error kind on the data path to a status: a failing medium is a media error
+/// (Unrecovered Read Error / Write Fault, retryable: the host may try another path or later),
+/// as Linux `blk_to_nvme_status` maps BLK_STS_MEDIUM and BLK_STS_IOERR.
+pub fn from_device(kind: DeviceErrorKind, access: Access) -> TargetStatus {
+    match (kind, access) {
+        (DeviceErrorKind::ReadOnly, _) => TargetStatus::NamespaceWriteProtected,
+        (DeviceErrorKind::OutOfBounds, _) => StatusCode::LbaOutOfRange.into(),
+        (DeviceErrorKind::Io, Access::Read) => StatusCode::UnrecoveredReadError.into(),
+        (DeviceErrorKind::Io, Access::Write) => StatusCode::WriteFault.into(),
         _ => StatusCode::InternalError.into(),
     }
 }

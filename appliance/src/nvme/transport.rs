@@ -438,6 +438,11 @@ impl Conn {
                 done.result.is_ok(),
                 done.started.elapsed(),
             );
+            if let Err(s) = &done.result {
+                if s.status().sct == edgevol_nvmeof::status::sct::MEDIA {
+                    c.media_error(done.kind);
+                }
+            }
         }
         match done.result {
             Ok(data) => self.complete(done.issued, Status::SUCCESS, 0, &data),
