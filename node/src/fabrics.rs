@@ -172,18 +172,37 @@ pub fn ensure_connected<H: Host + ?Sized>(
     let options = connect_options(target, ident, cfg);
     tracing::info!(subsysnqn = %target.subsysnqn, traddr = %target.traddr,
         trsvcid = target.trsvcid, "connecting NVMe/TCP controller");
-    let answer = host.connect_fabrics(&options).map_err(|e| {
-        // ECONNREFUSED/EIO here usually means the target does not admit this host NQN.
-        Error::Unavailable(format!(
-            "connecting to {} at {}:{} failed: {e}",
-            target.subsysnqn, target.traddr, target.trsvcid
-        ))
-    })?;
+    let answer = host
+        .connect_fabrics(&options)
+        .map_err(|e| connect_error(target, ident, &e))?;
     parse_connect_answer(&answer).ok_or_else(|| {
         Error::Internal(format!(
             "unexpected answer from /dev/nvme-fabrics: {answer:?}"
         ))
     })
+}
+
+/// The CSI outcome of a failed write to `/dev/nvme-fabrics`. The kernel turns a Fabrics Connect
+/// that the target answered with an error status into EIO: the edgevol target answers so for a
+/// subsystem it does not have (Connect Invalid Parameters on SUBNQN: the volume was deleted) and
+/// for a host NQN the volume is not published to (Connect Invalid Host), both "the volume does
+/// not exist" from this node's view (NOT_FOUND: the CO checks the volume and its
+/// ControllerPublishVolume). Everything else (refused or unreachable port, timeouts, resets)
+/// means the target could not be asked: UNAVAILABLE, a retry may succeed.
+pub fn connect_error(target: &Target, ident: &HostIdentity, err: &std::io::Error) -> Error {
+    const EIO: i32 = 5;
+    if err.raw_os_error() == Some(EIO) {
+        Error::NotFound(format!(
+            "the target at {}:{} refused to connect host {} to subsystem {} ({err}): the volume \
+             does not exist there, or is not published to this node",
+            target.traddr, target.trsvcid, ident.nqn, target.subsysnqn
+        ))
+    } else {
+        Error::Unavailable(format!(
+            "connecting to {} at {}:{} failed: {err}",
+            target.subsysnqn, target.traddr, target.trsvcid
+        ))
+    }
 }
 
 /// Deletes controller `name` (write `1` to its `delete_controller`). A controller that no

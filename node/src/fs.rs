@@ -4,6 +4,12 @@
 //! answers "blank" only on its documented exit code 2 (nothing detected). Anything it detects —
 //! a filesystem, a partition table, LVM, LUKS, RAID metadata — is data we must not format
 //! over. mkfs runs without its force flag, so mke2fs/mkfs.xfs repeat their own check.
+//!
+//! A filesystem that is already there is checked before a read-write mount, the way a boot
+//! does: ext4 with `e2fsck -p` (preen: replays the journal, fixes what is safe, exits 4 when a
+//! person must decide). XFS has no such check: mount replays its log, and xfs_repair is never
+//! run unattended (it refuses a dirty log, and `-L` throws the log away); a damaged XFS fails
+//! the mount with the kernel's message. Read-only stages check nothing (a preen writes).
 
 use std::path::Path;
 
@@ -99,22 +105,85 @@ fn run_checked<H: Host + ?Sized>(host: &H, program: &str, args: Vec<String>) -> 
 pub fn mkfs<H: Host + ?Sized>(host: &H, device: &Path, fs_type: &str) -> Result<()> {
     check_supported(fs_type)?;
     tracing::info!(device = %device.display(), fs_type, "creating filesystem");
-    run_checked(
-        host,
-        &format!("mkfs.{fs_type}"),
-        vec!["-q".into(), arg(device)],
-    )
+    let program = format!("mkfs.{fs_type}");
+    let args = vec!["-q".to_owned(), arg(device)];
+    let out = host
+        .run(&program, &args)
+        .map_err(|e| Error::io(format!("running {program}"), &e))?;
+    if out.success() {
+        return Ok(());
+    }
+    let first = out
+        .stderr
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    // mkfs.xfs (xfsprogs >= 5.19) refuses devices under 300 MB: the volume cannot hold the
+    // filesystem the capability asks for, which no retry changes.
+    if fs_type == "xfs" && first.contains("must be larger than") {
+        return Err(Error::FailedPrecondition(format!(
+            "{} is too small for xfs: {first}",
+            device.display()
+        )));
+    }
+    Err(Error::Internal(format!(
+        "{program} {} failed ({:?}): {}",
+        args.join(" "),
+        out.code,
+        out.stderr.trim()
+    )))
 }
 
-/// Makes sure `device` holds a `fs_type` filesystem: formats it only when it is blank.
-/// `may_format` is false for read-only access (a blank device cannot be mounted read-only).
+/// Checks the existing `fs_type` filesystem on (unmounted) `device` before a read-write
+/// mount: `e2fsck -p` for ext4, nothing for xfs (see the module doc).
+pub fn check<H: Host + ?Sized>(host: &H, device: &Path, fs_type: &str) -> Result<()> {
+    if fs_type != "ext4" {
+        return Ok(());
+    }
+    let args = vec!["-p".to_owned(), arg(device)];
+    let out = host
+        .run("e2fsck", &args)
+        .map_err(|e| Error::io("running e2fsck", &e))?;
+    let said = || {
+        format!("{} {}", out.stdout.trim(), out.stderr.trim())
+            .trim()
+            .to_owned()
+    };
+    match out.code {
+        Some(0) => Ok(()),
+        // 1: errors corrected; 2: corrected, "reboot" (only meaningful for a mounted root).
+        Some(1 | 2) => {
+            tracing::warn!(device = %device.display(), output = %said(),
+                "e2fsck corrected the filesystem before mounting it");
+            Ok(())
+        }
+        Some(4) => Err(Error::FailedPrecondition(format!(
+            "{} holds an ext4 filesystem with errors that e2fsck -p left uncorrected; repair it \
+             by hand (e2fsck -f) before staging it: {}",
+            device.display(),
+            said()
+        ))),
+        code => Err(Error::Internal(format!(
+            "e2fsck -p {} failed ({code:?}): {}",
+            device.display(),
+            said()
+        ))),
+    }
+}
+
+/// Makes sure `device` holds a `fs_type` filesystem: formats it only when it is blank, and
+/// checks one that is already there before a read-write mount. `writable` is false for
+/// read-only access (a blank device cannot be mounted read-only, and a check would write).
 pub fn ensure_filesystem<H: Host + ?Sized>(
     host: &H,
     device: &Path,
     fs_type: &str,
-    may_format: bool,
+    writable: bool,
 ) -> Result<()> {
     match probe(host, device)? {
+        Probe::Filesystem(t) if t == fs_type && writable => check(host, device, fs_type),
         Probe::Filesystem(t) if t == fs_type => Ok(()),
         Probe::Filesystem(t) => Err(Error::FailedPrecondition(format!(
             "{} holds a {t} filesystem, the volume capability asks for {fs_type}",
@@ -124,7 +193,7 @@ pub fn ensure_filesystem<H: Host + ?Sized>(
             "{} holds {what}; refusing to format it",
             device.display()
         ))),
-        Probe::Blank if may_format => mkfs(host, device, fs_type),
+        Probe::Blank if writable => mkfs(host, device, fs_type),
         Probe::Blank => Err(Error::FailedPrecondition(format!(
             "{} is blank and the access mode is read-only: nothing to mount",
             device.display()
@@ -196,6 +265,70 @@ mod tests {
             check_supported("btrfs"),
             Err(Error::InvalidArgument(_))
         ));
+    }
+
+    #[test]
+    fn an_existing_ext4_is_preened_before_a_read_write_mount_and_xfs_is_not() {
+        let host = FakeHost::new();
+        let dev = host.dev_root().join("nvme1n1");
+        let dev_arg = dev.to_string_lossy().into_owned();
+        // Freshly made: no check.
+        ensure_filesystem(&host, &dev, "ext4", true).unwrap();
+        assert!(host.commands_of("e2fsck").is_empty());
+        // Already there: preened before a read-write mount, not before a read-only one.
+        ensure_filesystem(&host, &dev, "ext4", true).unwrap();
+        assert_eq!(
+            host.commands_of("e2fsck"),
+            vec![vec!["-p".to_owned(), dev_arg]]
+        );
+        ensure_filesystem(&host, &dev, "ext4", false).unwrap();
+        assert_eq!(host.commands_of("e2fsck").len(), 1);
+        // Corrected (1, 2) is fine; uncorrected (4) is the operator's; anything else is ours.
+        for code in [1, 2] {
+            host.fail_next_with("e2fsck", code, "");
+            ensure_filesystem(&host, &dev, "ext4", true).unwrap();
+        }
+        host.fail_next_with("e2fsck", 4, "UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY.");
+        let err = ensure_filesystem(&host, &dev, "ext4", true).unwrap_err();
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("RUN fsck MANUALLY")),
+            "{err}"
+        );
+        host.fail_next_with("e2fsck", 8, "e2fsck: Device or resource busy");
+        assert!(matches!(
+            ensure_filesystem(&host, &dev, "ext4", true),
+            Err(Error::Internal(_))
+        ));
+
+        let xfs = host.dev_root().join("nvme2n1");
+        ensure_filesystem(&host, &xfs, "xfs", true).unwrap();
+        ensure_filesystem(&host, &xfs, "xfs", true).unwrap();
+        assert_eq!(host.commands_of("mkfs.xfs").len(), 1);
+        assert_eq!(host.commands_of("e2fsck").len(), 5, "no fsck of xfs");
+    }
+
+    #[test]
+    fn mkfs_xfs_on_a_too_small_volume_is_a_failed_precondition() {
+        let host = FakeHost::new();
+        let dev = host.dev_root().join("nvme1n1");
+        host.fail_next_with(
+            "mkfs.xfs",
+            1,
+            "Filesystem must be larger than 300MB.\nUsage: ...",
+        );
+        let err = ensure_filesystem(&host, &dev, "xfs", true).unwrap_err();
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("300MB")),
+            "{err}"
+        );
+        assert_eq!(probe(&host, &dev).unwrap(), Probe::Blank, "nothing written");
+        host.fail_next_with("mkfs.xfs", 1, "mkfs.xfs: cannot open: Device busy");
+        assert!(matches!(
+            ensure_filesystem(&host, &dev, "xfs", true),
+            Err(Error::Internal(_))
+        ));
+        ensure_filesystem(&host, &dev, "xfs", true).unwrap();
+        assert_eq!(probe(&host, &dev).unwrap(), Probe::Filesystem("xfs".into()));
     }
 
     #[test]

@@ -34,6 +34,8 @@ struct FakeState {
     mounts: Vec<FakeMount>,
     commands: Vec<(String, Vec<String>)>,
     fail: Vec<String>,
+    fail_with: Vec<(String, i32, String)>,
+    connect_errno: Option<i32>,
     fabrics_writes: Vec<String>,
     signatures: HashMap<String, String>,
     subsystems: HashMap<String, Vec<FakeNs>>,
@@ -176,6 +178,19 @@ impl FakeHost {
     /// `rescan_controller`, `sync`).
     pub fn fail_next(&self, op: &str) {
         self.st().fail.push(op.to_owned());
+    }
+
+    /// The next write to /dev/nvme-fabrics fails once with `errno` (EIO: the target answered the
+    /// Connect with an error status; ECONNREFUSED: nothing listens).
+    pub fn fail_next_connect(&self, errno: i32) {
+        self.st().connect_errno = Some(errno);
+    }
+
+    /// The next run of `program` exits `code` with `stderr` once, doing nothing.
+    pub fn fail_next_with(&self, program: &str, code: i32, stderr: &str) {
+        self.st()
+            .fail_with
+            .push((program.to_owned(), code, stderr.to_owned()));
     }
 
     fn take_failure(&self, op: &str) -> bool {
@@ -375,6 +390,9 @@ impl Host for FakeHost {
         if self.take_failure("connect") {
             return Err(io::Error::from_raw_os_error(111)); // ECONNREFUSED
         }
+        if let Some(errno) = self.st().connect_errno.take() {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
         let o = Self::parse_options(options);
         let address = format!("traddr={},trsvcid={}", o["traddr"], o["trsvcid"]);
         for c in crate::sysfs::controllers(self)? {
@@ -461,6 +479,14 @@ impl Host for FakeHost {
         if self.take_failure(program) {
             return fail(1, &format!("{program}: injected failure"));
         }
+        let injected = {
+            let mut st = self.st();
+            let at = st.fail_with.iter().position(|(p, _, _)| p == program);
+            at.map(|i| st.fail_with.remove(i))
+        };
+        if let Some((_, code, stderr)) = injected {
+            return fail(code, &stderr);
+        }
         let last = args.last().map(String::as_str).unwrap_or_default();
         match program {
             "blkid" => match self.st().signatures.get(&arg_basename(last)) {
@@ -487,7 +513,7 @@ impl Host for FakeHost {
                     None => fail(32, "umount: not mounted"),
                 }
             }
-            "resize2fs" | "xfs_growfs" => ok(""),
+            "resize2fs" | "xfs_growfs" | "e2fsck" => ok(""),
             _ => fail(127, "command not found"),
         }
     }

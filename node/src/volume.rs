@@ -105,6 +105,22 @@ pub struct PublishRequest {
     pub read_only: bool,
 }
 
+/// NodeExpandVolume, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpandRequest {
+    /// Volume id.
+    pub volume_id: String,
+    /// Where the volume is staged or published (absolute).
+    pub volume_path: PathBuf,
+    /// capacity_range.required_bytes (0 = not given).
+    pub required_bytes: u64,
+    /// capacity_range.limit_bytes (0 = no limit).
+    pub limit_bytes: u64,
+    /// The access the request's volume_capability names, if it has one; a mount's `fs_type`
+    /// is empty when the capability leaves it unnamed.
+    pub access: Option<Access>,
+}
+
 /// Usage of a volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Usage {
@@ -268,8 +284,23 @@ impl Volumes {
             }
         };
 
-        let controller =
-            fabrics::ensure_connected(&*self.host, &req.target, &self.cfg.host, &self.cfg.fabrics)?;
+        let controller = match fabrics::ensure_connected(
+            &*self.host,
+            &req.target,
+            &self.cfg.host,
+            &self.cfg.fabrics,
+        ) {
+            Ok(c) => c,
+            Err(e @ Error::NotFound(_)) => {
+                // Nothing was connected for this record: the intent goes with the refusal,
+                // so a volume that does not exist leaves nothing behind on this node.
+                if rec.controller.is_none() {
+                    self.store.remove(&req.volume_id)?;
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         let ns = self.wait_for_namespace(&req.namespace, &controller)?;
         if rec.controller.as_deref() != Some(&controller) || rec.disk.as_deref() != Some(&ns.disk) {
             rec.controller = Some(controller);
@@ -398,54 +429,58 @@ impl Volumes {
         })
     }
 
-    fn present_namespace(&self, rec: &StagedVolume) -> Result<Namespace> {
-        self.find_namespace(&Self::namespace_id(rec))?
-            .ok_or_else(|| {
-                Error::Unavailable(format!(
-                    "volume {}: its namespace is not present on this node (controller lost?)",
-                    rec.volume_id
-                ))
-            })
+    /// True when mount `m` is `rec`'s volume: for a mount volume, its filesystem (the device of
+    /// its namespace, or of the mount at its staging path) at the filesystem's root; for a block
+    /// volume, a bind of its disk's device node. Works from the record alone when the namespace
+    /// is gone (controller lost).
+    fn is_volume_mount(
+        table: &[MountEntry],
+        rec: &StagedVolume,
+        ns: Option<&Namespace>,
+        m: &MountEntry,
+    ) -> bool {
+        match rec.capability.access {
+            Access::Mount { .. } => {
+                let staged = mount::mount_at(table, &rec.staging_path).map(|s| s.dev.as_str());
+                m.root == "/"
+                    && (ns.map(|n| n.dev.as_str()) == Some(&m.dev) || staged == Some(&m.dev))
+            }
+            Access::Block => ns
+                .map(|n| n.disk.as_str())
+                .or(rec.disk.as_deref())
+                .is_some_and(|disk| m.root == format!("/{disk}")),
+        }
     }
 
     /// NodePublishVolume.
     pub fn publish(&self, req: &PublishRequest) -> Result<()> {
         let _guard = self.guard();
         let rec = self.staged(&req.volume_id)?;
-        if rec.staging_path != req.staging_path {
-            return Err(Error::FailedPrecondition(format!(
-                "volume {} is staged at {}, not {}",
-                req.volume_id,
-                path_str(&rec.staging_path),
-                path_str(&req.staging_path)
-            )));
-        }
         let is_block = matches!(rec.capability.access, Access::Block);
-        if is_block != matches!(req.capability.access, Access::Block) {
-            return Err(Error::FailedPrecondition(format!(
-                "volume {} is staged for {} access, publish asks for {}",
-                req.volume_id,
-                if is_block { "block" } else { "mount" },
-                if is_block { "mount" } else { "block" }
-            )));
-        }
-        let ns = self.present_namespace(&rec)?;
+        let wants_block = matches!(req.capability.access, Access::Block);
+        let kind = |block: bool| if block { "block" } else { "mount" };
         let table = mount::table(&*self.host)?;
-        let device = self.device_path(&ns.disk);
-        let from_volume = |m: &MountEntry| {
-            if is_block {
-                m.root == format!("/{}", ns.disk)
-            } else {
-                m.dev == ns.dev && m.root == "/"
-            }
-        };
+        let ns = self.find_namespace(&Self::namespace_id(&rec))?;
+        // The target first: the same publication again is OK, a different one ALREADY_EXISTS.
         if let Some(m) = mount::mount_at(&table, &req.target_path) {
-            if !from_volume(m) {
+            if !Self::is_volume_mount(&table, &rec, ns.as_ref(), m) {
                 return Err(Error::AlreadyExists(format!(
                     "{} already holds another mount ({} from {})",
                     path_str(&req.target_path),
                     m.fs_type,
                     m.source
+                )));
+            }
+            if wants_block != is_block || req.staging_path != rec.staging_path {
+                return Err(Error::AlreadyExists(format!(
+                    "volume {} is published at {} for {} access from {}; the request asks {} \
+                     access from {}",
+                    req.volume_id,
+                    path_str(&req.target_path),
+                    kind(is_block),
+                    path_str(&rec.staging_path),
+                    kind(wants_block),
+                    path_str(&req.staging_path)
                 )));
             }
             return match (m.read_only(), req.read_only) {
@@ -459,6 +494,29 @@ impl Volumes {
                 ))),
             };
         }
+        if rec.staging_path != req.staging_path {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {} is staged at {}, not {}",
+                req.volume_id,
+                path_str(&rec.staging_path),
+                path_str(&req.staging_path)
+            )));
+        }
+        if is_block != wants_block {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {} is staged for {} access, publish asks for {}",
+                req.volume_id,
+                kind(is_block),
+                kind(wants_block)
+            )));
+        }
+        let ns = ns.ok_or_else(|| {
+            Error::Unavailable(format!(
+                "volume {}: its namespace is not present on this node (controller lost?)",
+                rec.volume_id
+            ))
+        })?;
+        let device = self.device_path(&ns.disk);
         if rec.capability.mode == AccessMode::SingleNodeSingleWriter && !req.read_only {
             let others =
                 Self::other_mounts(&table, &rec, &ns, &[&rec.staging_path, &req.target_path]);
@@ -484,7 +542,7 @@ impl Volumes {
             mount::bind(&*self.host, &device, &req.target_path, req.read_only)
         } else {
             match mount::mount_at(&table, &rec.staging_path) {
-                Some(m) if from_volume(m) => {}
+                Some(m) if m.dev == ns.dev && m.root == "/" => {}
                 _ => {
                     return Err(Error::FailedPrecondition(format!(
                         "volume {} is not mounted at its staging path {}; stage it again",
@@ -504,11 +562,31 @@ impl Volumes {
         }
     }
 
-    /// NodeUnpublishVolume: unmount what is at `target_path`, then remove the file or directory
-    /// publish created. Nothing there is success (idempotent).
+    /// NodeUnpublishVolume: unmount the volume's publication at `target_path`, then remove the
+    /// file or directory publish created. Nothing there is success (idempotent); a mount there
+    /// that is not this volume's is NOT_FOUND and left alone.
     pub fn unpublish(&self, volume_id: &str, target_path: &Path) -> Result<()> {
         let _guard = self.guard();
-        mount::unmount_all(&*self.host, target_path)?;
+        let table = mount::table(&*self.host)?;
+        if let Some(m) = mount::mount_at(&table, target_path) {
+            let ours = match self.store.get(volume_id)? {
+                Some(rec) => {
+                    let ns = self.find_namespace(&Self::namespace_id(&rec))?;
+                    Self::is_volume_mount(&table, &rec, ns.as_ref(), m)
+                }
+                None => false,
+            };
+            if !ours {
+                return Err(Error::NotFound(format!(
+                    "volume {volume_id} is not published at {}: it holds a {} mount from {}; \
+                     refusing to touch it",
+                    path_str(target_path),
+                    m.fs_type,
+                    m.source
+                )));
+            }
+            mount::unmount_all(&*self.host, target_path)?;
+        }
         let removed = match fs::symlink_metadata(target_path) {
             Ok(meta) if meta.is_dir() => fs::remove_dir(target_path),
             Ok(_) => fs::remove_file(target_path),
@@ -531,25 +609,16 @@ impl Volumes {
         ns: Option<&Namespace>,
         path: &Path,
     ) -> Result<Option<&'a MountEntry>> {
-        let not_found = || {
-            Error::NotFound(format!(
+        if matches!(rec.capability.access, Access::Block) && path == rec.staging_path {
+            return Ok(None);
+        }
+        match mount::mount_at(table, path) {
+            Some(m) if Self::is_volume_mount(table, rec, ns, m) => Ok(Some(m)),
+            _ => Err(Error::NotFound(format!(
                 "{} is not a path where volume {} is staged or published",
                 path_str(path),
                 rec.volume_id
-            ))
-        };
-        let m = mount::mount_at(table, path);
-        match (&rec.capability.access, m) {
-            (Access::Block, _) if path == rec.staging_path => Ok(None),
-            (Access::Block, Some(m)) => match ns {
-                Some(ns) if m.root != format!("/{}", ns.disk) => Err(not_found()),
-                _ => Ok(Some(m)),
-            },
-            (Access::Mount { .. }, Some(m)) => match ns {
-                Some(ns) if m.dev != ns.dev => Err(not_found()),
-                _ => Ok(Some(m)),
-            },
-            (_, None) => Err(not_found()),
+            ))),
         }
     }
 
@@ -583,13 +652,75 @@ impl Volumes {
         Ok(VolumeStats { usage, abnormal })
     }
 
+    /// The spec's "Exceeds capabilities" row of NodeExpandVolume: the request's capability
+    /// (when it names one) must be the access the volume is staged with.
+    fn check_expand_access(rec: &StagedVolume, asked: Option<&Access>) -> Result<()> {
+        let mismatch = match (asked, &rec.capability.access) {
+            (None, _) | (Some(Access::Block), Access::Block) => None,
+            (Some(Access::Block), Access::Mount { fs_type, .. }) => Some(format!(
+                "it is staged as a mounted {fs_type} filesystem, the request names block access"
+            )),
+            (Some(Access::Mount { .. }), Access::Block) => Some(
+                "it is staged for block access, the request names a mounted filesystem".to_owned(),
+            ),
+            (Some(Access::Mount { fs_type: want, .. }), Access::Mount { fs_type: have, .. }) => {
+                (!want.is_empty() && want != have)
+                    .then(|| format!("it holds {have}, the request names {want}"))
+            }
+        };
+        match mismatch {
+            None => Ok(()),
+            Some(why) => Err(Error::InvalidArgument(format!(
+                "volume {}: volume_capability does not match the staged volume: {why}",
+                rec.volume_id
+            ))),
+        }
+    }
+
     /// NodeExpandVolume: rescan, wait for the size, grow the filesystem. Returns the new size.
-    pub fn expand(&self, volume_id: &str, volume_path: &Path, required_bytes: u64) -> Result<u64> {
+    pub fn expand(&self, req: &ExpandRequest) -> Result<u64> {
         let _guard = self.guard();
+        let volume_id = req.volume_id.as_str();
         let rec = self.staged(volume_id)?;
-        let ns = self.present_namespace(&rec)?;
+        let ns = self.find_namespace(&Self::namespace_id(&rec))?;
         let table = mount::table(&*self.host)?;
-        self.volume_path_mount(&table, &rec, Some(&ns), volume_path)?;
+        self.volume_path_mount(&table, &rec, ns.as_ref(), &req.volume_path)?;
+        Self::check_expand_access(&rec, req.access.as_ref())?;
+        let ns = ns.ok_or_else(|| {
+            Error::Unavailable(format!(
+                "volume {volume_id}: its namespace is not present on this node (controller lost?)"
+            ))
+        })?;
+        let size_of = || {
+            sysfs::disk_size(&*self.host, &ns.disk)
+                .map_err(|e| Error::io(format!("size of {}", ns.disk), &e))
+        };
+        let before = size_of()?;
+        if req.limit_bytes > 0 && before > req.limit_bytes {
+            return Err(Error::OutOfRange(format!(
+                "volume {volume_id} is already {before} bytes, more than capacity_range.limit_bytes \
+                 {}; volumes do not shrink",
+                req.limit_bytes
+            )));
+        }
+        if matches!(rec.capability.access, Access::Mount { .. }) {
+            match mount::mount_at(&table, &rec.staging_path) {
+                Some(m) if m.dev == ns.dev && m.root == "/" && m.read_only() => {
+                    return Err(Error::FailedPrecondition(format!(
+                        "volume {volume_id} is staged read-only at {}: its filesystem cannot grow \
+                         while mounted read-only; stage it read-write to expand it",
+                        path_str(&rec.staging_path)
+                    )))
+                }
+                Some(m) if m.dev == ns.dev && m.root == "/" => {}
+                _ => {
+                    return Err(Error::FailedPrecondition(format!(
+                        "volume {volume_id} is not mounted at its staging path {}; stage it again",
+                        path_str(&rec.staging_path)
+                    )))
+                }
+            }
+        }
         let c = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)?
             .filter(|c| c.state == "live")
             .ok_or_else(|| {
@@ -600,20 +731,21 @@ impl Volumes {
             .write_attr(&attr, "1")
             .map_err(|e| Error::io(format!("rescanning {}", c.name), &e))?;
         // The rescan runs in the kernel's scan work: poll the size (bounded).
+        let required = req.required_bytes;
         let mut waited = Duration::ZERO;
         let size = loop {
-            let size = sysfs::disk_size(&*self.host, &ns.disk)
-                .map_err(|e| Error::io(format!("size of {}", ns.disk), &e))?;
-            if size >= required_bytes && (required_bytes > 0 || waited > Duration::ZERO) {
+            let size = size_of()?;
+            if size >= required && (required > 0 || waited > Duration::ZERO) {
                 break size;
             }
             if waited >= self.cfg.device_wait {
-                if required_bytes == 0 {
+                if required == 0 {
                     break size;
                 }
-                return Err(Error::Unavailable(format!(
-                    "volume {volume_id}: {} is {size} bytes after rescan, {required_bytes} required \
-                     (has the controller expanded it?)",
+                return Err(Error::OutOfRange(format!(
+                    "volume {volume_id}: {} is {size} bytes after a rescan, less than \
+                     capacity_range.required_bytes {required}; the node grows what the \
+                     controller gave (ControllerExpandVolume first)",
                     ns.disk
                 )));
             }

@@ -17,7 +17,9 @@ use crate::fabrics::{FabricsConfig, HostIdentity};
 use crate::host::Host;
 use crate::state::StateStore;
 use crate::testing::FakeHost;
-use crate::volume::{PublishRequest, StageRequest, Usage, VolumeConfig, Volumes};
+use crate::volume::{
+    Access, ExpandRequest, PublishRequest, StageRequest, Usage, VolumeConfig, Volumes,
+};
 
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
 
@@ -53,6 +55,16 @@ fn nqn(n: u32) -> String {
 
 fn nguid(n: u32) -> String {
     format!("{n:032x}")
+}
+
+fn grow(volume_id: &str, path: &Path, required_bytes: u64) -> ExpandRequest {
+    ExpandRequest {
+        volume_id: volume_id.into(),
+        volume_path: path.to_owned(),
+        required_bytes,
+        limit_bytes: 0,
+        access: None,
+    }
 }
 
 fn cap(block: bool, mode: Mode) -> VolumeCapability {
@@ -399,7 +411,7 @@ fn error_rows_of_publish_stats_expand_unstage() {
         Err(Error::NotFound(_))
     ));
     assert!(matches!(
-        e.volumes.expand("vol1", &p.target_path, 0),
+        e.volumes.expand(&grow("vol1", &p.target_path, 0)),
         Err(Error::NotFound(_))
     ));
     // Unknown volume, nothing mounted: unstage/unpublish are idempotent successes.
@@ -440,7 +452,7 @@ fn error_rows_of_publish_stats_expand_unstage() {
     let stats = e.volumes.stats("vol1", &s.staging_path).unwrap();
     assert!(stats.abnormal.unwrap().contains("connecting"));
     assert!(matches!(
-        e.volumes.expand("vol1", &s.staging_path, 0),
+        e.volumes.expand(&grow("vol1", &s.staging_path, 0)),
         Err(Error::Unavailable(_))
     ));
 }
@@ -453,7 +465,7 @@ fn expand_rescans_and_grows() {
     e.host.grow_subsystem(&nqn(1), 4096);
     let size = e
         .volumes
-        .expand("vol1", &s.staging_path, 4096 * 512)
+        .expand(&grow("vol1", &s.staging_path, 4096 * 512))
         .unwrap();
     assert_eq!(size, 4096 * 512);
     assert!(e
@@ -465,8 +477,209 @@ fn expand_rescans_and_grows() {
     // Asking beyond what the controller gave: an error, not a silent success.
     let err = e
         .volumes
-        .expand("vol1", &s.staging_path, 8192 * 512)
+        .expand(&grow("vol1", &s.staging_path, 8192 * 512))
         .unwrap_err();
-    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert!(matches!(err, Error::OutOfRange(_)), "{err}");
     assert_eq!(e.host.commands_of("resize2fs").len(), 1);
+}
+
+#[test]
+fn stats_and_expand_of_a_relative_path_are_not_found() {
+    // csi-sanity's "should fail when volume is not found" sends volume_path "some/path": no
+    // volume is ever staged or published at a relative path, so the answer is NOT_FOUND (a
+    // missing volume_path stays INVALID_ARGUMENT).
+    use edgevol_proto::csi::v1::{NodeExpandVolumeRequest, NodeGetVolumeStatsRequest};
+    let stats = |path: &str| {
+        request::stats(&NodeGetVolumeStatsRequest {
+            volume_id: "vol1".into(),
+            volume_path: path.into(),
+            staging_target_path: String::new(),
+        })
+    };
+    let expand = |path: &str| {
+        request::expand(&NodeExpandVolumeRequest {
+            volume_id: "vol1".into(),
+            volume_path: path.into(),
+            ..Default::default()
+        })
+    };
+    for path in ["some/path", "../etc", "/a/../b", "rel\0nul"] {
+        assert!(
+            matches!(stats(path), Err(Error::NotFound(m)) if m.contains("vol1")),
+            "stats {path:?}"
+        );
+        assert!(
+            matches!(expand(path), Err(Error::NotFound(m)) if m.contains("vol1")),
+            "expand {path:?}"
+        );
+    }
+    assert!(matches!(stats(""), Err(Error::InvalidArgument(_))));
+    assert!(matches!(expand(""), Err(Error::InvalidArgument(_))));
+    assert_eq!(
+        stats("/pods/a/vol1").unwrap().1,
+        PathBuf::from("/pods/a/vol1")
+    );
+}
+
+#[test]
+fn publish_without_a_staging_path_is_a_failed_precondition() {
+    use edgevol_proto::csi::v1::NodePublishVolumeRequest;
+    let req = NodePublishVolumeRequest {
+        volume_id: "vol1".into(),
+        target_path: "/pods/a/vol1".into(),
+        volume_capability: Some(cap(false, Mode::SingleNodeWriter)),
+        ..Default::default()
+    };
+    assert!(matches!(
+        request::publish(&req),
+        Err(Error::FailedPrecondition(m)) if m.contains("NodeStageVolume")
+    ));
+    let relative = NodePublishVolumeRequest {
+        staging_target_path: "staging/vol1".into(),
+        ..req
+    };
+    assert!(matches!(
+        request::publish(&relative),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn stage_of_a_volume_the_target_refuses_is_not_found_and_leaves_nothing() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    e.host.fail_next_connect(5); // EIO: the target answered the Connect with an error
+    let err = e.volumes.stage(&s).unwrap_err();
+    assert!(
+        matches!(&err, Error::NotFound(m) if m.contains(&nqn(1)) && m.contains(HOSTNQN)),
+        "{err}"
+    );
+    assert_eq!(e.store.get("vol1").unwrap(), None, "no record left");
+    assert!(e.host.controller_names().is_empty());
+    // Nothing listening is not a verdict on the volume: UNAVAILABLE, the intent is kept.
+    e.host.fail_next_connect(111);
+    assert!(matches!(e.volumes.stage(&s), Err(Error::Unavailable(_))));
+    assert!(e.store.get("vol1").unwrap().is_some());
+    e.volumes.stage(&s).unwrap();
+}
+
+#[test]
+fn unpublish_touches_only_the_volumes_own_publication() {
+    let e = env();
+    let a = e.stage_req(1, false);
+    let b = e.stage_req(2, true);
+    e.volumes.stage(&a).unwrap();
+    e.volumes.stage(&b).unwrap();
+    let pa = e.publish_req(&a, "x", false);
+    let pb = e.publish_req(&b, "x", false);
+    e.volumes.publish(&pa).unwrap();
+    e.volumes.publish(&pb).unwrap();
+    // vol2's id at vol1's target (and the reverse): NOT_FOUND, both stay mounted.
+    assert!(matches!(
+        e.volumes.unpublish("vol2", &pa.target_path),
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        e.volumes.unpublish("vol1", &pb.target_path),
+        Err(Error::NotFound(_))
+    ));
+    // An unknown volume at a foreign mount: NOT_FOUND, untouched.
+    let foreign = e.host.work.join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    e.host.add_mount("0:42", &foreign, "tmpfs", "tmpfs");
+    assert!(matches!(
+        e.volumes.unpublish("vol9", &foreign),
+        Err(Error::NotFound(m)) if m.contains("tmpfs")
+    ));
+    assert_eq!(e.mounted(&foreign), Some(false));
+    assert_eq!(e.mounted(&pa.target_path), Some(false));
+    assert_eq!(e.mounted(&pb.target_path), Some(false));
+    assert!(e.host.commands_of("umount").is_empty());
+    e.volumes.unpublish("vol1", &pa.target_path).unwrap();
+    e.volumes.unpublish("vol2", &pb.target_path).unwrap();
+    assert_eq!(e.mounted(&pa.target_path), None);
+    assert_eq!(e.mounted(&pb.target_path), None);
+    assert!(!pa.target_path.exists() && !pb.target_path.exists());
+}
+
+#[test]
+fn publish_again_at_the_same_target_with_other_arguments_is_already_exists() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    e.volumes.stage(&s).unwrap();
+    let p = e.publish_req(&s, "a", false);
+    e.volumes.publish(&p).unwrap();
+    let mut as_block = p.clone();
+    as_block.capability = e
+        .stage_req_with(1, cap(true, Mode::SingleNodeWriter))
+        .capability;
+    assert!(matches!(
+        e.volumes.publish(&as_block),
+        Err(Error::AlreadyExists(_))
+    ));
+    let mut other_staging = p.clone();
+    other_staging.staging_path = e.host.work.join("elsewhere");
+    assert!(matches!(
+        e.volumes.publish(&other_staging),
+        Err(Error::AlreadyExists(_))
+    ));
+    assert_eq!(e.mounted(&p.target_path), Some(false));
+    e.volumes.publish(&p).unwrap();
+}
+
+#[test]
+fn expand_error_rows() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    e.volumes.stage(&s).unwrap();
+    // The capability must be the staged one (INVALID_ARGUMENT "exceeds capabilities").
+    let mut req = grow("vol1", &s.staging_path, 0);
+    req.access = Some(Access::Block);
+    assert!(matches!(
+        e.volumes.expand(&req),
+        Err(Error::InvalidArgument(m)) if m.contains("block")
+    ));
+    req.access = Some(Access::Mount {
+        fs_type: "xfs".into(),
+        mount_flags: Vec::new(),
+    });
+    assert!(matches!(
+        e.volumes.expand(&req),
+        Err(Error::InvalidArgument(m)) if m.contains("xfs")
+    ));
+    // A mount capability that names no filesystem, or the right one, is fine.
+    for fs_type in ["", "ext4"] {
+        req.access = Some(Access::Mount {
+            fs_type: fs_type.into(),
+            mount_flags: Vec::new(),
+        });
+        assert_eq!(e.volumes.expand(&req).unwrap(), 2048 * 512);
+    }
+    // A limit below the current size: OUT_OF_RANGE at once (no rescan).
+    let rescans = e.host.attr_writes().len();
+    let mut req = grow("vol1", &s.staging_path, 0);
+    req.limit_bytes = 1024 * 512;
+    assert!(matches!(
+        e.volumes.expand(&req),
+        Err(Error::OutOfRange(m)) if m.contains("limit_bytes")
+    ));
+    assert_eq!(e.host.attr_writes().len(), rescans);
+    // Staged read-only: the filesystem cannot grow (FAILED_PRECONDITION "volume in use").
+    e.volumes.unstage("vol1", &s.staging_path).unwrap();
+    let ro = e.stage_req_with(1, cap(false, Mode::SingleNodeReaderOnly));
+    e.volumes.stage(&ro).unwrap();
+    assert_eq!(e.mounted(&ro.staging_path), Some(true));
+    let err = e
+        .volumes
+        .expand(&grow("vol1", &ro.staging_path, 0))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("read-only")),
+        "{err}"
+    );
+    assert_eq!(
+        e.host.commands_of("resize2fs").len(),
+        2,
+        "only the two grows above"
+    );
 }

@@ -281,6 +281,16 @@ async fn invalid_argument_and_not_found_rows() {
         Code::InvalidArgument,
         "target_path",
     );
+    let unstaged = NodePublishVolumeRequest {
+        target_path: "/pods/a/v1".into(),
+        staging_target_path: String::new(),
+        ..publish.clone()
+    };
+    check(
+        code(node.node_publish_volume(unstaged).await),
+        Code::FailedPrecondition,
+        "staging_target_path",
+    );
     let unknown = NodePublishVolumeRequest {
         target_path: "/pods/a/v1".into(),
         ..publish
@@ -301,13 +311,24 @@ async fn invalid_argument_and_not_found_rows() {
         "volume_id",
     );
 
+    // csi-sanity's "should fail when volume is not found": a relative volume_path is not where
+    // any volume is, so NOT_FOUND; only a missing one is INVALID_ARGUMENT.
     let stats = NodeGetVolumeStatsRequest {
         volume_id: "v1".into(),
-        volume_path: "relative".into(),
+        volume_path: "some/path".into(),
         staging_target_path: String::new(),
     };
     check(
         code(node.node_get_volume_stats(stats.clone()).await),
+        Code::NotFound,
+        "some/path",
+    );
+    let no_path = NodeGetVolumeStatsRequest {
+        volume_path: String::new(),
+        ..stats.clone()
+    };
+    check(
+        code(node.node_get_volume_stats(no_path).await),
         Code::InvalidArgument,
         "volume_path",
     );
@@ -340,9 +361,27 @@ async fn invalid_argument_and_not_found_rows() {
         ..expand
     };
     check(
-        code(node.node_expand_volume(expand).await),
+        code(node.node_expand_volume(expand.clone()).await),
         Code::NotFound,
         "v1",
+    );
+    let relative = NodeExpandVolumeRequest {
+        volume_path: "some/path".into(),
+        ..expand.clone()
+    };
+    check(
+        code(node.node_expand_volume(relative).await),
+        Code::NotFound,
+        "some/path",
+    );
+    let no_path = NodeExpandVolumeRequest {
+        volume_path: String::new(),
+        ..expand
+    };
+    check(
+        code(node.node_expand_volume(no_path).await),
+        Code::InvalidArgument,
+        "volume_path",
     );
     r.stop().await;
 }

@@ -160,11 +160,10 @@ impl Node for NodeService {
         &self,
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
-        let (id, path, required) = request::expand(request.get_ref())?;
-        tracing::info!(volume_id = %id, path = %path.display(), required, "NodeExpandVolume");
-        let size = self
-            .blocking(move |v| v.expand(&id, &path, required))
-            .await?;
+        let op = request::expand(request.get_ref())?;
+        tracing::info!(volume_id = %op.volume_id, path = %op.volume_path.display(),
+            required = op.required_bytes, limit = op.limit_bytes, "NodeExpandVolume");
+        let size = self.blocking(move |v| v.expand(&op)).await?;
         Ok(Response::new(NodeExpandVolumeResponse {
             capacity_bytes: i64_of(size),
         }))

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::fabrics::Target;
 use crate::fs::{check_supported, DEFAULT_FS};
 use crate::sysfs::{normalize_id, NamespaceId};
-use crate::volume::{Access, AccessMode, Capability, PublishRequest, StageRequest};
+use crate::volume::{Access, AccessMode, Capability, ExpandRequest, PublishRequest, StageRequest};
 
 /// publish_context key: transport.
 pub const KEY_TRANSPORT: &str = "transport";
@@ -60,18 +60,35 @@ pub fn abs_path(field: &str, value: &str) -> Result<PathBuf> {
     if value.is_empty() {
         return Err(invalid(format!("{field} is required")));
     }
+    if !is_plain_absolute(value) {
+        return Err(invalid(format!(
+            "{field} {value:?} must be an absolute path without '..' or NUL"
+        )));
+    }
+    Ok(PathBuf::from(value))
+}
+
+fn is_plain_absolute(value: &str) -> bool {
     let path = Path::new(value);
-    if !path.is_absolute() {
-        return Err(invalid(format!(
-            "{field} {value:?} must be an absolute path"
+    path.is_absolute()
+        && !path.components().any(|c| c == Component::ParentDir)
+        && !value.contains('\0')
+}
+
+/// The `volume_path` of NodeGetVolumeStats and NodeExpandVolume: required (INVALID_ARGUMENT
+/// when empty), and otherwise a question about a path. Only absolute paths are ever staging or
+/// target paths, so any other is answered as any path the volume is not at: NOT_FOUND.
+pub fn volume_path(volume_id: &str, value: &str) -> Result<PathBuf> {
+    if value.is_empty() {
+        return Err(invalid("volume_path is required"));
+    }
+    if !is_plain_absolute(value) {
+        return Err(Error::NotFound(format!(
+            "volume_path {value:?} is not a path where volume {volume_id} is staged or published \
+             on this node (those are absolute paths)"
         )));
     }
-    if path.components().any(|c| c == Component::ParentDir) || value.contains('\0') {
-        return Err(invalid(format!(
-            "{field} {value:?} must not contain '..' or NUL"
-        )));
-    }
-    Ok(path.to_path_buf())
+    Ok(PathBuf::from(value))
 }
 
 fn mode(cap: &VolumeCapability) -> Result<AccessMode> {
@@ -203,9 +220,16 @@ pub fn unstage(req: &NodeUnstageVolumeRequest) -> Result<(String, PathBuf)> {
 /// NodePublishVolume.
 pub fn publish(req: &NodePublishVolumeRequest) -> Result<PublishRequest> {
     let volume_id = volume_id(&req.volume_id)?;
-    // STAGE_UNSTAGE_VOLUME is advertised, so the staging path is required.
-    let staging_path = abs_path("staging_target_path", &req.staging_target_path)?;
     let target_path = abs_path("target_path", &req.target_path)?;
+    // STAGE_UNSTAGE_VOLUME is advertised: an unset staging path is the spec's own
+    // FAILED_PRECONDITION row ("Staging target path not set"), not a malformed request.
+    if req.staging_target_path.is_empty() {
+        return Err(Error::FailedPrecondition(format!(
+            "staging_target_path is not set: this plugin stages volumes (STAGE_UNSTAGE_VOLUME); \
+             call NodeStageVolume for volume {volume_id} and pass its staging_target_path"
+        )));
+    }
+    let staging_path = abs_path("staging_target_path", &req.staging_target_path)?;
     if target_path == staging_path {
         return Err(invalid("target_path must differ from staging_target_path"));
     }
@@ -227,20 +251,42 @@ pub fn unpublish(req: &NodeUnpublishVolumeRequest) -> Result<(String, PathBuf)> 
     ))
 }
 
-/// NodeGetVolumeStats.
+/// NodeGetVolumeStats. `staging_target_path` is optional and not needed: the node's record
+/// says where the volume is staged.
 pub fn stats(req: &NodeGetVolumeStatsRequest) -> Result<(String, PathBuf)> {
-    Ok((
-        volume_id(&req.volume_id)?,
-        abs_path("volume_path", &req.volume_path)?,
-    ))
+    let id = volume_id(&req.volume_id)?;
+    let path = volume_path(&id, &req.volume_path)?;
+    Ok((id, path))
 }
 
-/// NodeExpandVolume: (id, path, required bytes).
-pub fn expand(req: &NodeExpandVolumeRequest) -> Result<(String, PathBuf, u64)> {
+/// The access a NodeExpandVolume request names, when it names one: block, or mount with the
+/// filesystem type (empty when the capability leaves it to the volume).
+fn expand_access(cap: &VolumeCapability) -> Result<Access> {
+    mode(cap)?;
+    match &cap.access_type {
+        None => Err(invalid(
+            "volume_capability.access_type (mount or block) is required when volume_capability \
+             is given",
+        )),
+        Some(AccessType::Block(_)) => Ok(Access::Block),
+        Some(AccessType::Mount(m)) => {
+            if !m.fs_type.is_empty() {
+                check_supported(&m.fs_type)?;
+            }
+            Ok(Access::Mount {
+                fs_type: m.fs_type.clone(),
+                mount_flags: m.mount_flags.clone(),
+            })
+        }
+    }
+}
+
+/// NodeExpandVolume.
+pub fn expand(req: &NodeExpandVolumeRequest) -> Result<ExpandRequest> {
     let id = volume_id(&req.volume_id)?;
-    let path = abs_path("volume_path", &req.volume_path)?;
-    let required = match &req.capacity_range {
-        None => 0,
+    let path = volume_path(&id, &req.volume_path)?;
+    let (required_bytes, limit_bytes) = match &req.capacity_range {
+        None => (0, 0),
         Some(r) => {
             if r.required_bytes < 0 || r.limit_bytes < 0 {
                 return Err(invalid("capacity_range bytes must not be negative"));
@@ -248,8 +294,22 @@ pub fn expand(req: &NodeExpandVolumeRequest) -> Result<(String, PathBuf, u64)> {
             if r.limit_bytes > 0 && r.required_bytes > r.limit_bytes {
                 return Err(invalid("capacity_range.required_bytes exceeds limit_bytes"));
             }
-            u64::try_from(r.required_bytes).unwrap_or(0)
+            (
+                u64::try_from(r.required_bytes).unwrap_or(0),
+                u64::try_from(r.limit_bytes).unwrap_or(0),
+            )
         }
     };
-    Ok((id, path, required))
+    let access = req
+        .volume_capability
+        .as_ref()
+        .map(expand_access)
+        .transpose()?;
+    Ok(ExpandRequest {
+        volume_id: id,
+        volume_path: path,
+        required_bytes,
+        limit_bytes,
+        access,
+    })
 }
