@@ -84,7 +84,7 @@ pub use format::{Progress, DISCARD_CHUNK_MAX};
 pub use group::{Group, GroupSnapshot};
 pub use id::{GroupId, GroupSnapshotId, ImageId, SnapshotId, VolumeId};
 pub use map::{IoTicket, Prepare, Quiesce, ReadMap, ReadSegment, WriteSegment};
-pub use pool::{FormatOptions, Pool};
+pub use pool::{Epoch, FormatOptions, OpenOptions, PersistTicket, Pool};
 pub use ram::RamDevice;
 pub use snapshot::Snapshot;
 pub use superblock::VERSION;

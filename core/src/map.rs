@@ -40,7 +40,7 @@ use alloc::vec::Vec;
 use crate::device::BlockDevice;
 use crate::error::{Error, Limit, Range, Result};
 use crate::id::{ImageId, VolumeId};
-use crate::pool::Pool;
+use crate::pool::{Commit, Epoch, PersistTicket, Pool};
 use crate::record::Record;
 use crate::volume::{ClusterMap, Provisioning};
 
@@ -403,7 +403,7 @@ impl<D: BlockDevice> Pool<D> {
                         pcluster: pc,
                     };
                     debug_assert_eq!(self.state.validate(&rec), Ok(()));
-                    self.pending.push(rec.clone());
+                    self.record_pending(rec.clone());
                     self.state.apply(rec);
                     allocated = true;
                     (pc, prepare)
@@ -439,7 +439,7 @@ impl<D: BlockDevice> Pool<D> {
             };
             let rec = Record::Unmap { id, vcluster: next };
             if self.state.validate(&rec).is_ok() {
-                self.pending.push(rec.clone());
+                self.record_pending(rec.clone());
                 self.state.apply(rec);
                 unmapped += cs;
             }
@@ -449,19 +449,93 @@ impl<D: BlockDevice> Pool<D> {
     }
 
     /// Makes every completed data write and every mapping change durable (NVMe Flush): device
-    /// flush, then the pending mapping records in the journal, then another device flush. Clusters
-    /// freed since the last commit become allocatable afterwards.
+    /// flush, then the pending mapping records in the journal, then another device flush (a hard
+    /// commit, which also seals soft frames). Clusters freed since the last hard commit become
+    /// allocatable afterwards. Flushes the device even when nothing is pending.
     pub fn flush(&mut self) -> Result<()> {
         self.check_usable()?;
-        if self.pending.is_empty() && !self.data_dirty {
+        if self.pending.is_empty() && !self.data_dirty && !self.unsealed() {
             return self
                 .dev
                 .flush()
                 .map_err(|e| Error::Device(crate::device::DeviceError::kind(&e)));
         }
-        self.commit(None, 0)?;
+        self.commit(None, 0, Commit::Hard)?;
         self.state.alloc.release_pending();
         Ok(())
+    }
+
+    /// The periodic hard sync (the appliance calls it every second): [`flush`](Self::flush) when
+    /// [`needs_sync`](Self::needs_sync), else nothing at all (no device I/O on an idle pool).
+    /// Bounds what a power cut can take: every write persisted before a `sync` that returned `Ok`
+    /// survives one.
+    pub fn sync(&mut self) -> Result<()> {
+        self.check_usable()?;
+        if self.needs_sync() {
+            self.flush()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether anything is not durable across a power cut yet: data written since the last hard
+    /// commit, records not in the journal, or soft frames not sealed.
+    pub fn needs_sync(&self) -> bool {
+        self.data_dirty || self.unsealed() || !self.pending.is_empty()
+    }
+
+    /// The ticket covering every allocation and trim made so far. A write or trim takes it, under
+    /// the pool's lock, right after its last [`map_write`](Self::map_write) /
+    /// [`begin_write`](Self::begin_write) / [`trim`](Self::trim) call (and its allocating data
+    /// writes), and passes it to [`persist`](Self::persist) before it is acknowledged. Every write
+    /// does, allocating or not: an in-place write may land in a cluster that another command's
+    /// record, not persisted yet, gave the volume.
+    pub fn persist_ticket(&self) -> PersistTicket {
+        self.ticket()
+    }
+
+    /// Whether everything `ticket` covers is in the journal already, so
+    /// [`persist`](Self::persist) would return at once (a caller may skip retaking the lock).
+    pub fn is_persisted(&self, ticket: PersistTicket) -> bool {
+        self.journaled(ticket)
+    }
+
+    /// Makes every record `upto` covers survive a crash of the process (group commit): returns at
+    /// once if an earlier commit, soft or hard, covered them; otherwise appends every pending
+    /// record (this caller's and any other's) to the journal in one soft commit, without a device
+    /// flush. The records are then in the OS page cache with the data they point at: they are
+    /// replayed after a process crash (reopen with the same [`Epoch`]) and dropped after a power
+    /// cut, unless a later [`sync`](Self::sync), [`flush`](Self::flush) or control operation sealed
+    /// them. Turns into a hard commit (as `flush`) when no epoch is set or the journal is full.
+    ///
+    /// **Precondition**: the data writes (and [`Prepare`] steps) of every allocation made so far
+    /// have completed, i.e. no command that allocated is between its `map_write` and the end of
+    /// its data I/O. The data path guarantees it by doing allocating writes under the lock and
+    /// calling `persist` (under the lock again) only after; a frame written earlier could map a
+    /// cluster whose data never reaches it, exposing the cluster's previous bytes after a crash.
+    ///
+    /// Clusters freed by the records (trims, copy-on-write) stay unallocatable until a hard commit:
+    /// a soft commit does not make a free durable across a power cut.
+    pub fn persist(&mut self, upto: PersistTicket) -> Result<()> {
+        self.check_usable()?;
+        if self.journaled(upto) {
+            return Ok(());
+        }
+        self.commit(None, 0, Commit::Soft)
+    }
+
+    /// The epoch soft frames are written in (`None`: [`persist`](Self::persist) commits hard).
+    pub fn current_epoch(&self) -> Option<Epoch> {
+        self.epoch()
+    }
+
+    /// Sets the epoch of later soft commits: after [`Pool::format`], or an [`Pool::open`] that was
+    /// not given one. Unsealed soft frames of another epoch are sealed first (a hard commit).
+    /// The epoch must be the current boot's (see [`Epoch`]): a stale one would let a power cut
+    /// pass for a process crash.
+    pub fn set_epoch(&mut self, epoch: Epoch) -> Result<()> {
+        self.check_usable()?;
+        self.set_epoch_inner(epoch)
     }
 }
 

@@ -8,7 +8,7 @@ use crate::cluster::Capacity;
 use crate::crc::crc32c;
 use crate::device::{BlockDevice, DeviceError, DeviceErrorKind};
 use crate::error::{Corruption, Error, Limit, Result};
-use crate::journal::{self, encode_frame, frame_blocks, FrameHeader};
+use crate::journal::{self, encode_frame, frame_blocks, FrameHeader, FrameMeta, Kind};
 use crate::record::Record;
 use crate::state::{State, Tables};
 use crate::superblock::{self, Geometry, Superblock};
@@ -54,6 +54,27 @@ impl FormatOptions {
     }
 }
 
+/// An opaque value naming the current OS boot, e.g. Linux's `/proc/sys/kernel/random/boot_id`
+/// as 16 bytes: it must differ after every power cycle, and stay the same across restarts of the
+/// process within one boot. Soft journal frames carry it so that [`Pool::open_with`] can tell a
+/// process crash (same epoch: everything the process wrote is still in the OS page cache) from a
+/// power cut (another epoch: un-flushed writes may be lost or torn).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Epoch(pub [u8; 16]);
+
+/// How to mount a pool ([`Pool::open_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// The current epoch. `None` (what [`Pool::open`] uses): unknown, so no unsealed soft frame is
+    /// trusted, and [`Pool::persist`] commits hard until [`Pool::set_epoch`] is called.
+    pub epoch: Option<Epoch>,
+}
+
+/// Covers the data-path records (allocations, trims) made up to some point: see
+/// [`Pool::persist`]. Tickets are ordered; a later one covers everything an earlier one does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PersistTicket(pub(crate) u64);
+
 /// A mounted pool on device `D`. All methods are synchronous and do I/O only through `D`.
 #[derive(Debug)]
 pub struct Pool<D: BlockDevice> {
@@ -69,8 +90,17 @@ pub struct Pool<D: BlockDevice> {
     ckpt_gen: u64,
     /// Bytes the tables may take when next checkpointed (an upper estimate).
     meta_estimate: u64,
-    /// Data-path records (allocations, trims) not yet durable.
+    /// Data-path records (allocations, trims) not in the journal yet.
     pub(crate) pending: Vec<Record>,
+    /// Data-path records made since mount: `recorded - pending.len()` of them are in the journal.
+    recorded: u64,
+    /// Soft frames were written since the last hard commit: the next one must seal them.
+    unsealed: bool,
+    /// Header CRC of the last frame of this pass of the journal (0 at its start): the link of
+    /// the next frame.
+    link: u32,
+    /// The epoch soft frames are written in; `None`: soft commits are hard.
+    epoch: Option<Epoch>,
     /// Data writes were mapped since the last device flush.
     pub(crate) data_dirty: bool,
     failed: Option<DeviceErrorKind>,
@@ -85,6 +115,25 @@ struct Encoded {
     bytes: Vec<u8>,
     payload: u64,
     next_seq: u64,
+    /// Header CRC of the last frame (the next link).
+    link: u32,
+}
+
+/// Which commit protocol (see the `journal` module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// Flush, frames, flush: durable across a power cut.
+    Hard,
+    /// Frames only: durable across a crash of the process.
+    Soft,
+}
+
+/// How far replay may trust the journal (the first pass of [`Pool::replay`]).
+struct Scan {
+    /// Frames to replay.
+    trusted: u64,
+    /// Sequence number and block of the first frame that does not continue the chain.
+    chain_end: (u64, u64),
 }
 
 pub(crate) fn dev_err<E: DeviceError>(e: E) -> Error {
@@ -116,10 +165,21 @@ impl<D: BlockDevice> Pool<D> {
         Ok(pool)
     }
 
+    /// Mounts a pool in an unknown epoch: [`Pool::open_with`] with default options. Trailing soft
+    /// frames (writes persisted but not synced before a crash) are dropped, as after a power cut.
+    pub fn open(dev: D) -> Result<Self> {
+        Self::open_with(dev, OpenOptions::default())
+    }
+
     /// Mounts a pool: picks a valid superblock, the newest valid checkpoint, and replays the journal
-    /// up to its torn tail. Refuses (`Error::Corrupt`) when acknowledged metadata cannot be
+    /// up to its torn tail (see the `journal` module docs for which soft frames count, given
+    /// `options.epoch`). Refuses (`Error::Corrupt`) when acknowledged metadata cannot be
     /// recovered; never trusts a byte whose CRC it has not checked.
-    pub fn open(mut dev: D) -> Result<Self> {
+    ///
+    /// Before it returns, everything replayed is made durable: the journal past the tail is
+    /// discarded and the device flushed, and soft frames it trusted are sealed by a hard commit, so
+    /// a power cut right after a crash-and-reopen loses nothing the reopened pool has shown.
+    pub fn open_with(mut dev: D, options: OpenOptions) -> Result<Self> {
         let sb = read_superblock(&mut dev, true)?;
         let geo = sb.geo;
         if geo.block_size != dev.block_size() || geo.block_count > dev.block_count() {
@@ -143,8 +203,10 @@ impl<D: BlockDevice> Pool<D> {
             match read_checkpoint(&mut dev, &geo, salt, &h, clusters) {
                 Ok(state) => {
                     let mut pool = Self::mounted(dev, sb, state, h.generation, h.seq + 1);
+                    pool.epoch = options.epoch;
                     pool.replay()?;
                     pool.discard_journal_tail()?;
+                    pool.seal_after_open()?;
                     return Ok(pool);
                 }
                 Err(e) => {
@@ -171,6 +233,10 @@ impl<D: BlockDevice> Pool<D> {
             ckpt_gen,
             meta_estimate: 0,
             pending: Vec::new(),
+            recorded: 0,
+            unsealed: false,
+            link: 0,
+            epoch: None,
             data_dirty: false,
             failed: None,
             writes_in_flight: 0,
@@ -178,23 +244,29 @@ impl<D: BlockDevice> Pool<D> {
         }
     }
 
-    /// Applies the journal after the checkpoint, frame by frame, until the first frame that does
-    /// not validate. That frame must be the torn tail: if a later frame of a later commit is
-    /// intact, the bad one was acknowledged and damaged since, and mounting would lose it.
+    /// Applies the journal after the checkpoint: the frames that continue the chain of sequence
+    /// numbers and links, up to the last hard frame, and the soft frames after it that were
+    /// written in the current epoch (the rules are in the `journal` module docs). An intact hard
+    /// frame of a later commit past the end proves the end was damaged after being acknowledged:
+    /// mounting would lose it.
     fn replay(&mut self) -> Result<()> {
         let bs = self.geo.block_usize();
         let mut buf = vec![0u8; bs];
-        let mut replayed = 0u64;
-        while self.journal_pos < self.geo.journal_blocks {
-            let Some(frame) = self.read_frame(self.journal_pos, &mut buf)? else {
-                break;
-            };
-            if frame.seq != self.seq {
-                if frame.seq > self.seq {
-                    return Err(Error::Corrupt(Corruption::JournalGap(self.seq)));
+        let scan = self.scan_journal(&mut buf)?;
+        let (chain_seq, chain_pos) = scan.chain_end;
+        for pos in chain_pos..self.geo.journal_blocks {
+            if let Some((h, _)) = self.read_frame(pos, &mut buf)? {
+                if h.kind == Kind::Hard && h.commit_start > chain_seq {
+                    log::error!("journal: record {chain_seq} damaged, later record {} intact", h.seq);
+                    return Err(Error::Corrupt(Corruption::JournalGap(chain_seq)));
                 }
-                break; // a frame from before the checkpoint: the end
             }
+        }
+        for _ in 0..scan.trusted {
+            // Reads are stable (device contract): the frame the scan validated.
+            let Some((frame, crc)) = self.read_frame(self.journal_pos, &mut buf)? else {
+                return Err(Error::Corrupt(Corruption::Record(self.seq)));
+            };
             let mut rest = &buf[journal::HEADER_LEN..journal::HEADER_LEN + frame.payload_len as usize];
             while !rest.is_empty() {
                 let (rec, tail) = postcard::take_from_bytes::<Record>(rest)
@@ -205,27 +277,68 @@ impl<D: BlockDevice> Pool<D> {
                 self.state.apply(rec);
                 rest = tail;
             }
+            // Frees become allocatable: every replayed frame is durable, or sealed by `open`
+            // before anything is allocated.
             self.state.alloc.release_pending();
             self.journal_pos += frame_blocks(frame.payload_len as usize, bs);
             self.meta_estimate += u64::from(frame.payload_len);
             self.seq += 1;
-            replayed += 1;
+            self.link = crc;
+            self.unsealed = matches!(frame.kind, Kind::Soft(_));
         }
-        // Anything valid past the end must belong to a commit older than the one that ended it.
-        let mut pos = self.journal_pos + 1;
-        while pos < self.geo.journal_blocks {
-            if let Some(h) = self.read_frame(pos, &mut buf)? {
-                if h.commit_start > self.seq {
-                    log::error!("journal: record {} damaged, later record {} intact", self.seq, h.seq);
-                    return Err(Error::Corrupt(Corruption::JournalGap(self.seq)));
-                }
-            }
-            pos += 1;
+        if scan.trusted > 0 {
+            log::info!("journal: replayed {} frames, next sequence {}", scan.trusted, self.seq);
         }
-        if replayed > 0 {
-            log::info!("journal: replayed {replayed} frames, next sequence {}", self.seq);
+        if chain_seq > self.seq {
+            log::warn!(
+                "journal: dropped {} soft frames of another epoch (writes not synced before a power cut)",
+                chain_seq - self.seq
+            );
         }
         Ok(())
+    }
+
+    /// First pass of replay: follows the chain of frames from the start of the journal and counts
+    /// how many to trust. Reads headers and checks CRCs only; applies nothing.
+    fn scan_journal(&mut self, buf: &mut Vec<u8>) -> Result<Scan> {
+        let bs = self.geo.block_usize();
+        let (mut pos, mut seq, mut link) = (0u64, self.seq, 0u32);
+        let (mut chained, mut trusted, mut same_epoch) = (0u64, 0u64, true);
+        while pos < self.geo.journal_blocks {
+            let Some((h, crc)) = self.read_frame(pos, buf)? else {
+                break;
+            };
+            if h.seq != seq || h.link != link {
+                break; // older than the checkpoint, or left past the tail by another history
+            }
+            chained += 1;
+            match h.kind {
+                // Seals every soft frame before it: the hard commit flushed first.
+                Kind::Hard => (trusted, same_epoch) = (chained, true),
+                Kind::Soft(epoch) => {
+                    same_epoch &= self.epoch == Some(Epoch(epoch));
+                    if same_epoch {
+                        trusted = chained;
+                    }
+                }
+            }
+            pos += frame_blocks(h.payload_len as usize, bs);
+            seq += 1;
+            link = crc;
+        }
+        Ok(Scan {
+            trusted,
+            chain_end: (seq, pos),
+        })
+    }
+
+    /// The end of `open`: what was replayed becomes durable, and a trusted soft tail is sealed.
+    fn seal_after_open(&mut self) -> Result<()> {
+        if self.unsealed {
+            self.commit(None, 0, Commit::Hard)
+        } else {
+            self.dev.flush().map_err(dev_err)
+        }
     }
 
     /// Discards the journal past the replayed tail: only torn or superseded frames live there
@@ -239,13 +352,14 @@ impl<D: BlockDevice> Pool<D> {
         Ok(())
     }
 
-    /// Reads the frame at journal block `pos` into `buf` if its header and payload validate.
-    fn read_frame(&mut self, pos: u64, buf: &mut Vec<u8>) -> Result<Option<FrameHeader>> {
+    /// Reads the frame at journal block `pos` into `buf` if its header and payload validate; with
+    /// its header CRC.
+    fn read_frame(&mut self, pos: u64, buf: &mut Vec<u8>) -> Result<Option<(FrameHeader, u32)>> {
         let bs = self.geo.block_usize();
         let start = self.geo.journal_start();
         buf.resize(bs, 0);
         self.dev.read(start + pos, &mut buf[..bs]).map_err(dev_err)?;
-        let Some(h) = FrameHeader::decode(self.salt, buf) else {
+        let Some((h, crc)) = FrameHeader::decode(self.salt, buf) else {
             return Ok(None);
         };
         let blocks = frame_blocks(h.payload_len as usize, bs);
@@ -259,7 +373,7 @@ impl<D: BlockDevice> Pool<D> {
             self.dev.read(start + pos + 1, &mut buf[bs..len]).map_err(dev_err)?;
         }
         let payload = &buf[journal::HEADER_LEN..journal::HEADER_LEN + h.payload_len as usize];
-        Ok(h.payload_ok(self.salt, payload).then_some(h))
+        Ok(h.payload_ok(self.salt, payload).then_some((h, crc)))
     }
 
     /// The device failure that stopped the pool, if any: after it the pool refuses work until it
@@ -297,57 +411,136 @@ impl<D: BlockDevice> Pool<D> {
         if rec.shares_volume_clusters() {
             self.quiesce_writes();
         }
-        self.commit(Some(&rec), growth)?;
+        self.commit(Some(&rec), growth, Commit::Hard)?;
         self.state.apply(rec);
         self.state.alloc.release_pending();
         Ok(())
     }
 
+    /// Appends a data-path record (an allocation or a trim, already applied) to those waiting for
+    /// the journal.
+    pub(crate) fn record_pending(&mut self, rec: Record) {
+        self.pending.push(rec);
+        self.recorded += 1;
+    }
+
+    /// The ticket covering every data-path record made so far.
+    pub(crate) fn ticket(&self) -> PersistTicket {
+        PersistTicket(self.recorded)
+    }
+
+    /// Whether every record `ticket` covers is in the journal (soft or hard).
+    pub(crate) fn journaled(&self, ticket: PersistTicket) -> bool {
+        ticket.0 <= self.recorded - self.pending.len() as u64
+    }
+
+    pub(crate) fn epoch(&self) -> Option<Epoch> {
+        self.epoch
+    }
+
+    pub(crate) fn set_epoch_inner(&mut self, epoch: Epoch) -> Result<()> {
+        if self.unsealed && self.epoch != Some(epoch) {
+            // Frames of the old epoch would be dropped after a crash in the new one.
+            self.commit(None, 0, Commit::Hard)?;
+            self.state.alloc.release_pending();
+        }
+        self.epoch = Some(epoch);
+        Ok(())
+    }
+
+    /// Soft frames were written that no hard commit has sealed yet.
+    pub(crate) fn unsealed(&self) -> bool {
+        self.unsealed
+    }
+
     /// The commit protocol. After a device error the pool refuses further work: what reached the
-    /// medium is unknown until reopened.
-    pub(crate) fn commit(&mut self, op: Option<&Record>, growth: u64) -> Result<()> {
-        let result = self.commit_inner(op, growth);
+    /// medium is unknown until reopened. After a hard commit the caller releases pending clusters
+    /// (once it has applied its op); a soft commit that turns hard does so itself.
+    pub(crate) fn commit(&mut self, op: Option<&Record>, growth: u64, kind: Commit) -> Result<()> {
+        let result = match kind {
+            Commit::Hard => self.commit_hard(op, growth),
+            Commit::Soft => self.commit_soft(),
+        };
         if let Err(Error::Device(kind)) = result {
             self.failed = Some(kind);
         }
         result
     }
 
-    fn commit_inner(&mut self, op: Option<&Record>, growth: u64) -> Result<()> {
-        if self.data_dirty {
+    /// Hard commit: flush (data, and soft frames to seal), frames, flush. With nothing to write
+    /// but unsealed soft frames, writes an empty hard frame: replay needs a hard frame after soft
+    /// ones to know they were flushed.
+    fn commit_hard(&mut self, op: Option<&Record>, growth: u64) -> Result<()> {
+        if self.data_dirty || self.unsealed {
             // Data first: a mapping must never become durable before the data it points at.
             self.dev.flush().map_err(dev_err)?;
             self.data_dirty = false;
         }
-        if op.is_none() && self.pending.is_empty() {
+        if op.is_none() && self.pending.is_empty() && !self.unsealed {
             return Ok(());
         }
         let bs = self.geo.block_usize();
-        let mut enc = self.encode_frames(op)?;
+        let mut enc = self.encode_frames(op, Kind::Hard)?;
         if (enc.bytes.len() / bs) as u64 > self.geo.journal_blocks - self.journal_pos {
             self.checkpoint()?;
-            enc = self.encode_frames(op)?;
+            enc = self.encode_frames(op, Kind::Hard)?;
             if (enc.bytes.len() / bs) as u64 > self.geo.journal_blocks {
                 return Err(Error::ResourceExhausted(Limit::Metadata));
             }
+            if enc.bytes.is_empty() {
+                return Ok(()); // the checkpoint holds everything, durably
+            }
         }
+        self.append(&enc, growth)?;
+        self.dev.flush().map_err(dev_err)?;
+        self.unsealed = false;
+        Ok(())
+    }
+
+    /// Soft commit: the frames of every pending record, without any flush, tagged with the epoch.
+    /// Turns hard without an epoch, or when the frames do not fit in the rest of the journal (a
+    /// checkpoint is due, and it flushes anyway).
+    fn commit_soft(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let bs = self.geo.block_usize();
+        let fits = |enc: &Encoded| (enc.bytes.len() / bs) as u64 <= self.geo.journal_blocks - self.journal_pos;
+        let enc = match self.epoch {
+            Some(epoch) => Some(self.encode_frames(None, Kind::Soft(epoch.0))?).filter(fits),
+            None => None,
+        };
+        let Some(enc) = enc else {
+            self.commit_hard(None, 0)?;
+            self.state.alloc.release_pending();
+            return Ok(());
+        };
+        self.append(&enc, 0)?;
+        self.unsealed = true;
+        Ok(())
+    }
+
+    /// Writes encoded frames at the journal's end and accounts for them (they are in the journal,
+    /// durable or not: the pending records they hold leave `pending`).
+    fn append(&mut self, enc: &Encoded, growth: u64) -> Result<()> {
         // The blocks ahead of `journal_pos` were discarded when this pass of the journal began
         // (after a checkpoint, or past the tail at open): appends never rewrite a block in
-        // place, and a commit costs one write and one flush.
+        // place, and a commit costs one write (and, if hard, two flushes at most).
+        let bs = self.geo.block_usize();
         let at = self.geo.journal_start() + self.journal_pos;
-        let blocks = (enc.bytes.len() / bs) as u64;
         self.dev.write(at, &enc.bytes).map_err(dev_err)?;
-        self.dev.flush().map_err(dev_err)?;
-        self.journal_pos += blocks;
+        self.journal_pos += (enc.bytes.len() / bs) as u64;
         self.seq = enc.next_seq;
+        self.link = enc.link;
         self.meta_estimate += enc.payload + growth;
         self.pending.clear();
         Ok(())
     }
 
-    /// Encodes pending records then `op` into frames numbered from `self.seq`, the op always in
-    /// the last frame so an operation is never split. Pure: nothing counts as written yet.
-    fn encode_frames(&self, op: Option<&Record>) -> Result<Encoded> {
+    /// Encodes pending records then `op` into frames of `kind` numbered from `self.seq`, the op
+    /// always in the last frame so an operation is never split; a hard commit with no record but
+    /// unsealed soft frames gets one empty frame. Pure: nothing counts as written yet.
+    fn encode_frames(&self, op: Option<&Record>, kind: Kind) -> Result<Encoded> {
         let bs = self.geo.block_usize();
         let max_payload = payload_len(self.geo.bytes(self.geo.journal_blocks) / 4);
         let too_big = Error::ResourceExhausted(Limit::Metadata);
@@ -355,10 +548,17 @@ impl<D: BlockDevice> Pool<D> {
             bytes: Vec::new(),
             payload: 0,
             next_seq: self.seq,
+            link: self.link,
         };
         let mut payload = Vec::new();
         let emit = |enc: &mut Encoded, payload: &[u8]| {
-            encode_frame(&mut enc.bytes, self.salt, enc.next_seq, self.seq, payload, bs);
+            let meta = FrameMeta {
+                seq: enc.next_seq,
+                commit_start: self.seq,
+                link: enc.link,
+                kind,
+            };
+            enc.link = encode_frame(&mut enc.bytes, self.salt, meta, payload, bs);
             enc.next_seq += 1;
             enc.payload += payload.len() as u64;
         };
@@ -373,7 +573,7 @@ impl<D: BlockDevice> Pool<D> {
                 return Err(too_big);
             }
         }
-        if !payload.is_empty() {
+        if !payload.is_empty() || (kind == Kind::Hard && self.unsealed) {
             emit(&mut enc, &payload);
         }
         Ok(enc)
@@ -409,8 +609,11 @@ impl<D: BlockDevice> Pool<D> {
         self.dev.flush().map_err(dev_err)?;
         self.ckpt_gen = generation;
         self.journal_pos = 0;
+        self.link = 0;
         self.meta_estimate = len;
         self.pending.clear();
+        // Soft frames are in the tables now (and were flushed before the header).
+        self.unsealed = false;
         // A new pass of the journal starts: everything in it is older than the checkpoint now
         // durable (replay tells it apart by sequence number whatever a discard leaves behind).
         // One discard per pass instead of one per commit; erase-before-write media need it.
@@ -446,7 +649,8 @@ impl<D: BlockDevice> Pool<D> {
     }
 
     /// Unmounts without flushing and returns the device. Call [`Pool::flush`] first to keep
-    /// data-path allocations.
+    /// data-path allocations across a power cut ([`Pool::persist`]ed ones survive a reopen in the
+    /// same epoch).
     pub fn into_device(self) -> D {
         self.dev
     }

@@ -22,7 +22,7 @@ use crate::limits::{MAX_CLUSTER_SIZE, MIN_CLUSTER_SIZE};
 
 const MAGIC: &[u8; 8] = b"EDGEVOL1";
 /// On-media format version this crate writes and reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 pub(crate) const LEN: usize = 72;
 
 /// Where everything is, in blocks. Derived from the few numbers the superblock stores.
