@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Boot a node VM (qemu/run-guest.sh, detached): the pinned kernel with the NVMe/TCP initiator
-# (nvme-tcp), static musl edgevol-node, the test-only e2e-agent, and the host tools the plugin
-# runs: util-linux mount/umount/blkid and e2fsprogs mkfs.ext4/resize2fs (Debian 12 packages as
-# installed on the host, with their shared libraries and loader). Networks: slirp for the host
+# (nvme-tcp) and xfs modules, static musl edgevol-node, the test-only e2e-agent, and the host
+# tools the plugin runs: util-linux mount/umount/blkid, e2fsprogs mkfs.ext4/e2fsck/resize2fs and
+# xfsprogs mkfs.xfs/xfs_growfs (Debian 12 packages as installed on the host, with their shared
+# libraries and loader; the packages are installed when missing). Networks: slirp for the host
 # (agent CSI splice on 127.0.0.1:--csi-port, agent shell on 127.0.0.1:--exec-port) and a
 # `-netdev dgram` storage link to the appliance VM.
 #
@@ -12,6 +13,7 @@
 # DIR holds edgevol-node and e2e-agent (static). Exit as run-guest.sh (0 once EDGEVOL-NODE READY).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$ROOT/scripts/lib.sh"
 name=node bin_dir="" link="" csi_port="" exec_port="" addr=192.168.77.2 appliance="" timeout_s=120
 lifetime=900
 while (($#)); do
@@ -31,11 +33,14 @@ done
 [[ -n "$bin_dir" && -n "$link" && -n "$csi_port" && -n "$exec_port" ]] ||
     { echo "node-vm: --bin-dir, --link, --csi-port and --exec-port are required" >&2; exit 2; }
 
+# The host's tools go into the guest: install the Debian packages that carry them when missing.
+apt_need util-linux e2fsprogs xfsprogs
 files=()
-tools=(/usr/bin/mount /usr/bin/umount /usr/sbin/blkid /usr/sbin/mkfs.ext4 /usr/sbin/resize2fs)
+tools=(/usr/bin/mount /usr/bin/umount /usr/sbin/blkid /usr/sbin/mkfs.ext4 /usr/sbin/e2fsck
+    /usr/sbin/resize2fs /usr/sbin/mkfs.xfs /usr/sbin/xfs_growfs)
 declare -A libs=()
 for t in "${tools[@]}"; do
-    [[ -x "$t" ]] || { echo "node-vm: $t missing (apt: util-linux, e2fsprogs)" >&2; exit 2; }
+    [[ -x "$t" ]] || { echo "node-vm: $t missing (apt: util-linux, e2fsprogs, xfsprogs)" >&2; exit 2; }
     # mkfs.ext4 is a link to mke2fs, which reads its fs type from argv[0]: keep the name.
     files+=("$(readlink -f "$t"):/bin/$(basename "$t")")
     while read -r lib; do libs[$lib]=1; done < <(ldd "$t" | grep -o '/[^ ]*\.so[^ ]*')
@@ -48,7 +53,7 @@ for f in "${files[@]}"; do file_args+=(--file "$f"); done
 exec "$ROOT/qemu/run-guest.sh" --name "$name" --timeout "$timeout_s" --lifetime "$lifetime" \
     --mem 512 --smp 1 --append "edgevol.addr=$addr edgevol.appliance=$appliance" \
     --bin "$bin_dir/edgevol-node" --bin "$bin_dir/e2e-agent" "${file_args[@]}" \
-    --module virtio_pci --module virtio_net --module nvme-tcp \
+    --module virtio_pci --module virtio_net --module nvme-tcp --module xfs \
     --cmd 'sh /etc/edgevol-node-guest.sh' \
     --detach-on 'EDGEVOL-NODE READY' --fail-marker 'EDGEVOL-NODE FAILED' -- \
     -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$csi_port-:7000,hostfwd=tcp:127.0.0.1:$exec_port-:7001" \

@@ -8,6 +8,9 @@
 #   3. tests/e2e/tests/lifecycle.rs: mount (ext4) and block volumes through their whole life
 #      cycle (create, publish, stage, write, snapshot, clone, read back, expand, tear down, nothing
 #      left), and an unpublished host NQN refused by the target;
+#   3b. tests/e2e/tests/node_conformance.rs: every row of the CSI spec's Node error tables, the
+#      idempotency of stage/publish/unpublish/unstage, and NodeExpandVolume growing ext4 and xfs
+#      online, against the real plugin (nothing left on either VM at the end);
 #   4. a later boot (after a power cut) opens the pool: no first boot, no format, same id.
 # Every VM and step has a time budget. Logs: qemu/.cache/logs/e2e-*.log. Exit 0 = PASS.
 #
@@ -33,7 +36,7 @@ cat "$run/image-sizes.txt" >&2
 say "building edgevol-node and e2e-agent (static) and the host test"
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
     cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
-cargo test --locked -p edgevol-e2e --test lifecycle --no-run >&2
+cargo test --locked -p edgevol-e2e --test lifecycle --test node_conformance --no-run >&2
 BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
 say "builds done in $((SECONDS - t0)) s"
 
@@ -80,7 +83,7 @@ cp "$ROOT/image/out/edgevol.img" "$run/disk.img"
 truncate -s 1G "$run/nvme0.img"
 boot_t=$SECONDS
 appliance e2e-appliance "$run/disk.img" "$run/nvme0.img" --csi-port "$csi_port" \
-    --link "$link_a:$link_n" --timeout 150 --lifetime 900
+    --link "$link_a:$link_n" --timeout 150 --lifetime 1500
 boot_s=$((SECONDS - boot_t))
 alog="$CACHE/logs/e2e-appliance.log"
 for want in "EDGEVOL-APPLIANCE FIRST-BOOT" "PKI-GENERATED" \
@@ -107,14 +110,24 @@ say "booting the node VM"
 pids+=("$CACHE/run/e2e-node.pid")
 "$ROOT/qemu/node-vm.sh" --name e2e-node --bin-dir "$BIN" --link "$link_n:$link_a" \
     --csi-port "$node_csi" --exec-port "$node_exec" --appliance "$appliance_id" \
-    --timeout 120 --lifetime 900
+    --timeout 120 --lifetime 1500
 
 # --- 3. the life cycle -----------------------------------------------------------------------
 say "3. volume life cycle (mount + block), driven from the host"
+life_t=$SECONDS
 EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/out/pki" \
     EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
     timeout --kill-after=10 420 cargo test --locked -p edgevol-e2e --test lifecycle -- \
     --ignored --test-threads=1 --nocapture
+say "ok: life cycle in $((SECONDS - life_t)) s"
+
+say "3b. CSI Node conformance (spec error rows, idempotency, ext4 + xfs grown online)"
+conf_t=$SECONDS
+EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/out/pki" \
+    EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
+    timeout --kill-after=10 480 cargo test --locked -p edgevol-e2e --test node_conformance -- \
+    --ignored --test-threads=1 --nocapture
+say "ok: node conformance in $((SECONDS - conf_t)) s"
 
 # --- 4. power cut and a later boot -------------------------------------------------------------
 say "4. power cut, then a later boot opens the pool"

@@ -17,6 +17,8 @@ use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint};
 
+pub mod rig;
+
 /// Awaits `fut` for at most `secs`, panicking with `what` when the budget is spent.
 pub async fn within<T>(secs: u64, what: &str, fut: impl Future<Output = T>) -> T {
     match tokio::time::timeout(Duration::from_secs(secs), fut).await {
