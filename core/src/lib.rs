@@ -17,16 +17,38 @@
 //!   changed nothing.
 //! - **Data path**: a write through [`Pool::map_write`] may allocate a cluster (first write, or
 //!   copy-on-write of a shared cluster) and [`Pool::trim`] may unmap one. These mapping changes
-//!   are visible at once and become durable at the next [`Pool::flush`] (NVMe Flush) or the next
-//!   control operation, whichever comes first. Until then a power cut reverts them together with
-//!   the unflushed data written through them, exactly as for a disk's volatile cache (dm-thin
-//!   gives the same rule).
+//!   are visible at once and go to the journal in one of two ways:
+//!   - [`Pool::persist`] (a *soft* commit) writes the records of every pending change, without a
+//!     device flush: they survive a crash of the process (kill -9, panic, OOM), as the data
+//!     written through them does (both sit in the OS page cache), but not a power cut. The data
+//!     path acknowledges a write or trim only after `persist` returned for the ticket it took
+//!     ([`Pool::persist_ticket`]) once its mapping and data I/O were done. Every write does,
+//!     allocating or not (it may land in a cluster another command's record gave the volume).
+//!     Concurrent writers share one journal append: whoever persists first writes everyone's
+//!     records, and the others find their ticket covered ([`Pool::is_persisted`]). Lock, map and
+//!     write, take the ticket, unlock; lock, `persist(ticket)`, unlock; acknowledge.
+//!   - A *hard* commit: [`Pool::flush`] (NVMe Flush, FUA), [`Pool::sync`] (the appliance's
+//!     periodic timer, every second; no I/O when [`Pool::needs_sync`] is false) or any control
+//!     operation flushes the data, writes the records still pending, and flushes again, which
+//!     also seals the soft frames written before it.
+//!
+//!   So a crash of the process loses no acknowledged write; a power cut loses at most the writes
+//!   persisted since the last hard commit (at most a second of them with the timer), together
+//!   with their unflushed data, exactly as for a disk's volatile cache (dm-thin gives the same
+//!   rule). What tells the two apart at [`Pool::open_with`] is the [`Epoch`] (the OS boot id)
+//!   soft frames carry: see Recovery. A pool with no epoch ([`Pool::open`] without
+//!   [`Pool::set_epoch`]) makes every `persist` hard.
 //! - Every commit flushes the device *before* writing its record when data was mapped since the
 //!   last one, so a durable mapping never points at data that is not; and so a snapshot contains
 //!   every write completed before it was taken.
 //! - Clusters freed, or left with fewer references, by a change that is not durable yet are not
 //!   reused or written in place until it is (pending/unsettled clusters, see [`Capacity`]), so a
-//!   power cut never exposes one volume's data through another's map.
+//!   power cut never exposes one volume's data through another's map. Durable here means hard:
+//!   a soft commit does not release a cluster.
+//! - A soft frame never maps data that was not written before it: `persist` requires that every
+//!   allocating command's data I/O has completed (they run under the lock), and after a power
+//!   cut an unsealed soft frame is dropped whatever survived of it, so an allocation whose data
+//!   was lost never shows a reused cluster's old bytes.
 //! - **I/O outside the lock**: [`Pool::begin_read`] / [`Pool::begin_write`] pin the clusters of
 //!   an I/O until [`Pool::complete`]; a pinned cluster is never reused, and snapshots wait
 //!   (through [`Quiesce`]) for in-flight writes, so they contain every write that completed, or
@@ -35,12 +57,20 @@
 //!
 //! # Recovery
 //!
-//! [`Pool::open`] takes the valid superblock copy with the highest generation and the newest
-//! checkpoint whose header and payload CRC32C check, then replays journal frames with consecutive
-//! sequence numbers. The first frame that fails its CRC ends the journal if it is a torn tail; if a
-//! frame of a later commit is intact after it, an acknowledged record was damaged and `open`
-//! refuses with [`Corruption::JournalGap`] rather than mount without it. No byte is used before
-//! its CRC is checked, and every decoded table is cross-checked before use.
+//! [`Pool::open_with`] takes the valid superblock copy with the highest generation and the newest
+//! checkpoint whose header and payload CRC32C check, then replays the journal frames that form a
+//! chain (consecutive sequence numbers, each frame linked to its predecessor's header CRC): every
+//! frame up to the last *hard* one, and after it the *soft* frames written in the epoch `open` is
+//! given (same boot: the process crashed, the page cache held them); soft frames of another epoch
+//! are a torn tail (a power cut; they may have survived only in part, or out of order). The first
+//! frame that fails its CRC ends the journal if it is a torn tail; if an intact hard frame of a
+//! later commit lies after it, an acknowledged record was damaged (a hard commit flushes
+//! everything before it) and `open` refuses with [`Corruption::JournalGap`] rather than mount
+//! without it. Intact soft frames after a damaged one prove nothing and are dropped. `open` then
+//! discards the journal past the tail, seals a trusted soft tail with a hard commit and flushes,
+//! so what the reopened pool shows survives a power cut right after. No byte is used before its
+//! CRC is checked, and every decoded table is cross-checked before use. Frame layout and rules:
+//! the `journal` module.
 //!
 //! # Limits
 //!

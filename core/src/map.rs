@@ -2,8 +2,9 @@
 //!
 //! Lookups (`map_read`, and `map_write` on clusters the volume already owns alone) allocate
 //! nothing and cost one B-tree lookup per cluster. `map_write` allocates clusters on first write
-//! and for copy-on-write, and `trim` unmaps; those changes are durable at the next [`Pool::flush`]
-//! or control-path commit.
+//! and for copy-on-write, and `trim` unmaps; those changes survive a crash of the process once
+//! [`Pool::persist`] returned for a ticket covering them, and a power cut after the next
+//! [`Pool::flush`], [`Pool::sync`] or control-path commit (the crate docs' durability rule).
 //!
 //! # I/O outside the pool's lock
 //!
@@ -30,10 +31,13 @@
 //!   therefore contains every write completed before it was taken and every write in flight at
 //!   that moment, and nothing written after it returns. The hook must not need the pool's lock.
 //! - **Durability is unchanged.** Every mapping a detached write uses was made (and its cluster
-//!   prepared) under the lock, and every commit flushes the device before writing records when
-//!   data was mapped since the last one, so a durable mapping never points at data that is not;
-//!   data still in flight at a commit is, like any unacknowledged write, either there or not
-//!   after a power cut.
+//!   prepared) under the lock, and every hard commit flushes the device before writing records
+//!   when data was mapped since the last one, so a durable mapping never points at data that is
+//!   not; data still in flight at a commit is, like any unacknowledged write, either there or not
+//!   after a power cut. A detached write takes its [`PersistTicket`] under the lock, with its
+//!   ticket, and persists it after [`Pool::complete`] like any write: the ticket covers the
+//!   allocation that gave the volume its cluster, whose data I/O had completed under the lock, so
+//!   [`Pool::persist`]'s precondition holds while detached in-place writes are in flight.
 
 use alloc::vec::Vec;
 
@@ -329,8 +333,10 @@ impl<D: BlockDevice> Pool<D> {
     /// cover a prefix of the range (call again for the rest). Either every needed cluster of that
     /// prefix is allocated or none is (`ResourceExhausted(Clusters)`).
     ///
-    /// The new mappings are visible at once and durable after the next [`Pool::flush`]: until then
-    /// a power cut reverts them, like the unflushed data written through them.
+    /// The new mappings are visible at once. They survive a crash of the process once
+    /// [`persist`](Self::persist) returned for a ticket taken after this call (and after the data
+    /// I/O), and a power cut after the next [`Pool::flush`] / [`Pool::sync`]: until then a power
+    /// cut reverts them, like the unflushed data written through them.
     pub fn map_write(&mut self, id: VolumeId, offset: u64, len: u64, out: &mut [WriteSegment]) -> Result<usize> {
         self.map_write_inner(id, offset, len, out).map(|(n, _)| n)
     }
@@ -424,7 +430,8 @@ impl<D: BlockDevice> Pool<D> {
     /// freed when no snapshot or clone shares them. Partial clusters at either end are left as they
     /// are (deallocation is advisory; write zeros to clear them). A thick volume's trimmed clusters
     /// go back under its reservation, and are kept if no cluster is free to stand for them. Returns
-    /// the bytes unmapped. Durable at the next flush, like writes.
+    /// the bytes unmapped. Durable like writes: across a process crash once persisted, across a
+    /// power cut after the next flush or sync.
     pub fn trim(&mut self, id: VolumeId, offset: u64, len: u64) -> Result<u64> {
         self.check_usable()?;
         let cs = u64::from(self.cluster_size());

@@ -125,14 +125,14 @@ fn damaged_record_followed_by_intact_ones_refuses_to_mount() {
     let mut dev = pool.into_device();
     let journal = (2 + 2 * 128) * BLOCK as usize;
     // Damage the payload of the first record (create "a"): its CRC fails, later ones are intact.
-    dev.as_bytes_mut()[journal + 40] ^= 1;
+    dev.as_bytes_mut()[journal + 60] ^= 1;
     assert_eq!(
         Pool::open(dev.clone()).err(),
         Some(Error::Corrupt(Corruption::JournalGap(1)))
     );
     // Damage only the last record instead: indistinguishable from a torn write, so it is the end.
-    dev.as_bytes_mut()[journal + 40] ^= 1;
-    dev.as_bytes_mut()[journal + 2 * BLOCK as usize + 40] ^= 1;
+    dev.as_bytes_mut()[journal + 60] ^= 1;
+    dev.as_bytes_mut()[journal + 2 * BLOCK as usize + 60] ^= 1;
     let pool = Pool::open(dev).unwrap();
     assert!(pool.volume(a).is_ok() && pool.volume_by_name("b").is_some() && pool.volume_by_name("c").is_none());
 }
