@@ -39,6 +39,23 @@ pub struct StagedVolume {
     pub controller: Option<String>,
     /// Disk name (`nvme3n1`) once found: a hint, the kernel is asked again.
     pub disk: Option<String>,
+    /// What each NodePublishVolume asked, by target path, recorded before its bind: tells a
+    /// second publish at a target with other arguments (ALREADY_EXISTS) from the retry of one
+    /// that failed between its bind and its read-only remount. The mount table says what is
+    /// published; this says what was asked.
+    #[serde(default)]
+    pub publications: Vec<Publication>,
+}
+
+/// One NodePublishVolume of a staged volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Publication {
+    /// Target path.
+    pub target_path: PathBuf,
+    /// The request's capability.
+    pub capability: Capability,
+    /// Read-only publication.
+    pub read_only: bool,
 }
 
 /// The state directory.
@@ -159,6 +176,7 @@ mod tests {
             uuid: None,
             controller: Some("nvme1".into()),
             disk: None,
+            publications: Vec::new(),
         }
     }
 
@@ -167,7 +185,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(dir.path().join("state")).unwrap();
         assert_eq!(store.get("x/../y").unwrap(), None);
-        let a = record("x/../y");
+        let mut a = record("x/../y");
+        a.publications.push(Publication {
+            target_path: "/pods/p/vol".into(),
+            capability: a.capability.clone(),
+            read_only: true,
+        });
         let b = StagedVolume {
             capability: Capability {
                 access: Access::Block,
@@ -182,6 +205,22 @@ mod tests {
         store.remove("b").unwrap();
         store.remove("b").unwrap();
         assert_eq!(store.all().unwrap(), vec![a]);
+    }
+
+    #[test]
+    fn a_record_written_before_publications_were_kept_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        let rec = record("old");
+        let text = toml::to_string(&rec).unwrap();
+        let old: String = text
+            .lines()
+            .filter(|l| !l.starts_with("publications"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_ne!(old, text, "the field was there to drop");
+        std::fs::write(store.path("old"), old).unwrap();
+        assert_eq!(store.get("old").unwrap(), Some(rec));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::fabrics::{self, FabricsConfig, HostIdentity, Target};
 use crate::fs as filesystem;
 use crate::host::{FsUsage, Host};
 use crate::mount::{self, MountEntry};
-use crate::state::{StagedVolume, StateStore};
+use crate::state::{Publication, StagedVolume, StateStore};
 use crate::sysfs::{self, Namespace, NamespaceId};
 
 /// Mount or block access.
@@ -278,6 +278,7 @@ impl Volumes {
                     uuid: req.namespace.uuid.clone(),
                     controller: None,
                     disk: None,
+                    publications: Vec::new(),
                 };
                 self.store.put(&rec)?;
                 rec
@@ -483,9 +484,35 @@ impl Volumes {
                     path_str(&req.staging_path)
                 )));
             }
+            let asked = rec
+                .publications
+                .iter()
+                .find(|p| p.target_path == req.target_path);
+            if let Some(p) = asked {
+                if p.read_only != req.read_only || p.capability != req.capability {
+                    return Err(Error::AlreadyExists(format!(
+                        "volume {} is published at {} {} with {:?}; the request asks {} with {:?}",
+                        req.volume_id,
+                        path_str(&req.target_path),
+                        if p.read_only {
+                            "read-only"
+                        } else {
+                            "read-write"
+                        },
+                        p.capability,
+                        if req.read_only {
+                            "read-only"
+                        } else {
+                            "read-write"
+                        },
+                        req.capability
+                    )));
+                }
+            }
             return match (m.read_only(), req.read_only) {
                 (ro, want) if ro == want => Ok(()),
-                // A bind done before a failed read-only remount: finish the step.
+                // A bind done before a failed read-only remount (this very request, or one
+                // recorded before publications were): finish the step.
                 (false, true) => mount::remount_read_only(&*self.host, &req.target_path),
                 _ => Err(Error::AlreadyExists(format!(
                     "volume {} is published at {} read-only; the request asks read-write",
@@ -528,6 +555,15 @@ impl Volumes {
                 )));
             }
         }
+        let mut rec = rec;
+        rec.publications
+            .retain(|p| p.target_path != req.target_path);
+        rec.publications.push(Publication {
+            target_path: req.target_path.clone(),
+            capability: req.capability.clone(),
+            read_only: req.read_only,
+        });
+        self.store.put(&rec)?;
         if is_block {
             if let Some(parent) = req.target_path.parent() {
                 fs::create_dir_all(parent)
@@ -598,7 +634,15 @@ impl Volumes {
                 format!("volume {volume_id}: removing {}", path_str(target_path)),
                 &e,
             )
-        })
+        })?;
+        if let Some(mut rec) = self.store.get(volume_id)? {
+            let before = rec.publications.len();
+            rec.publications.retain(|p| p.target_path != target_path);
+            if rec.publications.len() != before {
+                self.store.put(&rec)?;
+            }
+        }
+        Ok(())
     }
 
     /// Checks `path` is where `rec` is staged or published; returns the mount (if any).

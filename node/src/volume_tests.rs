@@ -623,8 +623,43 @@ fn publish_again_at_the_same_target_with_other_arguments_is_already_exists() {
         e.volumes.publish(&other_staging),
         Err(Error::AlreadyExists(_))
     ));
+    // Published read-write, asked read-only: the workload's mount is not remounted behind its
+    // back (the record tells this from a retry after a failed read-only remount).
+    let ro = PublishRequest {
+        read_only: true,
+        ..p.clone()
+    };
+    assert!(matches!(
+        e.volumes.publish(&ro),
+        Err(Error::AlreadyExists(_))
+    ));
+    // Another access mode at the same target: ALREADY_EXISTS too.
+    let mut snsw = p.clone();
+    snsw.capability = e
+        .stage_req_with(1, cap(false, Mode::SingleNodeSingleWriter))
+        .capability;
+    assert!(matches!(
+        e.volumes.publish(&snsw),
+        Err(Error::AlreadyExists(_))
+    ));
     assert_eq!(e.mounted(&p.target_path), Some(false));
+    assert_eq!(
+        e.host.commands_of("mount").len(),
+        2,
+        "mkfs'd mount + one bind"
+    );
     e.volumes.publish(&p).unwrap();
+    // Unpublish forgets what was asked: the target may be published read-only afresh.
+    e.volumes.unpublish("vol1", &p.target_path).unwrap();
+    assert!(e
+        .store
+        .get("vol1")
+        .unwrap()
+        .unwrap()
+        .publications
+        .is_empty());
+    e.volumes.publish(&ro).unwrap();
+    assert_eq!(e.mounted(&p.target_path), Some(true));
 }
 
 #[test]

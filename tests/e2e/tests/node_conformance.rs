@@ -611,6 +611,28 @@ async fn stage_and_publish_rows_of_a_mount_volume() {
         &id,
     )
     .await;
+    refused(
+        "NodePublishVolume T1 again read-only",
+        rig.node.node_publish_volume(rig.publish_req(&a, &t1, true)),
+        Code::AlreadyExists,
+        "read-write",
+    )
+    .await;
+    let mut t1_snsw = rig.publish_req(&a, &t1, false);
+    t1_snsw.volume_capability = Some(mount_cap("ext4", Mode::SingleNodeSingleWriter));
+    refused(
+        "NodePublishVolume T1 again SINGLE_NODE_SINGLE_WRITER",
+        rig.node.node_publish_volume(t1_snsw),
+        Code::AlreadyExists,
+        "SingleNodeSingleWriter",
+    )
+    .await;
+    rig.agent
+        .ok(
+            10,
+            &format!("touch {t1}/still-writable && rm {t1}/still-writable"),
+        )
+        .await;
     let t2 = paths("conf-fs-t2", false).1;
     ok(
         "NodePublishVolume T2 read-only",
