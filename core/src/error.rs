@@ -165,8 +165,10 @@ pub enum Corruption {
     NoCheckpoint,
     /// A checkpoint's CRC matched but its tables are inconsistent.
     Checkpoint,
-    /// The journal record with this sequence number is damaged but later, acknowledged records
-    /// are intact: not a torn tail, so mounting would silently drop acknowledged work.
+    /// The journal record with this sequence number is damaged but a later hard commit is intact:
+    /// that commit flushed the device first, so the damaged record was durable; not a torn tail,
+    /// and mounting would silently drop acknowledged work. (Intact soft frames after a damaged one
+    /// prove nothing: after a power cut un-flushed blocks survive in any order.)
     JournalGap(u64),
     /// A journal record's CRC matched but it does not decode or apply.
     Record(u64),

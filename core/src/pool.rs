@@ -72,6 +72,7 @@ pub struct OpenOptions {
 
 /// Covers the data-path records (allocations, trims) made up to some point: see
 /// [`Pool::persist`]. Tickets are ordered; a later one covers everything an earlier one does.
+/// A ticket belongs to the mounted pool that issued it (counting restarts at every open).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PersistTicket(pub(crate) u64);
 
