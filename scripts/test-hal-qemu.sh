@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # hal in a QEMU TCG guest with an emulated NVMe drive: identify (serial/EUI64/UUID checked against
-# what QEMU was given), write/read/discard through the hal backends (sync, io_uring, pool), SMART.
+# what QEMU was given), write/read/discard through the hal backend, concurrent I/O through
+# edgevold's data-path handle, SMART.
 # With --bench, also runs hal-bench on the emulated NVMe (and on a host tmpfs file) and prints
 # both tables. Installs what it needs via scripts/setup-qemu.sh. Exit 0 = PASS.
 #
@@ -46,7 +47,7 @@ fi
     -device "nvme,id=nvme0,serial=$SERIAL" \
     -device "nvme-ns,drive=d0,bus=nvme0,nsid=1,eui64=0x$EUI64,uuid=$UUID"
 rc=$?
-grep -E '^(controller|namespace|  lbaf|sync|discard|async|smart after|HAL-|\|)' "$CACHE/logs/hal-nvme.log" || true
+grep -E '^(controller|namespace|  lbaf|sync|discard|data handle|smart after|HAL-|\|)' "$CACHE/logs/hal-nvme.log" || true
 if ((bench)); then
     echo "--- host tmpfs (/dev/shm) ---"
     "$BIN/hal-bench" /dev/shm/edgevol-hal-bench.img --size-mib 256 --secs "${HAL_BENCH_SECS:-1}"

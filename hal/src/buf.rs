@@ -1,4 +1,4 @@
-//! Heap buffers aligned for `O_DIRECT` (and io_uring) I/O.
+//! Heap buffers aligned for `O_DIRECT` I/O.
 //!
 //! `O_DIRECT` needs the buffer address, the file offset and the length aligned to the device's
 //! logical block size; `Vec<u8>` only guarantees byte alignment, so this type owns an allocation
@@ -113,7 +113,7 @@ impl fmt::Debug for AlignedBuf {
 
 /// Whether `buf` starts at an address aligned to `align`.
 pub(crate) fn is_aligned(buf: &[u8], align: usize) -> bool {
-    (buf.as_ptr() as usize) % align == 0
+    (buf.as_ptr() as usize).is_multiple_of(align)
 }
 
 #[cfg(test)]

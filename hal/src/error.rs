@@ -52,22 +52,8 @@ pub enum Error {
         /// Status field (SCT << 8 | SC, plus DNR/More bits as the kernel returns them).
         status: u32,
     },
-    /// Data read back from the device is not what its format says (bad NVMe page, CRC).
+    /// Data read back from the device is not what its format says (bad NVMe page).
     Corrupt(&'static str),
-    /// NOR flash: programming would need a 0 -> 1 transition, i.e. the area was not erased.
-    NotErased {
-        /// Byte offset of the first conflicting byte.
-        offset: u64,
-    },
-    /// The NOR journal has no erase block it may reclaim: release older records first.
-    JournalFull,
-    /// A record is larger than what one erase block can hold.
-    RecordTooLarge {
-        /// Payload length asked for.
-        len: usize,
-        /// Largest payload that fits.
-        max: usize,
-    },
     /// The device or kernel does not support this operation (e.g. discard on a device without it).
     Unsupported(&'static str),
     /// Formatting was refused: the device carries data.
@@ -77,8 +63,6 @@ pub enum Error {
         /// What was found ("GPT partition table", "ext4 filesystem", ...).
         found: String,
     },
-    /// The asynchronous engine has stopped (its thread exited or the device was dropped).
-    EngineStopped,
 }
 
 impl Error {
@@ -129,9 +113,6 @@ impl fmt::Display for Error {
                 )
             }
             Self::Corrupt(what) => write!(f, "corrupt data: {what}"),
-            Self::NotErased { offset } => write!(f, "flash not erased at byte {offset}"),
-            Self::JournalFull => f.write_str("flash journal full: release old records first"),
-            Self::RecordTooLarge { len, max } => write!(f, "record of {len} bytes exceeds {max}"),
             Self::Unsupported(what) => write!(f, "unsupported: {what}"),
             Self::Refused { path, found } => {
                 write!(
@@ -140,7 +121,6 @@ impl fmt::Display for Error {
                     path.display()
                 )
             }
-            Self::EngineStopped => f.write_str("I/O engine stopped"),
         }
     }
 }
@@ -169,15 +149,8 @@ impl DeviceError for Error {
             Self::Misaligned { .. } => DeviceErrorKind::NotAligned,
             Self::ReadOnly => DeviceErrorKind::ReadOnly,
             Self::PowerLoss => DeviceErrorKind::PowerLoss,
-            Self::InjectedIo { .. }
-            | Self::Nvme { .. }
-            | Self::Corrupt(_)
-            | Self::NotErased { .. } => DeviceErrorKind::Io,
-            Self::JournalFull
-            | Self::RecordTooLarge { .. }
-            | Self::Unsupported(_)
-            | Self::Refused { .. }
-            | Self::EngineStopped => DeviceErrorKind::Other,
+            Self::InjectedIo { .. } | Self::Nvme { .. } | Self::Corrupt(_) => DeviceErrorKind::Io,
+            Self::Unsupported(_) | Self::Refused { .. } => DeviceErrorKind::Other,
         }
     }
 }
@@ -212,7 +185,7 @@ pub(crate) fn check_blocks(
 ) -> Result<u64, Error> {
     let bs = u64::from(block_size);
     let len = len as u64;
-    if len % bs != 0 {
+    if !len.is_multiple_of(bs) {
         return Err(Error::Misaligned {
             value: len,
             align: bs,

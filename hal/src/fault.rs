@@ -85,6 +85,17 @@ impl<E: DeviceError> DeviceError for FaultError<E> {
     }
 }
 
+/// A fault device over a hal backend fails with hal's rich error, like any other hal device.
+impl From<FaultError<crate::Error>> for crate::Error {
+    fn from(e: FaultError<crate::Error>) -> Self {
+        match e {
+            FaultError::PowerLoss => Self::PowerLoss,
+            FaultError::Injected { block } => Self::InjectedIo { block },
+            FaultError::Inner(e) => e,
+        }
+    }
+}
+
 /// splitmix64: small, seedable, good enough to pick fault outcomes.
 #[derive(Debug, Clone)]
 pub(crate) struct Prng(u64);

@@ -130,6 +130,11 @@ impl FileDevice {
         self.direct
     }
 
+    /// Whether writes and discards are refused.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -145,7 +150,8 @@ impl FileDevice {
         self.block_count
     }
 
-    /// A second handle on the same open file (for the asynchronous engines).
+    /// A second descriptor on the same open file (raw access beside the device, e.g. `hal-bench`'s
+    /// baseline).
     pub fn try_clone_file(&self) -> Result<File, Error> {
         self.file
             .try_clone()

@@ -10,17 +10,16 @@
 //! | [`FileDevice`] | `file.rs` | sparse file, `O_DIRECT` where possible |
 //! | [`LinuxBlockDevice`] | `linux_block.rs` | `/dev/nvmeXnY`, `/dev/vdX`, `/dev/loopN` |
 //! | [`NvmeDevice`] | `nvme.rs` | NVMe namespace + admin passthrough (identify, SMART) |
-//! | [`NorSim`], [`NorBlockDevice`], [`NorJournal`] | `nor.rs` | raw NOR flash |
+//! | [`PoolDevice`], [`DataHandle`] | `pool.rs` | the appliance's pool device and its data path's second handle |
 //! | [`FaultDevice`] | `fault.rs` | power cuts, torn writes, I/O errors, latency |
+//! | [`NorSim`], [`NorBlockDevice`] | `nor.rs` | raw NOR flash (feature `nor-flash`) |
 //! | [`discovery`] | `discovery.rs` | candidate devices, format refusal |
-//! | [`aio`] | `aio.rs` | asynchronous data path (io_uring / bounded blocking pool) |
+//!
+//! Features (none by default): `nor-flash` adds the NOR module and its `embedded-storage`
+//! dependency.
 //!
 //! `unsafe` is denied workspace-wide and allowed only in `buf.rs` (aligned allocation),
-//! `linux_block.rs` and `nvme.rs` (ioctls) and `aio.rs` (io_uring), each block with a `SAFETY`
-//! comment.
-
-// `u64::is_multiple_of` is stable only since Rust 1.87; the workspace's rust-version is 1.85.
-#![allow(clippy::manual_is_multiple_of)]
+//! `linux_block.rs` and `nvme.rs` (ioctls), each block with a `SAFETY` comment.
 
 mod buf;
 mod error;
@@ -33,13 +32,13 @@ mod fdio;
 mod file;
 
 #[cfg(target_os = "linux")]
-pub mod aio;
-#[cfg(target_os = "linux")]
 pub mod discovery;
 #[cfg(target_os = "linux")]
 mod linux_block;
 #[cfg(target_os = "linux")]
 pub mod nvme;
+#[cfg(target_os = "linux")]
+mod pool;
 
 #[cfg(feature = "nor-flash")]
 pub mod nor;
@@ -54,6 +53,8 @@ pub use file::{DirectIo, FileDevice, FileOptions};
 #[cfg(target_os = "linux")]
 pub use linux_block::{BlockOptions, LinuxBlockDevice};
 #[cfg(feature = "nor-flash")]
-pub use nor::{NorBlockDevice, NorError, NorJournal, NorSim, NorSimError};
+pub use nor::{NorBlockDevice, NorError, NorSim, NorSimError};
 #[cfg(target_os = "linux")]
 pub use nvme::NvmeDevice;
+#[cfg(target_os = "linux")]
+pub use pool::{DataHandle, PoolDevice, SharedFaults};

@@ -111,7 +111,10 @@ impl LinuxBlockDevice {
         let logical =
             u32::try_from(lbs).map_err(|_| Error::Corrupt("negative logical block size"))?;
         let block_size = opts.block_size.unwrap_or(logical);
-        if !block_size.is_power_of_two() || block_size < logical || block_size % logical != 0 {
+        if !block_size.is_power_of_two()
+            || block_size < logical
+            || !block_size.is_multiple_of(logical)
+        {
             return Err(Error::Misaligned {
                 value: u64::from(block_size),
                 align: u64::from(logical),
@@ -157,11 +160,16 @@ impl LinuxBlockDevice {
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
+    /// Whether I/O bypasses the page cache (`O_DIRECT`).
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
     /// The open file (for NVMe passthrough ioctls on the same descriptor).
     pub fn file(&self) -> &File {
         &self.file
     }
-    /// A second handle on the same open device (for the asynchronous engines).
+    /// A second descriptor on the same open device (raw access beside the device, e.g.
+    /// `hal-bench`'s baseline).
     pub fn try_clone_file(&self) -> Result<File, Error> {
         self.file
             .try_clone()

@@ -1,7 +1,7 @@
 //! Raw-device baseline for the data-path benchmarks: 4 KiB random and 128 KiB sequential
-//! read/write through (a) raw `pread`/`pwrite` on the same descriptor kind (the baseline), (b) the
-//! hal sync backend via core's `BlockDevice` trait, (c) the async engines (blocking pool and
-//! io_uring) at queue depth 1 and 16. Prints a table with ratios against (a) from the same run.
+//! read/write at queue depth 1 through (a) raw `pread`/`pwrite` on the same descriptor kind (the
+//! baseline) and (b) the hal backend via core's `BlockDevice` trait. Prints a table with ratios
+//! against (a) from the same run.
 //!
 //! usage: hal-bench PATH [--size-mib N] [--secs S]
 //!   PATH: a block device (opened O_EXCL, O_DIRECT) or a file (created sparse, N MiB; default 256)
@@ -24,11 +24,9 @@ fn main() {
 mod bench {
     use std::fs::File;
     use std::os::unix::fs::{FileExt, FileTypeExt};
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
     use edgevol_core::BlockDevice;
-    use edgevol_hal::aio::{block_on_all, AsyncDevice, EngineKind};
     use edgevol_hal::{AlignedBuf, FileDevice, FileOptions, LinuxBlockDevice};
 
     #[derive(Clone, Copy)]
@@ -163,17 +161,6 @@ mod bench {
             row(&w, "raw pread/pwrite QD1", base, base);
             let sync = hal_sync(dev.as_block(), &w, span, dur, bs)?;
             row(&w, "hal sync (BlockDevice) QD1", sync, base);
-            for (kind, label) in [
-                (EngineKind::Pool, "pool"),
-                (EngineKind::IoUring, "io_uring"),
-            ] {
-                for qd in [1u32, 16] {
-                    let a = AsyncDevice::open(dev.clone_file()?, bs, count, kind, qd)
-                        .map_err(|e| e.to_string())?;
-                    let r = hal_async(&a, &w, span, dur, qd, bs)?;
-                    row(&w, &format!("hal async {label} QD{qd}"), r, base);
-                }
-            }
         }
         Ok(())
     }
@@ -230,49 +217,5 @@ mod bench {
             ops += 1;
         }
         Ok((ops * w.size as u64, ops, start.elapsed().as_secs_f64()))
-    }
-
-    fn hal_async(
-        a: &AsyncDevice,
-        w: &Workload,
-        span: u64,
-        dur: Duration,
-        qd: u32,
-        bs: u32,
-    ) -> Result<Res, String> {
-        let ops = AtomicU64::new(0);
-        let seq = AtomicU64::new(0);
-        let failed = std::sync::Mutex::new(None);
-        let start = Instant::now();
-        let workers: Vec<_> = (0..qd)
-            .map(|i| {
-                let (ops, seq, failed) = (&ops, &seq, &failed);
-                async move {
-                    let mut rng = Rng(0x9E37_79B9 + u64::from(i));
-                    let mut buf = AlignedBuf::from_slice(&vec![0x3Cu8; w.size]);
-                    while start.elapsed() < dur {
-                        let n = seq.fetch_add(1, Ordering::Relaxed);
-                        let blk = offset(w, n, &mut rng, span) / u64::from(bs);
-                        let (b, r) = if w.write {
-                            a.write(blk, buf).await
-                        } else {
-                            a.read(blk, buf).await
-                        };
-                        buf = b;
-                        if let Err(e) = r {
-                            *failed.lock().unwrap() = Some(e.to_string());
-                            return;
-                        }
-                        ops.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-            .collect();
-        block_on_all(workers);
-        if let Some(e) = failed.into_inner().unwrap() {
-            return Err(e);
-        }
-        let n = ops.load(Ordering::Relaxed);
-        Ok((n * w.size as u64, n, start.elapsed().as_secs_f64()))
     }
 }

@@ -1,7 +1,9 @@
 //! Run inside the QEMU guest by `scripts/test-hal-qemu.sh`: identifies an NVMe namespace through
 //! admin passthrough, checks the serial (and EUI64/UUID when given) against what QEMU was told,
-//! writes/reads/discards through the hal block backend (sync and async engines), reads the SMART
-//! log before and after, and prints `HAL-GUEST-CHECK PASS` (or `FAIL: reason`, exit 1).
+//! writes/reads/discards through the hal block backend (core's `BlockDevice` trait), then
+//! concurrent I/O from threads through a [`DataHandle`](edgevol_hal::DataHandle) beside the
+//! exclusive open (edgevold's data path), reads the SMART log before and after, and prints
+//! `HAL-GUEST-CHECK PASS` (or `FAIL: reason`, exit 1).
 //!
 //! usage: hal-guest-check DEVICE EXPECTED_SERIAL [EXPECTED_EUI64_HEX] [EXPECTED_UUID_HEX]
 
@@ -38,9 +40,8 @@ fn main() {
 #[cfg(target_os = "linux")]
 fn check(path: &str, serial: &str, eui64: Option<&str>, uuid: Option<&str>) -> Result<(), String> {
     use edgevol_core::BlockDevice;
-    use edgevol_hal::aio::{block_on_all, AsyncDevice, EngineKind};
     use edgevol_hal::nvme::hex_id;
-    use edgevol_hal::{AlignedBuf, NvmeDevice};
+    use edgevol_hal::{BlockOptions, DataHandle, LinuxBlockDevice, NvmeDevice, PoolDevice};
 
     let mut dev = NvmeDevice::open(path).map_err(|e| format!("open {path}: {e}"))?;
     let c = dev
@@ -155,42 +156,49 @@ fn check(path: &str, serial: &str, eui64: Option<&str>, uuid: Option<&str>) -> R
         return Err("discard touched blocks outside its range".into());
     }
 
-    // Async path, both engines.
-    for kind in [EngineKind::IoUring, EngineKind::Pool] {
-        let file = dev.block().try_clone_file().map_err(|e| e.to_string())?;
-        let a = AsyncDevice::open(file, bs as u32, BlockDevice::block_count(&dev), kind, 8)
-            .map_err(|e| format!("{kind:?}: {e}"))?;
-        let a = &a;
-        let errors = std::sync::Mutex::new(Vec::new());
-        let errs = &errors;
-        let futs: Vec<_> = (0..16u64)
-            .map(|i| async move {
-                let blk = 4096 + i * 4;
-                let (_, r) = a
-                    .write(blk, AlignedBuf::from_slice(&vec![i as u8 ^ 0x5A; bs * 4]))
-                    .await;
-                if let Err(e) = r {
-                    errs.lock().unwrap().push(format!("write {blk}: {e}"));
-                    return;
-                }
-                let (buf, r) = a.read(blk, AlignedBuf::zeroed(bs * 4)).await;
-                match r {
-                    Ok(()) if buf.iter().all(|&b| b == i as u8 ^ 0x5A) => {}
-                    Ok(()) => errs.lock().unwrap().push(format!("mismatch at {blk}")),
-                    Err(e) => errs.lock().unwrap().push(format!("read {blk}: {e}")),
-                }
+    // edgevold's data path: a second, non-exclusive handle shared by threads.
+    let opts = BlockOptions {
+        exclusive: false,
+        ..BlockOptions::default()
+    };
+    let second = LinuxBlockDevice::open_with(path, &opts).map_err(|e| format!("reopen: {e}"))?;
+    let data =
+        DataHandle::open(&PoolDevice::Block(second)).map_err(|e| format!("data handle: {e}"))?;
+    let bs64 = bs as u64;
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..16u64)
+            .map(|i| {
+                let data = &data;
+                s.spawn(move || -> Result<(), String> {
+                    let at = (4096 + i * 4) * bs64;
+                    let fill = i as u8 ^ 0x5A;
+                    data.write_at(at, &vec![fill; bs * 4])
+                        .map_err(|e| format!("write at {at}: {e}"))?;
+                    let mut back = vec![0u8; bs * 4];
+                    data.read_at(at, &mut back)
+                        .map_err(|e| format!("read at {at}: {e}"))?;
+                    if back.iter().any(|&b| b != fill) {
+                        return Err(format!("mismatch at {at}"));
+                    }
+                    Ok(())
+                })
             })
             .collect();
-        block_on_all(futs);
-        let mut flushed = Ok(());
-        block_on_all(vec![async { flushed = a.flush().await }]);
-        flushed.map_err(|e| format!("{kind:?} flush: {e}"))?;
-        let errs = errors.into_inner().unwrap();
-        if !errs.is_empty() {
-            return Err(format!("{kind:?}: {}", errs.join("; ")));
-        }
-        println!("async {kind:?}: 16 concurrent write+read pairs ok");
+        workers
+            .into_iter()
+            .filter_map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err("thread panicked".into()))
+                    .err()
+            })
+            .collect()
+    });
+    if !errors.is_empty() {
+        return Err(format!("data handle: {}", errors.join("; ")));
     }
+    dev.flush()
+        .map_err(|e| format!("flush after data handle: {e}"))?;
+    println!("data handle: 16 concurrent write+read pairs from threads ok");
 
     let smart1 = dev.smart_log().map_err(|e| format!("smart log: {e}"))?;
     println!(

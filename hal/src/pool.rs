@@ -1,0 +1,324 @@
+//! The device under an edgevol pool on a Linux box, and the data path's second handle on it.
+//!
+//! [`PoolDevice`] is what core's pool is formatted and mounted on: a regular file, a Linux block
+//! device, or (tests) a file behind the [`FaultDevice`], shared through [`SharedFaults`] so that
+//! the pool and its data path follow one fault plan.
+//!
+//! [`DataHandle`] is a second handle on the same device for I/O outside the pool's lock:
+//! positioned reads and writes through `&self`, so any number of threads use one handle while the
+//! pool keeps its own. A file is reopened, a block device reopened without `O_EXCL` (the pool's
+//! handle holds the exclusive open), the fault device shared. A flush through the pool's handle
+//! (`fdatasync`) covers writes made through the data handle: same file, same device.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use edgevol_core::{BlockDevice, ErrorType};
+
+use crate::error::Error;
+use crate::fault::FaultDevice;
+use crate::file::{DirectIo, FileDevice, FileOptions};
+use crate::linux_block::{BlockOptions, LinuxBlockDevice};
+
+/// A file behind hal's [`FaultDevice`], shared by a pool and its data path.
+pub type SharedFaults = Arc<Mutex<FaultDevice<FileDevice>>>;
+
+/// The device under a pool.
+#[derive(Debug)]
+pub enum PoolDevice {
+    /// A (sparse) file.
+    File(FileDevice),
+    /// `/dev/nvmeXnY`, `/dev/vdX`, `/dev/loopN`...
+    Block(LinuxBlockDevice),
+    /// Fault injection (tests): I/O errors on chosen blocks, power cuts.
+    Faulty(SharedFaults),
+}
+
+fn lock(faults: &SharedFaults) -> MutexGuard<'_, FaultDevice<FileDevice>> {
+    // The fault device holds no invariant a panicking user could break halfway.
+    faults.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl PoolDevice {
+    /// Bytes per block.
+    pub fn block_size(&self) -> u32 {
+        match self {
+            Self::File(d) => d.block_size(),
+            Self::Block(d) => d.block_size(),
+            Self::Faulty(f) => lock(f).inner_mut().block_size(),
+        }
+    }
+
+    /// Number of blocks.
+    pub fn block_count(&self) -> u64 {
+        match self {
+            Self::File(d) => d.block_count(),
+            Self::Block(d) => d.block_count(),
+            Self::Faulty(f) => lock(f).inner_mut().block_count(),
+        }
+    }
+
+    /// Reads whole blocks from `block`.
+    pub fn read_blocks(&self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
+        match self {
+            Self::File(d) => d.read_blocks(block, buf),
+            Self::Block(d) => d.read_blocks(block, buf),
+            Self::Faulty(f) => Ok(lock(f).read_blocks(block, buf)?),
+        }
+    }
+
+    /// Writes whole blocks from `block` (volatile until [`sync`](Self::sync)).
+    pub fn write_blocks(&self, block: u64, data: &[u8]) -> Result<(), Error> {
+        match self {
+            Self::File(d) => d.write_blocks(block, data),
+            Self::Block(d) => d.write_blocks(block, data),
+            Self::Faulty(f) => Ok(lock(f).write_blocks(block, data)?),
+        }
+    }
+
+    /// Makes completed writes durable, through any handle on the device.
+    pub fn sync(&self) -> Result<(), Error> {
+        match self {
+            Self::File(d) => d.sync(),
+            Self::Block(d) => d.sync(),
+            Self::Faulty(f) => Ok(lock(f).flush_all()?),
+        }
+    }
+
+    /// Deallocates `count` blocks from `block` (hole punch, `BLKDISCARD`).
+    pub fn discard_blocks(&self, block: u64, count: u64) -> Result<(), Error> {
+        match self {
+            Self::File(d) => d.discard_blocks(block, count),
+            Self::Block(d) => d.discard_blocks(block, count),
+            Self::Faulty(f) => Ok(lock(f).discard_blocks(block, count)?),
+        }
+    }
+}
+
+impl ErrorType for PoolDevice {
+    type Error = Error;
+}
+
+impl BlockDevice for PoolDevice {
+    fn block_size(&self) -> u32 {
+        PoolDevice::block_size(self)
+    }
+    fn block_count(&self) -> u64 {
+        PoolDevice::block_count(self)
+    }
+    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.read_blocks(block, buf)
+    }
+    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), Error> {
+        self.write_blocks(block, data)
+    }
+    fn flush(&mut self) -> Result<(), Error> {
+        self.sync()
+    }
+    fn discard(&mut self, block: u64, count: u64) -> Result<(), Error> {
+        self.discard_blocks(block, count)
+    }
+}
+
+/// A second handle on a [`PoolDevice`], for the data path's I/O outside the pool's lock. Byte
+/// offsets (core's data path speaks them); each access must cover whole blocks.
+#[derive(Debug)]
+pub struct DataHandle {
+    dev: PoolDevice,
+}
+
+impl DataHandle {
+    /// Opens a second handle on `pool`'s device, with its block size, `O_DIRECT` policy and
+    /// read-only state.
+    pub fn open(pool: &PoolDevice) -> Result<Self, Error> {
+        let dev = match pool {
+            PoolDevice::File(d) => {
+                let opts = FileOptions {
+                    block_size: d.block_size(),
+                    direct: if d.is_direct() {
+                        DirectIo::Required
+                    } else {
+                        DirectIo::Off
+                    },
+                    create_size: None,
+                    read_only: d.is_read_only(),
+                };
+                PoolDevice::File(FileDevice::open_with(d.path(), &opts)?)
+            }
+            PoolDevice::Block(d) => {
+                let opts = BlockOptions {
+                    exclusive: false,
+                    read_only: d.is_read_only(),
+                    direct: d.is_direct(),
+                    block_size: Some(d.block_size()),
+                };
+                PoolDevice::Block(LinuxBlockDevice::open_with(d.path(), &opts)?)
+            }
+            PoolDevice::Faulty(f) => PoolDevice::Faulty(Arc::clone(f)),
+        };
+        Ok(Self { dev })
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> u32 {
+        self.dev.block_size()
+    }
+
+    fn block_of(&self, offset: u64) -> Result<u64, Error> {
+        let bs = u64::from(self.block_size());
+        if !offset.is_multiple_of(bs) {
+            return Err(Error::Misaligned {
+                value: offset,
+                align: bs,
+            });
+        }
+        Ok(offset / bs)
+    }
+
+    /// Reads `buf.len()` bytes (whole blocks) at byte `offset` (a block boundary).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.dev.read_blocks(self.block_of(offset)?, buf)
+    }
+
+    /// Writes `data` (whole blocks) at byte `offset` (a block boundary); durable after the pool's
+    /// next flush.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
+        self.dev.write_blocks(self.block_of(offset)?, data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FaultConfig;
+    use edgevol_core::{DeviceError, DeviceErrorKind, FormatOptions, Pool, VolumeSpec};
+    use edgevol_core::{ReadSegment, WriteSegment};
+
+    const MIB: u64 = 1 << 20;
+
+    fn file_pool_device(dir: &tempfile::TempDir) -> PoolDevice {
+        PoolDevice::File(FileDevice::create(dir.path().join("pool.img"), 64 * MIB).unwrap())
+    }
+
+    /// Writes `data` at `offset` of volume `vol` the way the appliance's data path does: core maps
+    /// (whole, fresh clusters here), the data handle writes.
+    fn write_through(
+        pool: &mut Pool<PoolDevice>,
+        data: &DataHandle,
+        vol: edgevol_core::VolumeId,
+        offset: u64,
+        bytes: &[u8],
+    ) {
+        let mut segs = [WriteSegment::EMPTY; 8];
+        let n = pool
+            .map_write(vol, offset, bytes.len() as u64, &mut segs)
+            .unwrap();
+        let mut done = 0;
+        for s in &segs[..n] {
+            let len = usize::try_from(s.len).unwrap();
+            data.write_at(s.device_offset, &bytes[done..done + len])
+                .unwrap();
+            done += len;
+        }
+        assert_eq!(done, bytes.len(), "one call maps it all");
+    }
+
+    fn device_offset(pool: &Pool<PoolDevice>, vol: edgevol_core::VolumeId, offset: u64) -> u64 {
+        match pool.map_read(vol, offset, 4096).unwrap().next().unwrap() {
+            ReadSegment::Data { device_offset, .. } => device_offset,
+            ReadSegment::Zero { .. } => panic!("no data at {offset}"),
+        }
+    }
+
+    #[test]
+    fn a_core_pool_on_a_file_pool_device_and_its_data_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pool =
+            Pool::format(file_pool_device(&dir), FormatOptions::new([7; 16], 1 << 16)).unwrap();
+        let vol = pool.create_volume(VolumeSpec::new("a", 4 * MIB)).unwrap();
+        let data = DataHandle::open(pool.device_mut()).unwrap();
+        assert_eq!(data.block_size(), 4096);
+        let bytes: Vec<u8> = (0..1u32 << 17).map(|i| (i % 251) as u8).collect();
+        write_through(&mut pool, &data, vol, 1 << 16, &bytes);
+        pool.flush().unwrap();
+        // The pool's own handle reads what the data handle wrote.
+        let at = device_offset(&pool, vol, 1 << 16);
+        let mut back = vec![0u8; bytes.len()];
+        pool.device_mut().read_blocks(at / 4096, &mut back).unwrap();
+        assert_eq!(back, bytes);
+        // Misaligned offsets are refused, not rounded.
+        let e = data.read_at(at + 512, &mut back[..4096]).unwrap_err();
+        assert!(matches!(e, Error::Misaligned { align: 4096, .. }), "{e}");
+        assert_eq!(e.kind(), DeviceErrorKind::NotAligned);
+        drop((pool, data));
+        // Reopened: the mapping and the data survived.
+        let dev = PoolDevice::File(FileDevice::open(dir.path().join("pool.img")).unwrap());
+        let pool = Pool::open(dev).unwrap();
+        let data = DataHandle::open(&pool.into_device()).unwrap();
+        back.fill(0);
+        data.read_at(at, &mut back).unwrap();
+        assert_eq!(back, bytes);
+    }
+
+    #[test]
+    fn a_faulty_pool_device_shares_one_fault_plan_with_its_data_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let PoolDevice::File(file) = file_pool_device(&dir) else {
+            unreachable!()
+        };
+        let faults: SharedFaults =
+            Arc::new(Mutex::new(FaultDevice::new(file, FaultConfig::default())));
+        let mut pool = Pool::format(
+            PoolDevice::Faulty(Arc::clone(&faults)),
+            FormatOptions::new([8; 16], 1 << 16),
+        )
+        .unwrap();
+        let vol = pool.create_volume(VolumeSpec::new("a", 4 * MIB)).unwrap();
+        let data = DataHandle::open(pool.device_mut()).unwrap();
+        write_through(&mut pool, &data, vol, 0, &[0x5a; 1 << 16]);
+        pool.flush().unwrap();
+        let at = device_offset(&pool, vol, 0);
+        let block = at / 4096;
+        {
+            let mut f = lock(&faults);
+            f.config_mut().read_errors.insert(block);
+            f.config_mut().write_errors.insert(block + 1);
+        }
+        let mut buf = vec![0u8; 8192];
+        for e in [
+            data.read_at(at, &mut buf).unwrap_err(),
+            pool.device_mut().read_blocks(block, &mut buf).unwrap_err(),
+            data.write_at(at, &buf).unwrap_err(),
+        ] {
+            assert!(matches!(e, Error::InjectedIo { .. }), "{e}");
+            assert_eq!(e.kind(), DeviceErrorKind::Io);
+        }
+        data.read_at(at + 8192, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 0x5a));
+        // One power: cut through the pool's device, both handles see it.
+        lock(&faults).cut_power().unwrap();
+        let e = data.read_at(at + 8192, &mut buf).unwrap_err();
+        assert!(matches!(e, Error::PowerLoss), "{e}");
+        assert_eq!(
+            pool.device_mut().sync().unwrap_err().kind(),
+            DeviceErrorKind::PowerLoss
+        );
+        assert_eq!(lock(&faults).stats().power_cuts, 1);
+    }
+
+    #[test]
+    fn a_block_pool_device_keeps_o_excl_and_the_data_handle_still_opens() {
+        let Some(lo) = crate::linux_block::tests::Loop::new(64 * MIB, 4096) else {
+            return;
+        };
+        let dev = PoolDevice::Block(LinuxBlockDevice::open(&lo.dev).unwrap());
+        let data = DataHandle::open(&dev).unwrap();
+        // The pool's handle is exclusive: another exclusive opener is refused.
+        assert!(LinuxBlockDevice::open(&lo.dev).is_err());
+        data.write_at(40960, &[0xc3; 8192]).unwrap();
+        dev.sync().unwrap();
+        let mut back = vec![0u8; 8192];
+        dev.read_blocks(10, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0xc3));
+        assert_eq!(BlockDevice::block_count(&dev), 64 * MIB / 4096);
+    }
+}
