@@ -796,9 +796,18 @@ async fn stage_and_publish_rows_of_a_mount_volume() {
     );
     rig.node_unstage(&id, &a.staging).await;
 
-    // NodeStageVolume "Volume does not exist -> 5 NOT_FOUND": the appliance no longer has it;
-    // the node keeps nothing of the attempt.
+    // NodeStageVolume "Volume does not exist -> 5 NOT_FOUND": for this node once it is
+    // unpublished from it (the target refuses the host), and once the appliance deleted it;
+    // the node keeps nothing of either attempt.
     rig.controller_unpublish(&id).await;
+    refused(
+        "NodeStageVolume of a volume not published to this node",
+        rig.node.node_stage_volume(rig.stage_req(&a)),
+        Code::NotFound,
+        &a.context["subsystemNqn"],
+    )
+    .await;
+    assert_eq!(controllers(&rig).await, 0);
     rig.delete(&id).await;
     refused(
         "NodeStageVolume of a deleted volume",
