@@ -10,14 +10,16 @@ use tonic::Status;
 pub enum Error {
     /// The request itself is wrong (missing field, relative path, bad publish_context).
     InvalidArgument(String),
-    /// The volume (or the path asked about) is not known on this node.
+    /// The volume (or the path asked about) is not known on this node, or the target refused
+    /// to connect it (deleted, or not published to this node).
     NotFound(String),
     /// The volume is already staged/published at that path with an incompatible capability.
     AlreadyExists(String),
     /// The request cannot be served in the current state (staged elsewhere, still published,
     /// capability not supported by the volume, foreign data on the device).
     FailedPrecondition(String),
-    /// The required size is beyond what the namespace offers.
+    /// NodeExpandVolume's capacity_range cannot be met: required beyond what the namespace
+    /// offers after a rescan, or a limit below its size (volumes do not shrink).
     OutOfRange(String),
     /// The kernel or the target did not get ready in time; a retry may succeed.
     Unavailable(String),
