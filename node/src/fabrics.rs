@@ -8,7 +8,8 @@
 //! * drops a runtime dependency whose flags and defaults changed across versions (libnvme
 //!   rewrite, `/etc/nvme/config.json`, hostid handling) and that is not on minimal hosts;
 //! * gives us the kernel's errno instead of parsed text (`EALREADY` for a duplicate connect,
-//!   `ECONNREFUSED` when the target refuses our host NQN);
+//!   `EIO` when the target answers the Fabrics Connect with an error status: no such subsystem,
+//!   or our host NQN not admitted; `ECONNREFUSED` when nothing listens);
 //! * keeps every option explicit in one place, [`connect_options`], unit-tested.
 //!
 //! **Find before attach.** [`find_controller`] asks sysfs for a usable controller to the same
