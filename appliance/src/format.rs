@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use edgevol_core::limits::{MAX_CLUSTER_SIZE, MIN_CLUSTER_SIZE};
-use edgevol_core::{BlockDevice, Field, Pool};
+use edgevol_core::{Field, Pool};
 use edgevol_hal::discovery::detect_signature;
 
 use crate::naming::uuid_string;

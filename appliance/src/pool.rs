@@ -16,11 +16,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
 
-use edgevol_core::{BlockDevice, Corruption, ErrorType, FormatOptions, Pool, Progress};
+use edgevol_core::{Corruption, FormatOptions, Pool, Progress};
 use edgevol_hal::discovery::check_formattable;
-use edgevol_hal::{FaultDevice, FaultError, FileDevice, LinuxBlockDevice};
+use edgevol_hal::{FileDevice, LinuxBlockDevice};
 
 use crate::config::DEV_POOL_BYTES;
 use crate::progress::{human_bytes, Steps};
@@ -80,90 +79,9 @@ impl fmt::Display for PoolError {
 
 impl std::error::Error for PoolError {}
 
-/// The device under the pool: a regular file or a Linux block device; in tests, a file behind
-/// hal's fault device, shared with the data path so both handles see the same faults.
-#[derive(Debug)]
-pub enum PoolDevice {
-    /// A (sparse) file.
-    File(FileDevice),
-    /// `/dev/nvmeXnY`, `/dev/vdX`, `/dev/loopN`...
-    Block(LinuxBlockDevice),
-    /// Fault injection (tests): I/O errors on chosen blocks, power cuts.
-    Faulty(SharedFaults),
-}
-
-/// A file behind hal's [`FaultDevice`], shared by the pool and its data path.
-pub type SharedFaults = Arc<Mutex<FaultDevice<FileDevice>>>;
-
-/// The fault device's error as the hal error every pool device returns.
-pub fn fault_error(e: FaultError<edgevol_hal::Error>) -> edgevol_hal::Error {
-    match e {
-        FaultError::PowerLoss => edgevol_hal::Error::PowerLoss,
-        FaultError::Injected { block } => edgevol_hal::Error::InjectedIo { block },
-        FaultError::Inner(e) => e,
-    }
-}
-
-impl PoolDevice {
-    fn faulty(d: &SharedFaults) -> MutexGuard<'_, FaultDevice<FileDevice>> {
-        d.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl ErrorType for PoolDevice {
-    type Error = edgevol_hal::Error;
-}
-
-impl BlockDevice for PoolDevice {
-    fn block_size(&self) -> u32 {
-        match self {
-            PoolDevice::File(d) => BlockDevice::block_size(d),
-            PoolDevice::Block(d) => BlockDevice::block_size(d),
-            PoolDevice::Faulty(d) => BlockDevice::block_size(&*Self::faulty(d)),
-        }
-    }
-    fn block_count(&self) -> u64 {
-        match self {
-            PoolDevice::File(d) => BlockDevice::block_count(d),
-            PoolDevice::Block(d) => BlockDevice::block_count(d),
-            PoolDevice::Faulty(d) => BlockDevice::block_count(&*Self::faulty(d)),
-        }
-    }
-    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), Self::Error> {
-        match self {
-            PoolDevice::File(d) => BlockDevice::read(d, block, buf),
-            PoolDevice::Block(d) => BlockDevice::read(d, block, buf),
-            PoolDevice::Faulty(d) => {
-                BlockDevice::read(&mut *Self::faulty(d), block, buf).map_err(fault_error)
-            }
-        }
-    }
-    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), Self::Error> {
-        match self {
-            PoolDevice::File(d) => BlockDevice::write(d, block, data),
-            PoolDevice::Block(d) => BlockDevice::write(d, block, data),
-            PoolDevice::Faulty(d) => {
-                BlockDevice::write(&mut *Self::faulty(d), block, data).map_err(fault_error)
-            }
-        }
-    }
-    fn flush(&mut self) -> Result<(), Self::Error> {
-        match self {
-            PoolDevice::File(d) => BlockDevice::flush(d),
-            PoolDevice::Block(d) => BlockDevice::flush(d),
-            PoolDevice::Faulty(d) => BlockDevice::flush(&mut *Self::faulty(d)).map_err(fault_error),
-        }
-    }
-    fn discard(&mut self, block: u64, count: u64) -> Result<(), Self::Error> {
-        match self {
-            PoolDevice::File(d) => BlockDevice::discard(d, block, count),
-            PoolDevice::Block(d) => BlockDevice::discard(d, block, count),
-            PoolDevice::Faulty(d) => {
-                BlockDevice::discard(&mut *Self::faulty(d), block, count).map_err(fault_error)
-            }
-        }
-    }
-}
+/// The device under the pool (hal's: a file, a Linux block device, or in tests a file behind
+/// hal's fault device, [`SharedFaults`], shared with the data path so both see the same faults).
+pub use edgevol_hal::{PoolDevice, SharedFaults};
 
 /// Holds a pool device against other edgevold processes while it lives: an advisory `flock`
 /// on a regular file (a block device needs none: it is opened with `O_EXCL`). The daemon keeps

@@ -31,13 +31,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use edgevol_core::{
     BlockDevice, DeviceError, IoTicket, Pool, Prepare, Quiesce, ReadSegment, VolumeId, WriteSegment,
 };
-use edgevol_hal::{BlockOptions, FileDevice, LinuxBlockDevice};
+use edgevol_hal::DataHandle;
 use edgevol_nvmeof::io_cmd::{IoCommand, DSM_RANGE_LEN};
 use edgevol_nvmeof::status::StatusCode;
 
 use super::stats::IoKind;
 use super::status::{from_core, from_device, Access, TargetStatus};
-use crate::pool::{fault_error, PoolDevice, SharedFaults};
+use crate::pool::PoolDevice;
 use crate::state::State;
 
 /// Segments mapped per `map_write` call.
@@ -357,19 +357,10 @@ impl Drop for GateGuard {
     }
 }
 
-/// The second handle on the pool's device, for I/O outside the pool lock.
-#[derive(Debug)]
-enum DataDevice {
-    File(FileDevice),
-    Block(LinuxBlockDevice),
-    /// The pool's own fault device (tests), shared: it has one fault plan.
-    Faulty(SharedFaults),
-}
-
 /// The data path outside the pool lock: our device handle and the gate.
 #[derive(Debug)]
 pub struct DataPath {
-    dev: DataDevice,
+    dev: DataHandle,
     gate: Arc<Gate>,
 }
 
@@ -377,19 +368,7 @@ impl DataPath {
     /// Opens a second handle on the pool's device and installs the gate as the pool's quiesce
     /// hook. Call under the pool lock, once.
     pub fn open(pool: &mut Pool<Dev>) -> Result<Self, edgevol_hal::Error> {
-        let dev = match pool.device_mut() {
-            PoolDevice::File(d) => DataDevice::File(FileDevice::open(d.path())?),
-            PoolDevice::Block(d) => {
-                let opts = BlockOptions {
-                    // We hold the exclusive open already.
-                    exclusive: false,
-                    block_size: Some(BlockDevice::block_size(d)),
-                    ..BlockOptions::default()
-                };
-                DataDevice::Block(LinuxBlockDevice::open_with(d.path(), &opts)?)
-            }
-            PoolDevice::Faulty(d) => DataDevice::Faulty(d.clone()),
-        };
+        let dev = DataHandle::open(pool.device_mut())?;
         let gate = Arc::new(Gate::default());
         pool.set_quiesce(Box::new(gate.clone()));
         Ok(DataPath { dev, gate })
@@ -400,43 +379,17 @@ impl DataPath {
         &self.gate
     }
 
-    fn block(&self, offset: u64) -> Result<u64, TargetStatus> {
-        let bs = u64::from(match &self.dev {
-            DataDevice::File(d) => d.block_size(),
-            DataDevice::Block(d) => d.block_size(),
-            DataDevice::Faulty(d) => BlockDevice::block_size(&*lock_faults(d)),
-        });
-        if !offset.is_multiple_of(bs) {
-            return Err(StatusCode::InternalError.into());
-        }
-        Ok(offset / bs)
-    }
-
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), TargetStatus> {
-        let block = self.block(offset)?;
-        match &self.dev {
-            DataDevice::File(d) => d.read_blocks(block, buf),
-            DataDevice::Block(d) => d.read_blocks(block, buf),
-            DataDevice::Faulty(d) => lock_faults(d).read_blocks(block, buf).map_err(fault_error),
-        }
-        .map_err(|e| from_device(e.kind(), Access::Read))
+        self.dev
+            .read_at(offset, buf)
+            .map_err(|e| from_device(e.kind(), Access::Read))
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), TargetStatus> {
-        let block = self.block(offset)?;
-        match &self.dev {
-            DataDevice::File(d) => d.write_blocks(block, data),
-            DataDevice::Block(d) => d.write_blocks(block, data),
-            DataDevice::Faulty(d) => lock_faults(d)
-                .write_blocks(block, data)
-                .map_err(fault_error),
-        }
-        .map_err(|e| from_device(e.kind(), Access::Write))
+        self.dev
+            .write_at(offset, data)
+            .map_err(|e| from_device(e.kind(), Access::Write))
     }
-}
-
-fn lock_faults(d: &SharedFaults) -> MutexGuard<'_, edgevol_hal::FaultDevice<FileDevice>> {
-    d.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The pool, locked.
