@@ -413,7 +413,7 @@ impl NvmeDevice {
     pub fn nsid(&self) -> u32 {
         self.nsid
     }
-    /// The underlying block device (geometry, discard, write zeroes, async engines).
+    /// The underlying block device (geometry, discard, write zeroes, a second descriptor).
     pub fn block(&self) -> &LinuxBlockDevice {
         &self.block
     }
