@@ -209,13 +209,22 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         .layer(AuthLayer)
         .add_routes(crate::csi::routes(&state));
     let incoming = transport::incoming(listener, tls);
+    // The power-loss window: unflushed writes become durable every `sync_interval`.
+    let stop_sync = Arc::new(Notify::new());
+    let sync = tokio::spawn(crate::sync::run(
+        state.clone(),
+        config.sync_interval,
+        stop_sync.clone(),
+    ));
     let task = {
         let (stop, state) = (stop.clone(), state.clone());
         tokio::spawn(async move {
-            server
+            let served = server
                 .serve_with_incoming_shutdown(incoming, stop.notified())
-                .await
-                .map_err(DaemonError::Serve)?;
+                .await;
+            stop_sync.notify_one();
+            let _ = sync.await;
+            served.map_err(DaemonError::Serve)?;
             target.stop().await;
             if let Some(metrics) = metrics {
                 metrics.stop().await;

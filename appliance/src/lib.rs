@@ -18,6 +18,7 @@ pub mod nvme;
 pub mod pool;
 pub mod progress;
 pub mod state;
+pub mod sync;
 pub mod transport;
 
 pub use config::{Args, Command, Config};

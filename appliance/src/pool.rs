@@ -17,7 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use edgevol_core::{Corruption, FormatOptions, Pool, Progress};
+use edgevol_core::{Corruption, Epoch, FormatOptions, OpenOptions, Pool, Progress};
 use edgevol_hal::discovery::check_formattable;
 use edgevol_hal::{FileDevice, LinuxBlockDevice};
 
@@ -83,6 +83,17 @@ impl std::error::Error for PoolError {}
 /// hal's fault device, [`SharedFaults`], shared with the data path so both see the same faults).
 pub use edgevol_hal::{PoolDevice, SharedFaults};
 
+/// A freshly formatted pool, writing soft commits in `epoch` from now on.
+fn with_epoch(
+    mut pool: Pool<PoolDevice>,
+    epoch: Option<Epoch>,
+) -> Result<Pool<PoolDevice>, edgevol_core::Error> {
+    if let Some(epoch) = epoch {
+        pool.set_epoch(epoch)?;
+    }
+    Ok(pool)
+}
+
 /// Holds a pool device against other edgevold processes while it lives: an advisory `flock`
 /// on a regular file (a block device needs none: it is opened with `O_EXCL`). The daemon keeps
 /// one next to its data-dir lock; `edgevold format` keeps one while it formats.
@@ -147,6 +158,9 @@ pub fn open_with(
     dev: bool,
     format_blank: bool,
 ) -> Result<Pool<PoolDevice>, PoolError> {
+    // Soft journal frames of this boot are replayed (a daemon crash loses nothing), those of an
+    // earlier boot only if sealed (see `crate::sync`).
+    let epoch = crate::sync::boot_epoch();
     let path = match devices {
         [one] => one,
         _ => return Err(PoolError::SeveralDevices(devices.len())),
@@ -171,12 +185,13 @@ pub fn open_with(
         // Nothing was ever written, so there is nothing to deallocate.
         tracing::info!(device = %path.display(), "formatting a new pool");
         return Pool::format(device, FormatOptions::new(new_uuid()?, CLUSTER_SIZE))
+            .and_then(|pool| with_epoch(pool, epoch))
             .map_err(core_err);
     }
     if blank {
         tracing::info!(device = %path.display(), "formatting a new pool: deallocating the data area");
         let mut steps = Steps::default();
-        return format_device(device, path, CLUSTER_SIZE, &mut |p| {
+        let pool = format_device(device, path, CLUSTER_SIZE, &mut |p| {
             if let Some(percent) = steps.next(p) {
                 tracing::info!(
                     device = %path.display(),
@@ -185,8 +200,9 @@ pub fn open_with(
                 );
             }
         });
+        return with_epoch(pool?, epoch).map_err(core_err);
     }
-    match Pool::open(device) {
+    match Pool::open_with(device, OpenOptions { epoch }) {
         Ok(pool) => Ok(pool),
         Err(edgevol_core::Error::Corrupt(Corruption::NoSuperblock)) => {
             Err(PoolError::NotAPool(path.clone()))

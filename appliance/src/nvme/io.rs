@@ -22,9 +22,12 @@
 //!
 //! Core's rule is followed as written: a Write is acknowledged once its data (and any
 //! copy-on-write or zero-fill of the rest of a new cluster, done *before* the data) is written to
-//! the device; with FUA, or with the volatile write cache disabled, only after [`Pool::flush`]
-//! too (its `fdatasync` on the pool's handle covers writes through ours: same file). NVMe Flush
-//! is [`Pool::flush`]. Holes are read as zeros without touching the device.
+//! the device and [`Pool::persist`] has put the mapping changes up to it in the journal (a soft
+//! commit: survives a daemon crash; writers arriving meanwhile share one append); with FUA, or
+//! with the volatile write cache disabled, only after [`Pool::flush`] instead (its `fdatasync`
+//! on the pool's handle covers writes through ours: same file). Write Zeroes and Deallocate
+//! persist their unmaps the same way. NVMe Flush is [`Pool::flush`]; `crate::sync` bounds what
+//! a power cut can take. Holes are read as zeros without touching the device.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -137,9 +140,7 @@ pub fn execute(pool: &mut Pool<Dev>, req: &Request) -> Result<Vec<u8>, TargetSta
                 return Err(StatusCode::DataSglLengthInvalid.into());
             }
             write(pool, req.volume, off, &req.data)?;
-            if fua || !req.wce {
-                pool.flush().map_err(|e| from_core(&e))?;
-            }
+            durable(pool, fua || !req.wce)?;
             Ok(Vec::new())
         }
         IoCommand::Flush { .. } => {
@@ -149,9 +150,7 @@ pub fn execute(pool: &mut Pool<Dev>, req: &Request) -> Result<Vec<u8>, TargetSta
         IoCommand::WriteZeroes { slba, blocks, .. } => {
             let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
             write_zeroes(pool, req.volume, off, len)?;
-            if !req.wce {
-                pool.flush().map_err(|e| from_core(&e))?;
-            }
+            durable(pool, !req.wce)?;
             Ok(Vec::new())
         }
         IoCommand::DatasetManagement {
@@ -159,10 +158,24 @@ pub fn execute(pool: &mut Pool<Dev>, req: &Request) -> Result<Vec<u8>, TargetSta
         } => {
             if deallocate {
                 deallocate_ranges(pool, req, ranges)?;
+                durable(pool, false)?;
             }
             Ok(Vec::new())
         }
     }
+}
+
+/// Before a mutating command is acknowledged: its mapping changes (and every earlier one) reach
+/// the journal, so a daemon crash cannot lose it; with `flush` (FUA, write cache off) everything
+/// is durable against a power cut too. Called under the pool lock after the command's data I/O.
+fn durable(pool: &mut Pool<Dev>, flush: bool) -> Result<(), TargetStatus> {
+    if flush {
+        pool.flush()
+    } else {
+        let ticket = pool.persist_ticket();
+        pool.persist(ticket)
+    }
+    .map_err(|e| from_core(&e))
 }
 
 fn read(pool: &mut Pool<Dev>, vol: VolumeId, off: u64, len: u64) -> Result<Vec<u8>, TargetStatus> {
@@ -509,6 +522,7 @@ fn write_detached(
     };
     let mut detached = Vec::new();
     let mut gate = None;
+    let ticket;
     {
         let mut pool = lock(state)?;
         let mut done = 0u64;
@@ -536,6 +550,8 @@ fn write_detached(
             }
             done += segs[..n].iter().map(|s| s.len).sum::<u64>();
         }
+        // Covers this write's allocations and any earlier one it may write through.
+        ticket = pool.persist_ticket();
     }
     let landed = detached.iter().try_for_each(|seg| {
         let start = to_usize(seg.offset - off)?;
@@ -548,8 +564,12 @@ fn write_detached(
     let mut pool = lock(state)?;
     tickets.complete_in(&mut pool);
     landed?;
+    // Group commit: writers that got here meanwhile share one journal append; a ticket an
+    // earlier append covered returns at once.
     if flush {
-        pool.flush().map_err(|e| from_core(&e))?;
+        pool.flush()
+    } else {
+        pool.persist(ticket)
     }
-    Ok(())
+    .map_err(|e| from_core(&e))
 }
