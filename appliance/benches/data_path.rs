@@ -292,15 +292,12 @@ async fn main() {
     while !state.is_ready() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let endpoint = state.target().expect("target").endpoint;
+    let endpoint = running.target.endpoint;
     let id = state
-        .with_pool(move |_, pool| {
-            let id = pool
-                .create_volume(VolumeSpec::new("bench", span))
-                .map_err(|e| tonic::Status::internal(format!("{e:?}")))?;
-            pool.publish(id, HOST, false)
-                .map_err(|e| tonic::Status::internal(format!("{e:?}")))?;
-            Ok(id)
+        .on_pool(move |_, pool| {
+            let id = pool.create_volume(VolumeSpec::new("bench", span)).unwrap();
+            pool.publish(id, HOST, false).unwrap();
+            id
         })
         .await
         .unwrap();

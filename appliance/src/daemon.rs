@@ -20,8 +20,9 @@ use tokio::task::JoinHandle;
 
 use crate::auth::AuthLayer;
 use crate::config::{self, Config, TOPOLOGY_KEY};
+use crate::nvme::TargetInfo;
 use crate::pool;
-use crate::state::State;
+use crate::state::{PoolUnavailable, State};
 use crate::transport;
 
 /// Why the daemon could not start or had to stop. Each renders as one line.
@@ -87,6 +88,8 @@ pub struct Running {
     pub metrics_addr: Option<SocketAddr>,
     /// The shared state.
     pub state: Arc<State>,
+    /// The NVMe/TCP target, as the control plane sees it.
+    pub target: TargetInfo,
     stop: Arc<Notify>,
     task: JoinHandle<Result<(), DaemonError>>,
     _lock: File,
@@ -182,12 +185,16 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         });
     }
 
+    // Each part gets the handles it needs: the state knows nothing of the target or metrics.
+    let target_info = target.info();
+    let registry = Arc::new(crate::metrics::Registry::default());
     let metrics = match metrics_listener {
         Some(listener) => {
             let sources = Arc::new(crate::metrics::Sources {
                 state: state.clone(),
                 subsystems: Some(target.subsystems.clone()),
                 devices: config.devices.clone(),
+                registry: registry.clone(),
             });
             Some(
                 crate::metrics::MetricsServer::start(listener, sources).map_err(|error| {
@@ -203,11 +210,9 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let metrics_addr = metrics.as_ref().map(|m| m.local_addr);
 
     let server = tonic::transport::Server::builder()
-        .layer(crate::metrics::csi::CsiMetricsLayer::new(
-            state.metrics.clone(),
-        ))
+        .layer(crate::metrics::csi::CsiMetricsLayer::new(registry))
         .layer(AuthLayer)
-        .add_routes(crate::csi::routes(&state));
+        .add_routes(crate::csi::routes(&state, Some(target_info.clone())));
     let incoming = transport::incoming(listener, tls);
     // The power-loss window: unflushed writes become durable every `sync_interval`.
     let stop_sync = Arc::new(Notify::new());
@@ -243,6 +248,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         local_addr,
         metrics_addr,
         state,
+        target: target_info,
         stop,
         task,
         _lock: lock,
@@ -266,12 +272,11 @@ async fn bind_metrics(config: &Config) -> Result<Option<TcpListener>, DaemonErro
 }
 
 fn flush_pool(state: &State) -> Result<(), DaemonError> {
-    let Some(pool) = state.pool() else {
-        return Ok(());
+    let mut pool = match state.lock_pool() {
+        Ok(pool) => pool,
+        Err(PoolUnavailable::NotReady) => return Ok(()),
+        Err(e) => return Err(DaemonError::Task(e.to_string())),
     };
-    let mut pool = pool
-        .lock()
-        .map_err(|_| DaemonError::Task("pool lock poisoned".into()))?;
     pool.flush()
         .map_err(|e| DaemonError::Pool(pool::PoolError::Flush(e)))
 }

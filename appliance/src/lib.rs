@@ -1,9 +1,11 @@
 //! edgevold, the edgevol appliance daemon.
 //!
-//! It serves CSI (Identity now; Controller, GroupController and VolumeGroup as they land) over
-//! gRPC on TCP with mutual TLS. Layers, outside in: [`transport`] (TCP + TLS handshake, peer
-//! identity) → [`auth`] (role policy, call log) → the [`csi`] services → [`state`].
-//! [`daemon`] checks the [`config`] and composes them.
+//! It serves CSI (Identity, Controller, GroupController and the VolumeGroup API) over gRPC on
+//! TCP with mutual TLS, and every volume over NVMe/TCP ([`nvme`]). Layers, outside in:
+//! [`transport`] (TCP + TLS handshake, peer identity) → [`auth`] (role policy, call log) → the
+//! [`csi`] services; the [`nvme`] target beside them; both over [`state`], the pool handle,
+//! which knows neither. [`metrics`] reads all of them. [`daemon`] checks the [`config`],
+//! composes the parts and hands each the handles it needs.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -23,3 +25,4 @@ pub mod transport;
 
 pub use config::{Args, Command, Config};
 pub use daemon::{start, DaemonError, Running};
+

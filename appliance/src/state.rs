@@ -1,39 +1,64 @@
-//! What every service of the appliance shares.
+//! The appliance's identity and its pool handle: what the CSI services, the NVMe/TCP target,
+//! the metrics exporter and the periodic sync share.
+//!
+//! This module imports nothing of the services above it (no gRPC, NVMe or metrics type): pool
+//! calls fail with [`PoolUnavailable`] or with the closure's own error, and each side maps those
+//! to its wire status in one place (`csi::status`, `nvme::status`). The daemon hands the other
+//! shared handles (the target's access hooks, the counters, the metrics registry) to the parts
+//! that need them.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use edgevol_core::{Pool, VolumeId};
+use edgevol_core::Pool;
 
-use tonic::Status;
-
-use crate::csi::ids::Ids;
 use crate::pool::PoolDevice;
 
-/// What the control plane needs from the NVMe/TCP target: kept as a trait so the CSI services
-/// do not depend on the target's internals.
-pub trait HostAccess: Send + Sync + fmt::Debug {
-    /// Tears down every live controller `host` has on `volume`'s subsystem (after unpublish).
-    fn revoke(&self, volume: VolumeId, host: &str);
-    /// Tells hosts connected to `volume` that its namespace changed (size): an async event.
-    fn namespace_changed(&self, volume: VolumeId);
+/// Why a pool call did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolUnavailable {
+    /// The pool is still opening (recovery after a start): retry shortly.
+    NotReady,
+    /// An earlier call panicked while holding the pool: its in-memory state is unknown, so it
+    /// serves nothing more until the daemon restarts (recovery then replays the journal).
+    Poisoned,
+    /// The blocking task running the call did not finish (it panicked, or the runtime is
+    /// shutting down).
+    TaskFailed,
 }
 
-/// The running NVMe/TCP target, as the control plane sees it.
-#[derive(Debug, Clone)]
-pub struct TargetInfo {
-    /// The address and port hosts connect to (publish_context).
-    pub endpoint: SocketAddr,
-    /// Access control and notifications.
-    pub access: Arc<dyn HostAccess>,
-    /// Per-volume I/O counters (for metrics).
-    pub stats: crate::nvme::stats::IoStats,
+impl fmt::Display for PoolUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PoolUnavailable::NotReady => "the pool is still opening",
+            PoolUnavailable::Poisoned => {
+                "the pool lock was poisoned by a panic; edgevold must be restarted"
+            }
+            PoolUnavailable::TaskFailed => "the pool task did not finish",
+        })
+    }
 }
 
-/// The appliance's shared state.
+impl std::error::Error for PoolUnavailable {}
+
+/// Told how long a successful pool call held the pool (see [`observe_holds`]).
+pub type HoldObserver = Arc<dyn Fn(Duration) + Send + Sync>;
+
+tokio::task_local! {
+    static HOLD_OBSERVER: HoldObserver;
+}
+
+/// Runs `fut` with `observer` told how long each successful pool call it makes held the pool.
+/// The metrics layer wraps mutating CSI calls in it: that hold is their metadata commit.
+pub async fn observe_holds<F: Future>(observer: HoldObserver, fut: F) -> F::Output {
+    HOLD_OBSERVER.scope(observer, fut).await
+}
+
+/// The appliance's shared state: who it is, and its pool once open.
 #[derive(Debug)]
 pub struct State {
     /// This appliance's id.
@@ -42,10 +67,8 @@ pub struct State {
     pub topology: BTreeMap<String, String>,
     /// The pool, once opened and recovered.
     pool: OnceLock<Mutex<Pool<PoolDevice>>>,
-    /// The NVMe/TCP target, once listening.
-    target: OnceLock<TargetInfo>,
-    /// What the metrics exporter counts as the appliance runs.
-    pub metrics: Arc<crate::metrics::Registry>,
+    /// Whether the poisoned lock was logged (once: every later call finds it poisoned).
+    poison_logged: AtomicBool,
 }
 
 impl State {
@@ -55,8 +78,7 @@ impl State {
             appliance_id,
             topology,
             pool: OnceLock::new(),
-            target: OnceLock::new(),
-            metrics: Arc::default(),
+            poison_logged: AtomicBool::new(false),
         }
     }
 
@@ -72,58 +94,57 @@ impl State {
         }
     }
 
-    /// Registers the running NVMe/TCP target.
-    pub fn set_target(&self, target: TargetInfo) {
-        if self.target.set(target).is_err() {
-            tracing::error!("NVMe/TCP target registered twice; keeping the first");
-        }
-    }
-
-    /// The NVMe/TCP target, if running.
-    pub fn target(&self) -> Option<&TargetInfo> {
-        self.target.get()
-    }
-
-    /// The pool, if open.
+    /// The pool's mutex, if open (for callers that manage the lock themselves).
     pub fn pool(&self) -> Option<&Mutex<Pool<PoolDevice>>> {
         self.pool.get()
     }
 
-    /// The CSI ids of this appliance's objects.
-    pub fn ids(&self) -> Ids<'_> {
-        Ids::new(&self.appliance_id)
+    /// Locks the pool on this thread (a blocking call: never on the reactor).
+    pub fn lock_pool(&self) -> Result<MutexGuard<'_, Pool<PoolDevice>>, PoolUnavailable> {
+        let pool = self.pool.get().ok_or(PoolUnavailable::NotReady)?;
+        pool.lock().map_err(|_| {
+            if !self.poison_logged.swap(true, Ordering::Relaxed) {
+                tracing::error!("{}", PoolUnavailable::Poisoned);
+            }
+            PoolUnavailable::Poisoned
+        })
     }
 
     /// Runs `f` on the pool on the blocking pool (core commits flush the device), one call at a
     /// time: calls on the pool are serialized, so two calls on the same volume never interleave.
-    /// `UNAVAILABLE` while the pool is still opening.
-    pub async fn with_pool<T, F>(self: &Arc<Self>, f: F) -> Result<T, Status>
+    /// Fails with `f`'s error, or with [`PoolUnavailable`] converted into it.
+    pub async fn with_pool<T, E, F>(self: &Arc<Self>, f: F) -> Result<T, E>
     where
-        F: FnOnce(&State, &mut Pool<PoolDevice>) -> Result<T, Status> + Send + 'static,
+        F: FnOnce(&State, &mut Pool<PoolDevice>) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
+        E: From<PoolUnavailable> + Send + 'static,
     {
         if !self.is_ready() {
-            return Err(Status::unavailable(
-                "the pool is still opening; retry shortly",
-            ));
+            return Err(PoolUnavailable::NotReady.into());
         }
         let state = self.clone();
-        // Serving a mutating CSI call: time its hold of the pool (metadata commit latency).
-        let mutation = crate::metrics::csi::current_mutation();
+        let observer = HOLD_OBSERVER.try_with(Clone::clone).ok();
         tokio::task::spawn_blocking(move || {
-            let pool = state.pool().expect("checked ready");
-            let mut pool = pool
-                .lock()
-                .map_err(|_| Status::internal("pool lock poisoned by an earlier failure"))?;
-            let started = std::time::Instant::now();
+            let mut pool = state.lock_pool()?;
+            let started = Instant::now();
             let result = f(&state, &mut pool);
-            if let (Some(method), Ok(_)) = (mutation, &result) {
-                state.metrics.observe_commit(&method, started.elapsed());
+            if let (Some(observe), Ok(_)) = (observer, &result) {
+                observe(started.elapsed());
             }
             result
         })
         .await
-        .map_err(|e| Status::internal(format!("pool task failed: {e}")))?
+        .unwrap_or_else(|_| Err(PoolUnavailable::TaskFailed.into()))
+    }
+
+    /// [`State::with_pool`] for a call that cannot fail by itself: only the pool may be
+    /// unavailable.
+    pub async fn on_pool<T, F>(self: &Arc<Self>, f: F) -> Result<T, PoolUnavailable>
+    where
+        F: FnOnce(&State, &mut Pool<PoolDevice>) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.with_pool(move |state, pool| Ok(f(state, pool))).await
     }
 }
 
@@ -132,4 +153,63 @@ pub fn now_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    fn opened() -> (tempfile::TempDir, Arc<State>) {
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(State::new("box".into(), BTreeMap::new()));
+        state.set_pool(crate::pool::open(&[dir.path().join("pool.img")], true).unwrap());
+        (dir, state)
+    }
+
+    #[tokio::test]
+    async fn calls_before_the_pool_opens_are_not_ready() {
+        let state = Arc::new(State::new("box".into(), BTreeMap::new()));
+        assert_eq!(
+            state.on_pool(|_, pool| pool.volume_count()).await,
+            Err(PoolUnavailable::NotReady)
+        );
+        assert_eq!(state.lock_pool().err(), Some(PoolUnavailable::NotReady));
+    }
+
+    #[tokio::test]
+    async fn a_panicking_call_fails_and_poisons_the_pool_for_later_ones() {
+        let (_dir, state) = opened();
+        assert_eq!(state.on_pool(|_, pool| pool.volume_count()).await, Ok(0));
+        let panicked = state
+            .on_pool(|_, _| -> usize { panic!("injected: a bug under the pool lock") })
+            .await;
+        assert_eq!(panicked, Err(PoolUnavailable::TaskFailed));
+        assert_eq!(
+            state.on_pool(|_, pool| pool.volume_count()).await,
+            Err(PoolUnavailable::Poisoned)
+        );
+        assert_eq!(state.lock_pool().err(), Some(PoolUnavailable::Poisoned));
+    }
+
+    #[tokio::test]
+    async fn observed_holds_are_the_successful_calls_of_the_scope() {
+        let (_dir, state) = opened();
+        let seen = Arc::new(AtomicU32::new(0));
+        let counter = seen.clone();
+        let observer: HoldObserver = Arc::new(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        });
+        let s = state.clone();
+        observe_holds(observer, async move {
+            s.on_pool(|_, pool| pool.volume_count()).await.unwrap();
+            let refused: Result<(), PoolUnavailable> =
+                s.with_pool(|_, _| Err(PoolUnavailable::NotReady)).await;
+            assert!(refused.is_err());
+        })
+        .await;
+        // Outside the scope: not observed.
+        state.on_pool(|_, pool| pool.volume_count()).await.unwrap();
+        assert_eq!(seen.load(Ordering::Relaxed), 1);
+    }
 }

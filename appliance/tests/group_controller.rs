@@ -11,6 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use common::{dev_config, DevAppliance};
+use edgevol_appliance::csi::ids::Ids;
 use edgevol_core::VolumeSpec;
 use edgevol_proto::csi::v1::group_controller_client::GroupControllerClient;
 use edgevol_proto::csi::v1::group_controller_service_capability::{rpc, Type as CapType};
@@ -56,11 +57,9 @@ async fn volume(app: &DevAppliance, name: &str) -> String {
     let name = name.to_owned();
     app.running
         .state
-        .with_pool(move |state, pool| {
-            let id = pool
-                .create_volume(VolumeSpec::new(name, 1 << 20))
-                .map_err(|e| Status::internal(format!("{e:?}")))?;
-            Ok(state.ids().volume(id))
+        .on_pool(move |state, pool| {
+            let id = pool.create_volume(VolumeSpec::new(name, 1 << 20)).unwrap();
+            Ids::new(&state.appliance_id).volume(id)
         })
         .await
         .unwrap()
@@ -194,7 +193,7 @@ async fn create_snapshots_every_member_at_one_point_and_reports_each() {
     let mut c = clients(&app, "controller").await;
     let (group, vols) = group_of(&app, &mut c, "db", 3).await;
     let gs = create(&mut c, "gs-1", &vols).await.unwrap();
-    let ids = app.running.state.ids();
+    let ids = Ids::new(&app.running.state.appliance_id);
     let gs_id = ids
         .parse_group_snapshot(&gs.group_snapshot_id)
         .expect("our id");
@@ -224,9 +223,9 @@ async fn create_snapshots_every_member_at_one_point_and_reports_each() {
     let (group_of_gs, n) = app
         .running
         .state
-        .with_pool(move |_, pool| {
+        .on_pool(move |_, pool| {
             let g = pool.group_snapshot(gs_id).unwrap();
-            Ok((g.group(), g.snapshots().len()))
+            (g.group(), g.snapshots().len())
         })
         .await
         .unwrap();
@@ -248,7 +247,7 @@ async fn create_is_idempotent_by_name_and_sources() {
     let count = app
         .running
         .state
-        .with_pool(|_, pool| Ok(pool.group_snapshots(None).count()))
+        .on_pool(|_, pool| pool.group_snapshots(None).count())
         .await
         .unwrap();
     assert_eq!(count, 1, "created once");
@@ -316,11 +315,11 @@ async fn volumes_that_are_not_exactly_one_group_are_failed_precondition() {
     let count = app
         .running
         .state
-        .with_pool(|_, pool| {
-            Ok((
+        .on_pool(|_, pool| {
+            (
                 pool.group_snapshots(None).count(),
                 pool.snapshots(None).count(),
-            ))
+            )
         })
         .await
         .unwrap();
@@ -398,7 +397,7 @@ async fn create_refuses_invalid_arguments_and_unknown_volumes() {
     let created = app
         .running
         .state
-        .with_pool(|_, pool| Ok(pool.group_snapshots(None).count()))
+        .on_pool(|_, pool| pool.group_snapshots(None).count())
         .await
         .unwrap();
     assert_eq!(created, 0);
@@ -480,17 +479,17 @@ async fn delete_removes_members_and_is_idempotent() {
         .unwrap();
 
     // A volume made from a member snapshot does not keep the group snapshot "in use".
-    let ids = app.running.state.ids();
+    let ids = Ids::new(&app.running.state.appliance_id);
     let member = ids.parse_snapshot(&snaps[0]).unwrap();
     app.running
         .state
-        .with_pool(move |_, pool| {
+        .on_pool(move |_, pool| {
             let mut spec = VolumeSpec::new("restored", 1 << 20);
             spec.source = Some(edgevol_core::ContentSource::Snapshot(member));
             pool.create_volume(spec)
-                .map_err(|e| Status::internal(format!("{e:?}")))
         })
         .await
+        .unwrap()
         .unwrap();
 
     let reversed: Vec<String> = snaps.iter().rev().cloned().collect();
@@ -504,11 +503,11 @@ async fn delete_removes_members_and_is_idempotent() {
     let left = app
         .running
         .state
-        .with_pool(|_, pool| {
-            Ok((
+        .on_pool(|_, pool| {
+            (
                 pool.snapshots(None).count(),
                 pool.volume_by_name("restored").is_some(),
-            ))
+            )
         })
         .await
         .unwrap();

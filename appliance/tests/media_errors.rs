@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use edgevol_appliance::config::NvmeConfig;
 use edgevol_appliance::csi::controller::ControllerService;
+use edgevol_appliance::csi::ids::Ids;
 use edgevol_appliance::naming;
 use edgevol_appliance::pool::PoolDevice;
 use edgevol_appliance::state::State;
@@ -43,7 +44,7 @@ async fn connect(addr: std::net::SocketAddr, nqn: &str) -> (Admin, Queue) {
 async fn condition(ctl: &ControllerService, state: &State, id: VolumeId) -> (bool, String) {
     let r = ctl
         .controller_get_volume(tonic::Request::new(ControllerGetVolumeRequest {
-            volume_id: state.ids().volume(id),
+            volume_id: Ids::new(&state.appliance_id).volume(id),
         }))
         .await
         .unwrap()
@@ -80,7 +81,7 @@ async fn media_errors_fail_their_commands_and_mark_only_that_volume() {
     )
     .await
     .unwrap();
-    let addr = state.target().unwrap().endpoint;
+    let addr = target.endpoint;
     let (nqn_a, nqn_b) = (
         naming::subsystem_nqn("test-box", a),
         naming::subsystem_nqn("test-box", b),
@@ -128,7 +129,7 @@ async fn media_errors_fail_their_commands_and_mark_only_that_volume() {
     ok(&qb.cmd(sqe, d).await);
 
     // Condition: a abnormal with the count, b healthy.
-    let ctl = ControllerService::new(state.clone());
+    let ctl = ControllerService::new(state.clone(), Some(target.info()));
     let (abnormal, message) = condition(&ctl, &state, a).await;
     assert!(abnormal, "{message}");
     assert!(message.contains("2 I/O command(s) failed"), "{message}");
@@ -146,9 +147,11 @@ async fn media_errors_fail_their_commands_and_mark_only_that_volume() {
         state: state.clone(),
         subsystems: Some(target.subsystems.clone()),
         devices: Vec::new(),
+        registry: Default::default(),
     })
     .await;
-    let (ida, idb) = (state.ids().volume(a), state.ids().volume(b));
+    let ids = Ids::new(&state.appliance_id);
+    let (ida, idb) = (ids.volume(a), ids.volume(b));
     for (line, want) in [
         (
             format!("edgevol_volume_media_errors_total{{volume_id=\"{ida}\"}}"),

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::{dev_config, DevAppliance};
 use edgevol_appliance::config::MetricsConfig;
+use edgevol_appliance::csi::ids::Ids;
 use edgevol_appliance::naming;
 use edgevol_appliance::pool::CLUSTER_SIZE;
 use edgevol_appliance::start;
@@ -133,7 +134,7 @@ async fn counters_move_by_exactly_the_known_calls_and_io() {
     let app = dev_with_metrics().await;
     let metrics = app.running.metrics_addr.expect("exporter runs");
     let state = app.running.state.clone();
-    let nvme = state.target().unwrap().endpoint;
+    let nvme = app.running.target.endpoint;
 
     // Only /metrics, only GET (and HEAD).
     assert_eq!(http(metrics, "GET", "/").await.0, 404);
@@ -142,10 +143,7 @@ async fn counters_move_by_exactly_the_known_calls_and_io() {
     let before = Scrape::take(metrics).await;
     assert_eq!(before.get("edgevol_pool_ready", &[]), 1.0);
     assert_eq!(before.get("edgevol_pool_healthy", &[]), 1.0);
-    let capacity = state
-        .with_pool(|_, pool| Ok(pool.capacity()))
-        .await
-        .unwrap();
+    let capacity = state.on_pool(|_, pool| pool.capacity()).await.unwrap();
     assert_eq!(
         before.get("edgevol_pool_total_bytes", &[]),
         capacity.total as f64
@@ -205,7 +203,7 @@ async fn counters_move_by_exactly_the_known_calls_and_io() {
     }
 
     // Known I/O: 3 writes (16 KiB), 2 reads (16 KiB), 1 flush.
-    let id = state.ids().parse_volume(&volume).unwrap();
+    let id = Ids::new(&state.appliance_id).parse_volume(&volume).unwrap();
     let nqn = naming::subsystem_nqn("test-box", id);
     let ctrl = Admin::connect(nvme, &nqn, HOST, 0).await.unwrap();
     let mut q = ctrl

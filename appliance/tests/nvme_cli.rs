@@ -25,7 +25,6 @@ use std::sync::atomic::Ordering;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
-use tonic::Status;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-5555-6666-7777-888888888888";
 const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-9999-aaaa-bbbb-cccccccccccc";
@@ -39,10 +38,6 @@ const SNAP_LEN: u64 = 8 * MIB;
 const NVME_CLI: &str = "/usr/sbin/nvme";
 const FIO: &str = "/usr/bin/fio";
 const MKFS: &str = "/usr/sbin/mkfs.ext4";
-
-fn core_err(e: edgevol_core::Error) -> Status {
-    Status::internal(format!("{e:?}"))
-}
 
 /// One guest step: its output lines and exit code.
 #[derive(Debug, Default)]
@@ -124,7 +119,7 @@ struct Snapped {
 async fn serve_snapshot(
     listener: tokio::net::TcpListener,
     channel: Channel,
-    state: std::sync::Arc<edgevol_appliance::state::State>,
+    stats: edgevol_appliance::nvme::stats::IoStats,
     volume: VolumeId,
     volume_id: String,
     done: oneshot::Sender<Snapped>,
@@ -135,7 +130,7 @@ async fn serve_snapshot(
     BufReader::new(read).read_line(&mut line).await.unwrap();
     assert_eq!(line.trim(), "snapshot", "control request");
     let writes = || {
-        let counters = state.target().unwrap().stats.volume(volume);
+        let counters = stats.volume(volume);
         counters.write.ops.load(Ordering::Relaxed)
     };
     let writes_before = writes();
@@ -213,20 +208,18 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
     while !state.is_ready() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let port = state.target().unwrap().endpoint.port();
+    let port = running.target.endpoint.port();
     // Two volumes: one published to the guest's host NQN, one to another host only.
     let (id, other, pool_uuid) = state
-        .with_pool(|_, pool| {
+        .on_pool(|_, pool| {
             let other = pool
                 .create_volume(VolumeSpec::new("someone-else", SIZE))
-                .map_err(core_err)?;
-            pool.publish(other, OTHER_HOST, false).map_err(core_err)?;
+                .unwrap();
+            pool.publish(other, OTHER_HOST, false).unwrap();
             // Created second, so its id (in the serial and the NGUID) is not 0.
-            let id = pool
-                .create_volume(VolumeSpec::new("cli", SIZE))
-                .map_err(core_err)?;
-            pool.publish(id, HOST, false).map_err(core_err)?;
-            Ok((id, other, pool.uuid()))
+            let id = pool.create_volume(VolumeSpec::new("cli", SIZE)).unwrap();
+            pool.publish(id, HOST, false).unwrap();
+            (id, other, pool.uuid())
         })
         .await
         .unwrap();
@@ -251,7 +244,7 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
     tokio::spawn(serve_snapshot(
         ctl,
         channel.clone(),
-        state.clone(),
+        running.target.stats.clone(),
         id,
         volume_id.clone(),
         snapped_tx,

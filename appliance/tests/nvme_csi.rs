@@ -124,7 +124,7 @@ async fn publish_connect_unpublish_and_reconnect_after_restart() {
         .unwrap();
     let app = DevAppliance { dir, running };
     ready(&app).await;
-    let addr = app.running.state.target().unwrap().endpoint;
+    let addr = app.running.target.endpoint;
     let admin = Admin::connect(addr, &nqn, HOST, 0)
         .await
         .expect("the publication survived the restart");

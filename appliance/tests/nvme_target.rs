@@ -13,15 +13,10 @@ use edgevol_core::{VolumeId, VolumeSpec};
 use edgevol_nvmeof::initiator::Data;
 use edgevol_nvmeof::pdu::Digests;
 use nvme_host::{io, ok, status, Admin, Ended, Queue, WAIT};
-use tonic::Status;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
 const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-2222-3333-4444-555555555555";
 const MIB: u64 = 1 << 20;
-
-fn core_err(e: edgevol_core::Error) -> Status {
-    Status::internal(format!("{e:?}"))
-}
 
 struct Fixture {
     app: DevAppliance,
@@ -39,7 +34,7 @@ impl Fixture {
         })
         .await
         .expect("pool opens");
-        let addr = state.target().expect("target registered").endpoint;
+        let addr = app.running.target.endpoint;
         Fixture { app, addr }
     }
 
@@ -48,13 +43,13 @@ impl Fixture {
         self.app
             .running
             .state
-            .with_pool(move |_, pool| {
+            .on_pool(move |_, pool| {
                 let mut spec = VolumeSpec::new(name, size);
                 spec.access_modes = edgevol_core::AccessModes::EMPTY
                     .with(edgevol_core::AccessMode::MultiNodeMultiWriter);
-                let id = pool.create_volume(spec).map_err(core_err)?;
-                pool.publish(id, &host, readonly).map_err(core_err)?;
-                Ok(id)
+                let id = pool.create_volume(spec).unwrap();
+                pool.publish(id, &host, readonly).unwrap();
+                id
             })
             .await
             .unwrap()
@@ -65,8 +60,9 @@ impl Fixture {
         self.app
             .running
             .state
-            .with_pool(move |_, pool| pool.publish(id, &host, false).map_err(core_err))
+            .on_pool(move |_, pool| pool.publish(id, &host, false))
             .await
+            .unwrap()
             .unwrap();
     }
 
@@ -74,7 +70,7 @@ impl Fixture {
         self.app
             .running
             .state
-            .with_pool(|_, pool| Ok(pool.capacity().used))
+            .on_pool(|_, pool| pool.capacity().used)
             .await
             .unwrap()
     }
@@ -83,7 +79,7 @@ impl Fixture {
         self.app
             .running
             .state
-            .with_pool(|_, pool| Ok(pool.uuid()))
+            .on_pool(|_, pool| pool.uuid())
             .await
             .unwrap()
     }
@@ -235,16 +231,17 @@ async fn identify_and_data_path_round_trips() {
         .app
         .running
         .state
-        .with_pool(move |_, pool| pool.create_snapshot(id, "s1", 0).map_err(core_err))
+        .on_pool(move |_, pool| pool.create_snapshot(id, "s1", 0))
         .await
+        .unwrap()
         .unwrap();
     run(&mut q1, io::write(0, &pattern(77, 4096), true)).await;
     let old = f
         .app
         .running
         .state
-        .with_pool(move |_, pool| {
-            let segs: Vec<_> = pool.map_read(snap, 0, 8192).map_err(core_err)?.collect();
+        .on_pool(move |_, pool| {
+            let segs: Vec<_> = pool.map_read(snap, 0, 8192).unwrap().collect();
             let mut out = Vec::new();
             for s in segs {
                 match s {
@@ -261,7 +258,7 @@ async fn identify_and_data_path_round_trips() {
                     edgevol_core::ReadSegment::Zero { len } => out.extend(vec![0u8; len as usize]),
                 }
             }
-            Ok(out)
+            out
         })
         .await
         .unwrap();
@@ -357,10 +354,11 @@ async fn revoke_closes_live_queues_and_readonly_refuses_writes() {
 
     let state = f.app.running.state.clone();
     state
-        .with_pool(move |_, pool| pool.unpublish(v, HOST).map_err(core_err))
+        .on_pool(move |_, pool| pool.unpublish(v, HOST))
         .await
+        .unwrap()
         .unwrap();
-    state.target().unwrap().access.revoke(v, HOST);
+    f.app.running.target.access.revoke(v, HOST);
     assert!(matches!(q1.wait_closed().await, Ended::Eof));
     assert!(matches!(admin.q.wait_closed().await, Ended::Eof));
     run(&mut oq, io::read(0, 1)).await;
@@ -415,10 +413,11 @@ async fn namespace_change_raises_an_async_event() {
     assert!(admin.q.try_take(cid).is_none(), "AER parked");
     let state = f.app.running.state.clone();
     state
-        .with_pool(move |_, pool| pool.expand_volume(v, 32 * MIB).map_err(core_err))
+        .on_pool(move |_, pool| pool.expand_volume(v, 32 * MIB))
         .await
+        .unwrap()
         .unwrap();
-    state.target().unwrap().access.namespace_changed(v);
+    f.app.running.target.access.namespace_changed(v);
     let event = admin.q.wait(cid).await;
     ok(&event);
     assert_eq!(event.cqe.result & 0xffff_ffff, 0x0004_0002);
@@ -610,8 +609,8 @@ async fn snapshot_bytes(f: &Fixture, snap: edgevol_core::SnapshotId, len: u64) -
     f.app
         .running
         .state
-        .with_pool(move |_, pool| {
-            let segs: Vec<_> = pool.map_read(snap, 0, len).map_err(core_err)?.collect();
+        .on_pool(move |_, pool| {
+            let segs: Vec<_> = pool.map_read(snap, 0, len).unwrap().collect();
             let mut out = Vec::new();
             for s in segs {
                 match s {
@@ -627,12 +626,12 @@ async fn snapshot_bytes(f: &Fixture, snap: edgevol_core::SnapshotId, len: u64) -
                             device_offset / bs,
                             &mut buf,
                         )
-                        .map_err(|e| Status::internal(e.to_string()))?;
+                        .unwrap();
                         out.extend(buf);
                     }
                 }
             }
-            Ok(out)
+            out
         })
         .await
         .unwrap()
@@ -677,8 +676,9 @@ async fn snapshots_and_trims_race_in_flight_io() {
         // Snapshot while generation `gen` is in flight; generation gen-1 is acknowledged.
         let name = format!("during-{gen}");
         let snap = state
-            .with_pool(move |_, pool| pool.create_snapshot(id, &name, 0).map_err(core_err))
+            .on_pool(move |_, pool| pool.create_snapshot(id, &name, 0))
             .await
+            .unwrap()
             .unwrap();
         // Meanwhile another volume is written, read, trimmed and flushed.
         run(&mut oq, io::write(0, &pattern(gen, 1 << 20), false)).await;
@@ -717,7 +717,7 @@ async fn snapshots_and_trims_race_in_flight_io() {
     }
     run(&mut q, io::flush()).await;
     let (pending, writes) = state
-        .with_pool(|_, pool| Ok((pool.capacity().pending_free, pool.writes_in_flight())))
+        .on_pool(|_, pool| (pool.capacity().pending_free, pool.writes_in_flight()))
         .await
         .unwrap();
     assert_eq!((pending, writes), (0, 0), "every pin released");
@@ -740,7 +740,7 @@ async fn connect_before_the_pool_is_open_is_retryable() {
     )
     .await
     .unwrap();
-    let addr = state.target().expect("target registered").endpoint;
+    let addr = target.endpoint;
     // The pool exists (as on a restart) but the daemon has not opened it yet.
     let dir = tempfile::tempdir().unwrap();
     let mut pool = edgevol_appliance::pool::open(&[dir.path().join("pool.img")], true).unwrap();

@@ -10,6 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use common::{dev_config, DevAppliance};
+use edgevol_appliance::csi::ids::Ids;
 use edgevol_core::VolumeSpec;
 use edgevol_proto::volumegroup::controller_client::ControllerClient;
 use edgevol_proto::volumegroup::{
@@ -52,21 +53,21 @@ async fn volume(app: &DevAppliance, name: &str) -> String {
     let name = name.to_owned();
     app.running
         .state
-        .with_pool(move |state, pool| {
-            let id = pool
-                .create_volume(VolumeSpec::new(name, 1 << 20))
-                .map_err(|e| Status::internal(format!("{e:?}")))?;
-            Ok(state.ids().volume(id))
+        .on_pool(move |state, pool| {
+            let id = pool.create_volume(VolumeSpec::new(name, 1 << 20)).unwrap();
+            Ids::new(&state.appliance_id).volume(id)
         })
         .await
         .unwrap()
 }
 
 async fn volume_exists(app: &DevAppliance, id: &str) -> bool {
-    let v = app.running.state.ids().parse_volume(id).unwrap();
+    let v = Ids::new(&app.running.state.appliance_id)
+        .parse_volume(id)
+        .unwrap();
     app.running
         .state
-        .with_pool(move |_, pool| Ok(pool.volume(v).is_ok()))
+        .on_pool(move |_, pool| pool.volume(v).is_ok())
         .await
         .unwrap()
 }
@@ -147,10 +148,7 @@ async fn create_is_idempotent_and_refuses_incompatible_or_unsupported() {
     let g = create(&mut c, "pg", &[("consistency", "crash")])
         .await
         .unwrap();
-    assert!(app
-        .running
-        .state
-        .ids()
+    assert!(Ids::new(&app.running.state.appliance_id)
         .parse_group(&g.volume_group_id)
         .is_some());
     assert!(g.volumes.is_empty(), "a new group is empty");
@@ -334,12 +332,13 @@ async fn modify_error_rows() {
     let many: Vec<String> = app
         .running
         .state
-        .with_pool(move |state, pool| {
+        .on_pool(move |state, pool| {
             (0..=max)
                 .map(|i| {
-                    pool.create_volume(VolumeSpec::new(format!("m{i}"), 1 << 20))
-                        .map(|v| state.ids().volume(v))
-                        .map_err(|e| Status::internal(format!("{e:?}")))
+                    let v = pool
+                        .create_volume(VolumeSpec::new(format!("m{i}"), 1 << 20))
+                        .unwrap();
+                    Ids::new(&state.appliance_id).volume(v)
                 })
                 .collect()
         })
@@ -367,15 +366,15 @@ async fn delete_removes_group_and_members_idempotently() {
     modify(&mut c, &g, std::slice::from_ref(&a)).await.unwrap();
 
     // In use (a member is published): FAILED_PRECONDITION, nothing deleted.
-    let v = app.running.state.ids().parse_volume(&a).unwrap();
+    let v = Ids::new(&app.running.state.appliance_id)
+        .parse_volume(&a)
+        .unwrap();
     let host = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
     app.running
         .state
-        .with_pool(move |_, pool| {
-            pool.publish(v, host, false)
-                .map_err(|e| Status::internal(format!("{e:?}")))
-        })
+        .on_pool(move |_, pool| pool.publish(v, host, false))
         .await
+        .unwrap()
         .unwrap();
     let err = delete(&mut c, &g).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
@@ -383,11 +382,9 @@ async fn delete_removes_group_and_members_idempotently() {
     assert!(get(&mut c, &g).await.is_ok() && volume_exists(&app, &a).await);
     app.running
         .state
-        .with_pool(move |_, pool| {
-            pool.unpublish(v, host)
-                .map_err(|e| Status::internal(format!("{e:?}")))
-        })
+        .on_pool(move |_, pool| pool.unpublish(v, host))
         .await
+        .unwrap()
         .unwrap();
 
     delete(&mut c, &g).await.unwrap();

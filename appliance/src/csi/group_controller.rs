@@ -3,15 +3,22 @@
 //! Core's consistency unit is the volume group: `create_group_snapshot` freezes every member in
 //! one metadata commit, so the snapshots are write-order consistent across the group. A
 //! CreateVolumeGroupSnapshot therefore names exactly the members of one group (see
-//! [`resolve_group`]). Every handler validates, resolves CSI ids, runs one closure on the pool and
-//! converts back; core errors become statuses through [`status::from_core`] only.
+//! `resolve_group`). Every handler validates (`TryFrom`), runs one operation on the pool
+//! ([`super::call`]) and encodes ([`encode::group_snapshot`]); failures become statuses through
+//! [`super::status`] only.
+//!
+//! Idempotency: CSI compares a repeated request's name and `source_volume_ids`; core's
+//! `create_group_snapshot` compares the name and the group. The sources are turned into the
+//! group core is asked about: those of an existing group snapshot of that name designate its
+//! group (the group may have changed or gone since, and a retry must still get the snapshot it
+//! created), so core returns it; other sources are core's ALREADY_EXISTS for that snapshot.
 //!
 //! Secrets are accepted (size-checked) and never logged: nothing here logs a request.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use edgevol_core::{BlockDevice, GroupId, GroupSnapshot, Pool, SnapshotId, VolumeId};
+use edgevol_core::{BlockDevice, GroupId, GroupSnapshot, ObjectRef, Pool, SnapshotId, VolumeId};
 use edgevol_proto::csi::v1::group_controller_server::GroupController;
 use edgevol_proto::csi::v1::group_controller_service_capability::{self, rpc};
 use edgevol_proto::csi::v1::{
@@ -19,12 +26,13 @@ use edgevol_proto::csi::v1::{
     DeleteVolumeGroupSnapshotRequest, DeleteVolumeGroupSnapshotResponse,
     GetVolumeGroupSnapshotRequest, GetVolumeGroupSnapshotResponse,
     GroupControllerGetCapabilitiesRequest, GroupControllerGetCapabilitiesResponse,
-    GroupControllerServiceCapability, Snapshot, VolumeGroupSnapshot,
+    GroupControllerServiceCapability, VolumeGroupSnapshot,
 };
 use tonic::{Request, Response, Status};
 
+use super::error::{gone_is_ok, Error};
 use super::ids::Ids;
-use super::{status, validate};
+use super::{encode, validate};
 use crate::state::{now_nanos, State};
 
 /// The GroupController service.
@@ -87,6 +95,22 @@ struct ByIdOp {
     snapshot_ids: Vec<String>,
 }
 
+impl TryFrom<DeleteVolumeGroupSnapshotRequest> for ByIdOp {
+    type Error = Status;
+
+    fn try_from(r: DeleteVolumeGroupSnapshotRequest) -> Result<Self, Status> {
+        ByIdOp::new(r.group_snapshot_id, r.snapshot_ids, &r.secrets)
+    }
+}
+
+impl TryFrom<GetVolumeGroupSnapshotRequest> for ByIdOp {
+    type Error = Status;
+
+    fn try_from(r: GetVolumeGroupSnapshotRequest) -> Result<Self, Status> {
+        ByIdOp::new(r.group_snapshot_id, r.snapshot_ids, &r.secrets)
+    }
+}
+
 impl ByIdOp {
     fn new(
         id: String,
@@ -103,20 +127,19 @@ impl ByIdOp {
 
     /// INVALID_ARGUMENT unless `snapshot_ids` is given ("snapshot_ids is required") and is
     /// exactly the member snapshots of `gs` (in any order; "Snapshot list mismatch").
-    fn check_members(&self, ids: Ids<'_>, gs: &GroupSnapshot) -> Result<(), Status> {
+    fn check_members(&self, ids: Ids<'_>, gs: &GroupSnapshot) -> Result<(), Error> {
         if self.snapshot_ids.is_empty() {
-            return Err(Status::invalid_argument("snapshot_ids is required"));
+            return Err(Error::SnapshotIdsRequired);
         }
         let ours: BTreeSet<String> = gs.snapshots().iter().map(|&s| ids.snapshot(s)).collect();
         let theirs: BTreeSet<String> = self.snapshot_ids.iter().cloned().collect();
         if ours == theirs && theirs.len() == self.snapshot_ids.len() {
             return Ok(());
         }
-        Err(Status::invalid_argument(format!(
-            "snapshot_ids do not match group snapshot {}: it holds [{}]",
-            ids.group_snapshot(gs.id()),
-            ours.into_iter().collect::<Vec<_>>().join(", ")
-        )))
+        Err(Error::SnapshotIdsMismatch {
+            group_snapshot: gs.id(),
+            members: gs.snapshots().to_vec(),
+        })
     }
 }
 
@@ -135,107 +158,38 @@ fn sorted_keys(map: &HashMap<String, String>) -> Vec<&String> {
 /// the configuration of the volumes" — here, put them in one volume group (and only them), since
 /// the group is what core freezes in one commit. INVALID_ARGUMENT would tell the CO the request
 /// itself is malformed, which it is not.
-fn resolve_group<D: BlockDevice>(
-    ids: Ids<'_>,
-    pool: &Pool<D>,
-    sources: &[VolumeId],
-) -> Result<GroupId, Status> {
+fn resolve_group<D: BlockDevice>(pool: &Pool<D>, sources: &[VolumeId]) -> Result<GroupId, Error> {
     let mut group = None;
     for &v in sources {
-        let volume = pool.volume(v).map_err(|e| status::from_core(ids, e))?;
-        let Some(g) = volume.group() else {
-            return Err(Status::failed_precondition(format!(
-                "volume {} is in no volume group: group snapshots are taken of exactly the \
-                 members of one volume group (ModifyVolumeGroupMembership)",
-                ids.volume(v)
-            )));
+        let Some(g) = pool.volume(v)?.group() else {
+            return Err(Error::NotInGroup(v));
         };
         match group {
             None => group = Some(g),
-            Some(first) if first != g => {
-                return Err(Status::failed_precondition(format!(
-                    "the volumes are in different volume groups ({} and {}): group snapshots \
-                     are taken of exactly the members of one volume group",
-                    ids.group(first),
-                    ids.group(g)
-                )))
-            }
+            Some(first) if first != g => return Err(Error::DifferentGroups(first, g)),
             Some(_) => {}
         }
     }
     let group = group.expect("sources is not empty");
-    let members: BTreeSet<VolumeId> = pool
-        .group_members(group)
-        .map_err(|e| status::from_core(ids, e))?
-        .collect();
+    let members: BTreeSet<VolumeId> = pool.group_members(group)?.collect();
     let asked: BTreeSet<VolumeId> = sources.iter().copied().collect();
     if members != asked {
-        let missing: Vec<String> = members.difference(&asked).map(|&v| ids.volume(v)).collect();
-        return Err(Status::failed_precondition(format!(
-            "volume group {} also holds [{}]: a group snapshot covers exactly all members of \
-             one volume group",
-            ids.group(group),
-            missing.join(", ")
-        )));
+        return Err(Error::NotAllMembers {
+            group,
+            missing: members.difference(&asked).copied().collect(),
+        });
     }
     Ok(group)
 }
 
-/// Sets `$slot` (an `Option<google.protobuf.Timestamp>`) to `$nanos` since the epoch. A macro
-/// because the timestamp type is prost-types', which this crate does not depend on by name.
-macro_rules! set_time {
-    ($slot:expr, $nanos:expr) => {{
-        let nanos: u64 = $nanos;
-        let t = $slot.get_or_insert_with(Default::default);
-        t.seconds = i64::try_from(nanos / 1_000_000_000).unwrap_or(i64::MAX);
-        t.nanos = i32::try_from(nanos % 1_000_000_000).unwrap_or(0);
-    }};
-}
-
-/// A group snapshot as CSI shows it: every member snapshot, ready (snapshots are instant).
-fn group_snapshot_message<D: BlockDevice>(
-    ids: Ids<'_>,
-    pool: &Pool<D>,
-    gs: &GroupSnapshot,
-) -> Result<VolumeGroupSnapshot, Status> {
-    let group_snapshot_id = ids.group_snapshot(gs.id());
-    let mut snapshots = Vec::with_capacity(gs.snapshots().len());
-    for &sid in gs.snapshots() {
-        let s = pool.snapshot(sid).map_err(|e| status::from_core(ids, e))?;
-        let mut m = Snapshot {
-            size_bytes: i64::try_from(s.size()).unwrap_or(i64::MAX),
-            snapshot_id: ids.snapshot(sid),
-            source_volume_id: ids.volume(s.source_volume()),
-            creation_time: None,
-            ready_to_use: true,
-            group_snapshot_id: group_snapshot_id.clone(),
-        };
-        set_time!(m.creation_time, s.created_at());
-        snapshots.push(m);
-    }
-    let mut m = VolumeGroupSnapshot {
-        group_snapshot_id,
-        snapshots,
-        creation_time: None,
-        ready_to_use: true,
-    };
-    set_time!(m.creation_time, gs.created_at());
-    Ok(m)
-}
-
 /// Source volumes of a group snapshot's members.
 fn sources_of<D: BlockDevice>(
-    ids: Ids<'_>,
     pool: &Pool<D>,
     gs: &GroupSnapshot,
-) -> Result<BTreeSet<VolumeId>, Status> {
+) -> Result<BTreeSet<VolumeId>, Error> {
     gs.snapshots()
         .iter()
-        .map(|&s: &SnapshotId| {
-            pool.snapshot(s)
-                .map(|s| s.source_volume())
-                .map_err(|e| status::from_core(ids, e))
-        })
+        .map(|&s: &SnapshotId| Ok(pool.snapshot(s)?.source_volume()))
         .collect()
 }
 
@@ -243,40 +197,50 @@ fn create<D: BlockDevice>(
     ids: Ids<'_>,
     pool: &mut Pool<D>,
     op: &CreateOp,
-) -> Result<VolumeGroupSnapshot, Status> {
-    // Idempotency first, by name and source set: the group may have changed (or gone) since
-    // the snapshot was cut, and a retry must still get the snapshot it created.
-    let asked: Option<Vec<VolumeId>> = op.sources.iter().map(|s| ids.parse_volume(s)).collect();
-    if let Some(gs) = pool.group_snapshot_by_name(&op.name) {
-        let existing = sources_of(ids, pool, gs)?;
-        let same = asked
-            .as_ref()
-            .is_some_and(|a| a.iter().copied().collect::<BTreeSet<_>>() == existing);
-        if !same {
-            return Err(Status::already_exists(format!(
-                "group snapshot {} is named {:?} and was taken of other volumes",
-                ids.group_snapshot(gs.id()),
-                op.name
-            )));
+) -> Result<VolumeGroupSnapshot, Error> {
+    let asked: Option<BTreeSet<VolumeId>> =
+        op.sources.iter().map(|s| ids.parse_volume(s)).collect();
+    let group = match pool.group_snapshot_by_name(&op.name) {
+        // A retry: these sources designate the group that snapshot was taken of.
+        Some(gs) if asked.as_ref() == Some(&sources_of(pool, gs)?) => gs.group(),
+        Some(gs) => {
+            return Err(
+                edgevol_core::Error::AlreadyExists(ObjectRef::GroupSnapshot(gs.id())).into(),
+            )
         }
-        return group_snapshot_message(ids, pool, gs);
-    }
-    let Some(sources) = asked else {
-        let bad = op
-            .sources
-            .iter()
-            .find(|s| ids.parse_volume(s).is_none())
-            .expect("one failed to parse");
-        return Err(Status::not_found(format!("volume {bad} does not exist")));
+        None => {
+            let sources = op
+                .sources
+                .iter()
+                .map(|s| ids.require_volume(s))
+                .collect::<Result<Vec<_>, _>>()?;
+            resolve_group(pool, &sources)?
+        }
     };
-    let group = resolve_group(ids, pool, &sources)?;
-    let id = pool
-        .create_group_snapshot(group, &op.name, now_nanos())
-        .map_err(|e| status::from_core(ids, e))?;
-    let gs = pool
-        .group_snapshot(id)
-        .map_err(|e| status::from_core(ids, e))?;
-    group_snapshot_message(ids, pool, gs)
+    let id = pool.create_group_snapshot(group, &op.name, now_nanos())?;
+    encode::group_snapshot(ids, pool, pool.group_snapshot(id)?)
+}
+
+/// DeleteVolumeGroupSnapshot: the group snapshot and its member snapshots, in one commit.
+/// Gone (or never ours): the spec's MUST reply OK. "Volume group snapshot in use" cannot
+/// happen: volumes created from a member snapshot share its clusters by reference count and
+/// outlive it.
+fn delete<D: BlockDevice>(ids: Ids<'_>, pool: &mut Pool<D>, op: &ByIdOp) -> Result<(), Error> {
+    gone_is_ok(find(ids, pool, op).map(GroupSnapshot::id).and_then(|id| {
+        pool.delete_group_snapshot(id)?;
+        Ok(())
+    }))
+}
+
+/// The group snapshot `op` names, if it exists, with its members checked.
+fn find<'p, D: BlockDevice>(
+    ids: Ids<'_>,
+    pool: &'p Pool<D>,
+    op: &ByIdOp,
+) -> Result<&'p GroupSnapshot, Error> {
+    let gs = pool.group_snapshot(ids.require_group_snapshot(&op.id)?)?;
+    op.check_members(ids, gs)?;
+    Ok(gs)
 }
 
 #[tonic::async_trait]
@@ -300,10 +264,10 @@ impl GroupController for GroupControllerService {
         request: Request<CreateVolumeGroupSnapshotRequest>,
     ) -> Result<Response<CreateVolumeGroupSnapshotResponse>, Status> {
         let op = CreateOp::try_from(request.into_inner())?;
-        let group_snapshot = self
-            .state
-            .with_pool(move |state, pool| create(state.ids(), pool, &op))
-            .await?;
+        let group_snapshot = super::call(&self.state, move |state, pool| {
+            create(Ids::new(&state.appliance_id), pool, &op)
+        })
+        .await?;
         Ok(Response::new(CreateVolumeGroupSnapshotResponse {
             group_snapshot: Some(group_snapshot),
         }))
@@ -313,25 +277,11 @@ impl GroupController for GroupControllerService {
         &self,
         request: Request<DeleteVolumeGroupSnapshotRequest>,
     ) -> Result<Response<DeleteVolumeGroupSnapshotResponse>, Status> {
-        let r = request.into_inner();
-        let op = ByIdOp::new(r.group_snapshot_id, r.snapshot_ids, &r.secrets)?;
-        self.state
-            .with_pool(move |state, pool| {
-                let ids = state.ids();
-                // Gone (or never ours): the spec's MUST reply OK.
-                let Some(id) = ids.parse_group_snapshot(&op.id) else {
-                    return Ok(());
-                };
-                let Ok(gs) = pool.group_snapshot(id) else {
-                    return Ok(());
-                };
-                op.check_members(ids, gs)?;
-                // "Volume group snapshot in use" cannot happen: volumes created from a member
-                // snapshot share its clusters by reference count and outlive it.
-                pool.delete_group_snapshot(id)
-                    .map_err(|e| status::from_core(ids, e))
-            })
-            .await?;
+        let op = ByIdOp::try_from(request.into_inner())?;
+        super::call(&self.state, move |state, pool| {
+            delete(Ids::new(&state.appliance_id), pool, &op)
+        })
+        .await?;
         Ok(Response::new(DeleteVolumeGroupSnapshotResponse {}))
     }
 
@@ -339,22 +289,12 @@ impl GroupController for GroupControllerService {
         &self,
         request: Request<GetVolumeGroupSnapshotRequest>,
     ) -> Result<Response<GetVolumeGroupSnapshotResponse>, Status> {
-        let r = request.into_inner();
-        let op = ByIdOp::new(r.group_snapshot_id, r.snapshot_ids, &r.secrets)?;
-        let group_snapshot = self
-            .state
-            .with_pool(move |state, pool| {
-                let ids = state.ids();
-                let gs = ids
-                    .parse_group_snapshot(&op.id)
-                    .and_then(|id| pool.group_snapshot(id).ok())
-                    .ok_or_else(|| {
-                        Status::not_found(format!("group snapshot {} does not exist", op.id))
-                    })?;
-                op.check_members(ids, gs)?;
-                group_snapshot_message(ids, pool, gs)
-            })
-            .await?;
+        let op = ByIdOp::try_from(request.into_inner())?;
+        let group_snapshot = super::call(&self.state, move |state, pool| {
+            let ids = Ids::new(&state.appliance_id);
+            encode::group_snapshot(ids, pool, find(ids, pool, &op)?)
+        })
+        .await?;
         Ok(Response::new(GetVolumeGroupSnapshotResponse {
             group_snapshot: Some(group_snapshot),
         }))

@@ -2,9 +2,12 @@
 //!
 //! Stable (core never reuses a number) and unique across a fleet (the appliance id is part of
 //! them), so a CO addressing several boxes through one proxy never confuses two volumes. An id
-//! that does not parse, or names another appliance, is simply not found here.
+//! that does not parse, or names another appliance, is simply not found here
+//! ([`Error::UnknownId`]).
 
 use edgevol_core::{GroupId, GroupSnapshotId, SnapshotId, VolumeId};
+
+use super::error::{Error, Kind};
 
 /// Renders and parses the CSI ids of one appliance.
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +73,28 @@ impl<'a> Ids<'a> {
     pub fn parse_group_snapshot(&self, id: &str) -> Option<GroupSnapshotId> {
         self.parse("gs", id).map(GroupSnapshotId)
     }
+
+    /// `parsed`, or [`Error::UnknownId`] naming `id` as given.
+    fn known<T>(kind: Kind, id: &str, parsed: Option<T>) -> Result<T, Error> {
+        parsed.ok_or_else(|| Error::UnknownId(kind, id.to_owned()))
+    }
+
+    /// The volume named by `id`, or NOT_FOUND naming `id` as given.
+    pub fn require_volume(&self, id: &str) -> Result<VolumeId, Error> {
+        Self::known(Kind::Volume, id, self.parse_volume(id))
+    }
+    /// The snapshot named by `id`, or NOT_FOUND.
+    pub fn require_snapshot(&self, id: &str) -> Result<SnapshotId, Error> {
+        Self::known(Kind::Snapshot, id, self.parse_snapshot(id))
+    }
+    /// The group named by `id`, or NOT_FOUND.
+    pub fn require_group(&self, id: &str) -> Result<GroupId, Error> {
+        Self::known(Kind::Group, id, self.parse_group(id))
+    }
+    /// The group snapshot named by `id`, or NOT_FOUND.
+    pub fn require_group_snapshot(&self, id: &str) -> Result<GroupSnapshotId, Error> {
+        Self::known(Kind::GroupSnapshot, id, self.parse_group_snapshot(id))
+    }
 }
 
 #[cfg(test)]
@@ -89,6 +114,11 @@ mod tests {
         let gs = ids.group_snapshot(GroupSnapshotId(5));
         assert_eq!(ids.parse_group_snapshot(&gs), Some(GroupSnapshotId(5)));
         assert_eq!(ids.parse_group(&gs), None, "gs5 is not group s5");
+        assert_eq!(
+            ids.require_group("box-8-g1"),
+            Err(Error::UnknownId(Kind::Group, "box-8-g1".into()))
+        );
+        assert_eq!(ids.require_volume("box-7-v12"), Ok(VolumeId(12)));
         for bad in [
             "box-8-v12",
             "box-7-v",

@@ -1,20 +1,141 @@
-//! Core's errors as gRPC statuses: one exhaustive mapping (no `_` arm, so a new core error does
-//! not compile until it is mapped), with messages that name objects by their CSI ids.
+//! Every CSI operation's failure as a gRPC status: one exhaustive mapping ([`from_error`], and
+//! [`from_core`] for core's errors; no `_` arm, so a new error does not compile until it is
+//! mapped), with messages that name objects by their CSI ids.
 //!
-//! Handlers refine the few cases where the spec's table for one RPC differs (e.g. a missing
-//! source snapshot is NOT_FOUND for CreateVolume); everything else comes from here.
+//! Handlers build no status of their own: request checks ([`super::validate`] and the
+//! `TryFrom` conversions) answer INVALID_ARGUMENT, everything after them comes from here.
 
-use edgevol_core::{Error, Field, Limit, ObjectRef, Precondition, Problem, Range};
+use edgevol_core::{Error as CoreError, Field, Limit, ObjectRef, Precondition, Problem, Range};
 use tonic::Status;
 
+use super::error::{Bound, Error, Kind};
 use super::ids::Ids;
+use crate::state::PoolUnavailable;
 
 fn object(ids: Ids<'_>, o: ObjectRef) -> String {
     match o {
-        ObjectRef::Volume(id) => format!("volume {}", ids.volume(id)),
-        ObjectRef::Snapshot(id) => format!("snapshot {}", ids.snapshot(id)),
-        ObjectRef::Group(id) => format!("volume group {}", ids.group(id)),
-        ObjectRef::GroupSnapshot(id) => format!("group snapshot {}", ids.group_snapshot(id)),
+        ObjectRef::Volume(id) => format!("{} {}", kind(Kind::Volume), ids.volume(id)),
+        ObjectRef::Snapshot(id) => format!("{} {}", kind(Kind::Snapshot), ids.snapshot(id)),
+        ObjectRef::Group(id) => format!("{} {}", kind(Kind::Group), ids.group(id)),
+        ObjectRef::GroupSnapshot(id) => {
+            format!("{} {}", kind(Kind::GroupSnapshot), ids.group_snapshot(id))
+        }
+    }
+}
+
+fn kind(k: Kind) -> &'static str {
+    match k {
+        Kind::Volume => "volume",
+        Kind::Snapshot => "snapshot",
+        Kind::Group => "volume group",
+        Kind::GroupSnapshot => "group snapshot",
+    }
+}
+
+fn bound(b: Bound) -> &'static str {
+    match b {
+        Bound::Required => "required_bytes",
+        Bound::Limit => "limit_bytes",
+    }
+}
+
+/// The status for a failed CSI operation.
+pub fn from_error(ids: Ids<'_>, e: Error) -> Status {
+    match e {
+        Error::Unavailable(u) => match u {
+            PoolUnavailable::NotReady => {
+                Status::unavailable("the pool is still opening; retry shortly")
+            }
+            PoolUnavailable::Poisoned | PoolUnavailable::TaskFailed => {
+                Status::internal(u.to_string())
+            }
+        },
+        Error::Core(e) => from_core(ids, e),
+        Error::UnknownId(k, id) => Status::not_found(format!("{} {id} does not exist", kind(k))),
+        Error::UnknownNode(node) => Status::not_found(format!(
+            "node {node:?} is not an NVMe host NQN (the node plugin reports its host NQN as node_id)"
+        )),
+        Error::NoTarget => {
+            Status::unimplemented("publishing needs the NVMe/TCP target, which is not running")
+        }
+        Error::OutsideTopology(here) => Status::resource_exhausted(format!(
+            "no requisite topology includes this appliance ({})",
+            here.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        )),
+        Error::SourceTooLarge { source, bound: b, value } => Status::out_of_range(format!(
+            "the source holds {source} bytes, more than {} ({value})",
+            bound(b)
+        )),
+        Error::NoSizeInRange {
+            cluster,
+            required,
+            limit,
+        } => Status::out_of_range(format!(
+            "no multiple of the {cluster}-byte cluster lies in [{required}, {limit}]"
+        )),
+        Error::ModeNotCreated(v) => Status::invalid_argument(format!(
+            "volume {} was not created for that access mode",
+            ids.volume(v)
+        )),
+        Error::PublishedElsewhere {
+            volume,
+            holders,
+            readonly,
+        } => Status::failed_precondition(format!(
+            "volume {} is published to node(s) {} and its access mode does not allow another{}",
+            ids.volume(volume),
+            holders.join(", "),
+            if readonly { "" } else { " writer" }
+        )),
+        Error::PublishedOtherwise {
+            volume,
+            node,
+            readonly,
+        } => Status::already_exists(format!(
+            "volume {} is published to node {node} with readonly={}",
+            ids.volume(volume),
+            !readonly
+        )),
+        Error::NotInGroup(v) => Status::failed_precondition(format!(
+            "volume {} is in no volume group: group snapshots are taken of exactly the members \
+             of one volume group (ModifyVolumeGroupMembership)",
+            ids.volume(v)
+        )),
+        Error::DifferentGroups(a, b) => Status::failed_precondition(format!(
+            "the volumes are in different volume groups ({} and {}): group snapshots are taken \
+             of exactly the members of one volume group",
+            ids.group(a),
+            ids.group(b)
+        )),
+        Error::NotAllMembers { group, missing } => Status::failed_precondition(format!(
+            "volume group {} also holds [{}]: a group snapshot covers exactly all members of one \
+             volume group",
+            ids.group(group),
+            missing
+                .iter()
+                .map(|&v| ids.volume(v))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Error::SnapshotIdsRequired => Status::invalid_argument("snapshot_ids is required"),
+        Error::SnapshotIdsMismatch {
+            group_snapshot,
+            members,
+        } => {
+            let mut members: Vec<String> = members.iter().map(|&s| ids.snapshot(s)).collect();
+            members.sort();
+            Status::invalid_argument(format!(
+                "snapshot_ids do not match group snapshot {}: it holds [{}]",
+                ids.group_snapshot(group_snapshot),
+                members.join(", ")
+            ))
+        }
+        Error::BadToken(token) => Status::aborted(format!(
+            "starting_token {token:?} is not one this plugin issued; restart the listing"
+        )),
     }
 }
 
@@ -31,14 +152,14 @@ fn field(f: Field) -> &'static str {
 }
 
 /// The status for core error `e`.
-pub fn from_core(ids: Ids<'_>, e: Error) -> Status {
+pub fn from_core(ids: Ids<'_>, e: CoreError) -> Status {
     match e {
-        Error::NotFound(o) => Status::not_found(format!("{} does not exist", object(ids, o))),
-        Error::AlreadyExists(o) => Status::already_exists(format!(
+        CoreError::NotFound(o) => Status::not_found(format!("{} does not exist", object(ids, o))),
+        CoreError::AlreadyExists(o) => Status::already_exists(format!(
             "{} already exists with that name and different arguments",
             object(ids, o)
         )),
-        Error::ResourceExhausted(limit) => Status::resource_exhausted(match limit {
+        CoreError::ResourceExhausted(limit) => Status::resource_exhausted(match limit {
             Limit::Volumes => format!(
                 "volume limit ({}) reached",
                 edgevol_core::limits::MAX_VOLUMES
@@ -70,7 +191,7 @@ pub fn from_core(ids: Ids<'_>, e: Error) -> Status {
             }
             Limit::Metadata => "the pool's metadata area is full".to_owned(),
         }),
-        Error::OutOfRange(range) => Status::out_of_range(match range {
+        CoreError::OutOfRange(range) => Status::out_of_range(match range {
             Range::Shrink { current } => {
                 format!("volumes only grow: the current size is {current} bytes")
             }
@@ -80,7 +201,7 @@ pub fn from_core(ids: Ids<'_>, e: Error) -> Status {
             }
             Range::PastEnd { size } => format!("range past the end of the volume ({size} bytes)"),
         }),
-        Error::FailedPrecondition(p) => Status::failed_precondition(match p {
+        CoreError::FailedPrecondition(p) => Status::failed_precondition(match p {
             Precondition::VolumeInGroup(g) => format!(
                 "the volume is a member of volume group {}: remove it from the group first",
                 ids.group(g)
@@ -98,7 +219,7 @@ pub fn from_core(ids: Ids<'_>, e: Error) -> Status {
                 ids.volume(v)
             ),
         }),
-        Error::InvalidArgument(f, problem) => Status::invalid_argument(match problem {
+        CoreError::InvalidArgument(f, problem) => Status::invalid_argument(match problem {
             Problem::Empty => format!("{} is required", field(f)),
             Problem::TooLong { max } => format!("{} is longer than {max} bytes", field(f)),
             Problem::ControlCharacter => format!("{} contains a control character", field(f)),
@@ -110,34 +231,45 @@ pub fn from_core(ids: Ids<'_>, e: Error) -> Status {
             ),
             Problem::Unsupported => format!("{} has an unsupported value", field(f)),
         }),
-        Error::Corrupt(c) => Status::data_loss(format!("pool metadata is damaged: {c:?}")),
-        Error::Device(kind) => Status::internal(format!("storage device error: {kind}")),
+        CoreError::Corrupt(c) => Status::data_loss(format!("pool metadata is damaged: {c:?}")),
+        CoreError::Device(kind) => Status::internal(format!("storage device error: {kind}")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgevol_core::{Corruption, DeviceErrorKind, GroupId, VolumeId};
+    use edgevol_core::{
+        Corruption, DeviceErrorKind, GroupId, GroupSnapshotId, SnapshotId, VolumeId,
+    };
     use tonic::Code;
 
+    fn check(status: &Status, code: Code, text: &str) {
+        assert_eq!(status.code(), code, "{}", status.message());
+        assert!(
+            status.message().contains(text),
+            "{:?} lacks {text:?}",
+            status.message()
+        );
+    }
+
     #[test]
-    fn every_outcome_has_its_code_and_names_csi_ids() {
+    fn every_core_outcome_has_its_code_and_names_csi_ids() {
         let ids = Ids::new("box");
         let v = VolumeId(7);
         let cases = [
             (
-                Error::NotFound(ObjectRef::Volume(v)),
+                CoreError::NotFound(ObjectRef::Volume(v)),
                 Code::NotFound,
                 "volume box-v7 does not exist",
             ),
             (
-                Error::AlreadyExists(ObjectRef::Volume(v)),
+                CoreError::AlreadyExists(ObjectRef::Volume(v)),
                 Code::AlreadyExists,
                 "box-v7",
             ),
             (
-                Error::ResourceExhausted(Limit::Clusters {
+                CoreError::ResourceExhausted(Limit::Clusters {
                     needed: 5,
                     available: 2,
                 }),
@@ -145,39 +277,159 @@ mod tests {
                 "5 clusters needed, 2 available",
             ),
             (
-                Error::OutOfRange(Range::Shrink { current: 10 }),
+                CoreError::OutOfRange(Range::Shrink { current: 10 }),
                 Code::OutOfRange,
                 "only grow",
             ),
             (
-                Error::FailedPrecondition(Precondition::VolumeInGroup(GroupId(3))),
+                CoreError::FailedPrecondition(Precondition::VolumeInGroup(GroupId(3))),
                 Code::FailedPrecondition,
                 "volume group box-g3",
             ),
             (
-                Error::InvalidArgument(Field::Name, Problem::TooLong { max: 128 }),
+                CoreError::InvalidArgument(Field::Name, Problem::TooLong { max: 128 }),
                 Code::InvalidArgument,
                 "name is longer than 128 bytes",
             ),
             (
-                Error::Corrupt(Corruption::JournalGap(9)),
+                CoreError::Corrupt(Corruption::JournalGap(9)),
                 Code::DataLoss,
                 "JournalGap(9)",
             ),
             (
-                Error::Device(DeviceErrorKind::Io),
+                CoreError::Device(DeviceErrorKind::Io),
                 Code::Internal,
                 "I/O error",
             ),
         ];
         for (error, code, text) in cases {
-            let status = from_core(ids, error);
-            assert_eq!(status.code(), code, "{error:?}");
-            assert!(
-                status.message().contains(text),
-                "{:?} lacks {text:?}",
-                status.message()
-            );
+            check(&from_core(ids, error), code, text);
+            // Through the operation error too: the same status.
+            check(&from_error(ids, Error::Core(error)), code, text);
+        }
+    }
+
+    #[test]
+    fn every_operation_outcome_has_its_code() {
+        let ids = Ids::new("box");
+        let (v, g) = (VolumeId(7), GroupId(3));
+        let cases = [
+            (
+                Error::Unavailable(PoolUnavailable::NotReady),
+                Code::Unavailable,
+                "still opening",
+            ),
+            (
+                Error::Unavailable(PoolUnavailable::Poisoned),
+                Code::Internal,
+                "restarted",
+            ),
+            (
+                Error::Unavailable(PoolUnavailable::TaskFailed),
+                Code::Internal,
+                "did not finish",
+            ),
+            (
+                Error::UnknownId(Kind::Snapshot, "elsewhere-s1".into()),
+                Code::NotFound,
+                "snapshot elsewhere-s1 does not exist",
+            ),
+            (
+                Error::UnknownId(Kind::Group, "x".into()),
+                Code::NotFound,
+                "volume group x does not exist",
+            ),
+            (
+                Error::UnknownNode("kube-node-1".into()),
+                Code::NotFound,
+                "not an NVMe host NQN",
+            ),
+            (Error::NoTarget, Code::Unimplemented, "NVMe/TCP target"),
+            (
+                Error::OutsideTopology([("zone".to_owned(), "a".to_owned())].into()),
+                Code::ResourceExhausted,
+                "(zone=a)",
+            ),
+            (
+                Error::SourceTooLarge {
+                    source: 8,
+                    bound: Bound::Limit,
+                    value: 4,
+                },
+                Code::OutOfRange,
+                "more than limit_bytes (4)",
+            ),
+            (
+                Error::NoSizeInRange {
+                    cluster: 1024,
+                    required: 1025,
+                    limit: 1030,
+                },
+                Code::OutOfRange,
+                "[1025, 1030]",
+            ),
+            (
+                Error::ModeNotCreated(v),
+                Code::InvalidArgument,
+                "box-v7 was not created for that access mode",
+            ),
+            (
+                Error::PublishedElsewhere {
+                    volume: v,
+                    holders: vec!["nqn.a".into(), "nqn.b".into()],
+                    readonly: false,
+                },
+                Code::FailedPrecondition,
+                "node(s) nqn.a, nqn.b and its access mode does not allow another writer",
+            ),
+            (
+                Error::PublishedOtherwise {
+                    volume: v,
+                    node: "nqn.a".into(),
+                    readonly: true,
+                },
+                Code::AlreadyExists,
+                "node nqn.a with readonly=false",
+            ),
+            (
+                Error::NotInGroup(v),
+                Code::FailedPrecondition,
+                "no volume group",
+            ),
+            (
+                Error::DifferentGroups(g, GroupId(4)),
+                Code::FailedPrecondition,
+                "box-g3 and box-g4",
+            ),
+            (
+                Error::NotAllMembers {
+                    group: g,
+                    missing: vec![v],
+                },
+                Code::FailedPrecondition,
+                "also holds [box-v7]",
+            ),
+            (
+                Error::SnapshotIdsRequired,
+                Code::InvalidArgument,
+                "snapshot_ids is required",
+            ),
+            (
+                Error::SnapshotIdsMismatch {
+                    group_snapshot: GroupSnapshotId(5),
+                    members: vec![SnapshotId(9), SnapshotId(10)],
+                },
+                Code::InvalidArgument,
+                "box-gs5: it holds [box-s10, box-s9]",
+            ),
+            (
+                Error::BadToken("zz".into()),
+                Code::Aborted,
+                "starting_token \"zz\"",
+            ),
+        ];
+        for (error, code, text) in cases {
+            check(&from_error(ids, error), code, text);
         }
     }
 }

@@ -55,6 +55,17 @@ pub fn map(field: &str, map: &HashMap<String, String>) -> Result<(), Status> {
     Ok(())
 }
 
+/// A List call's `max_entries`: not negative; 0 means no limit.
+pub fn max_entries(n: i32) -> Result<usize, Status> {
+    match usize::try_from(n) {
+        Ok(0) => Ok(usize::MAX),
+        Ok(n) => Ok(n),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "max_entries is {n}; it must not be negative"
+        ))),
+    }
+}
+
 /// The secrets map: size only, and the message names no key or value.
 pub fn secrets(map: &HashMap<String, String>) -> Result<(), Status> {
     let size: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
@@ -96,6 +107,10 @@ mod tests {
             .unwrap_err()
             .message()
             .contains("4098 bytes"));
+
+        assert_eq!(max_entries(0).unwrap(), usize::MAX);
+        assert_eq!(max_entries(3).unwrap(), 3);
+        assert_eq!(max_entries(-1).unwrap_err().code(), Code::InvalidArgument);
 
         let s = HashMap::from([("password".to_owned(), "hunter2".repeat(600))]);
         let e = secrets(&s).unwrap_err();

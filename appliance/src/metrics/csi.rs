@@ -1,6 +1,7 @@
 //! CSI call metrics: a tower layer outside the role check that counts every call by method and
-//! gRPC status code and times it, and the task-local that tells [`State::with_pool`] which
-//! mutating call it is serving (for the metadata commit histogram).
+//! gRPC status code and times it, and times how long each mutating call holds the pool (the
+//! metadata commit histogram) by observing the pool handle's holds while it runs
+//! ([`crate::state::observe_holds`]).
 //!
 //! A unary gRPC response carries its status in the trailers, after the message; an error
 //! answered before any message carries it in the headers ("trailers-only"). The layer reads
@@ -8,8 +9,6 @@
 //! body dropped before its status (the client went away) counts as `CANCELLED`.
 //!
 //! Like the role layer, this one never looks at messages, so `secrets` cannot reach a metric.
-//!
-//! [`State::with_pool`]: crate::state::State::with_pool
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -24,18 +23,10 @@ use tower::{Layer, Service};
 
 use super::histogram::{Histogram, HistogramSnapshot};
 use super::Registry;
+use crate::state::{observe_holds, HoldObserver};
 
 /// At most this many distinct `(service, method)` series; further ones count as `other`.
 pub const MAX_METHODS: usize = 128;
-
-tokio::task_local! {
-    static MUTATION: String;
-}
-
-/// The method of the mutating CSI call this task serves, if any.
-pub fn current_mutation() -> Option<String> {
-    MUTATION.try_with(Clone::clone).ok()
-}
 
 /// gRPC's canonical name of a status code, as the CSI spec's error tables write them.
 pub fn code_name(code: i32) -> &'static str {
@@ -185,7 +176,12 @@ where
         let fut = self.inner.call(req);
         Box::pin(async move {
             let resp = match mutation {
-                Some(method) => MUTATION.scope(method, fut).await?,
+                Some(method) => {
+                    let commits = registry.clone();
+                    let observer: HoldObserver =
+                        Arc::new(move |held| commits.observe_commit(&method, held));
+                    observe_holds(observer, fut).await?
+                }
                 None => fut.await?,
             };
             let mut recorder = Recorder {

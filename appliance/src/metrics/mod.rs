@@ -1,18 +1,17 @@
 //! The Prometheus exporter: what the appliance counts, and how it is rendered.
 //!
 //! Sources, gathered at each scrape (nothing is sampled in the background):
-//! - per-volume NVMe/TCP I/O counters and latency ([`crate::nvme::stats::IoStats`]);
-//! - live controllers of the target, for connected hosts per volume;
+//! - per-volume NVMe/TCP I/O counters and latency ([`crate::nvme::stats::IoStats`]) and live
+//!   controllers of the target, for connected hosts per volume (both from [`Subsystems`]);
 //! - the pool's capacity and failure state (one short call under the pool lock);
 //! - the SMART / Health log of the pool device when it is an NVMe namespace ([`health`]);
 //! - CSI calls by method and code with latency ([`csi::CsiMetricsLayer`]);
-//! - metadata commit latency: how long each mutating CSI call held the pool
-//!   (recorded by [`State::with_pool`], see [`Registry::observe_commit`]).
+//! - metadata commit latency: how long each mutating CSI call held the pool (the CSI layer
+//!   observes the pool handle's holds, see [`Registry::observe_commit`]).
 //!
+//! The daemon hands the exporter these sources; nothing below (state, target) knows of it.
 //! Volumes are labelled with their CSI `volume_id`. Nothing derived from a request body is
 //! exported, so CSI secrets never reach a metric.
-//!
-//! [`State::with_pool`]: crate::state::State::with_pool
 
 pub mod csi;
 pub mod health;
@@ -28,6 +27,7 @@ use std::time::Duration;
 
 use edgevol_core::VolumeId;
 
+use crate::csi::ids::Ids;
 use crate::nvme::stats::{OpCounters, LATENCY_BUCKETS_US};
 use crate::nvme::subsys::Subsystems;
 use crate::state::State;
@@ -74,12 +74,14 @@ impl Registry {
 /// Everything a scrape reads.
 #[derive(Debug)]
 pub struct Sources {
-    /// The appliance state (pool, ids, target counters, the registry).
+    /// The appliance state (id, pool).
     pub state: Arc<State>,
-    /// The NVMe/TCP target's controllers.
+    /// The NVMe/TCP target's controllers and per-volume counters.
     pub subsystems: Option<Arc<Subsystems>>,
     /// The pool's devices, as configured.
     pub devices: Vec<PathBuf>,
+    /// What the CSI layer records (calls, commit latency).
+    pub registry: Arc<Registry>,
 }
 
 /// Renders every metric (see the family help texts for their meaning).
@@ -110,14 +112,14 @@ pub async fn gather(sources: &Sources) -> String {
     .unwrap_or_default();
     health_metrics(&mut e, &health);
     io_metrics(&mut e, sources);
-    csi_metrics(&mut e, &state.metrics);
+    csi_metrics(&mut e, &sources.registry);
     e.finish()
 }
 
 async fn pool_metrics(e: &mut Exposition, state: &Arc<State>) {
     let pool = if state.is_ready() {
         state
-            .with_pool(|_, pool| Ok((pool.capacity(), pool.failure().is_none())))
+            .on_pool(|_, pool| (pool.capacity(), pool.failure().is_none()))
             .await
             .ok()
     } else {
@@ -239,11 +241,11 @@ fn health_metrics(e: &mut Exposition, health: &[health::DeviceHealth]) {
 }
 
 fn io_metrics(e: &mut Exposition, sources: &Sources) {
-    let ids = sources.state.ids();
+    let ids = Ids::new(&sources.state.appliance_id);
     let stats = sources
-        .state
-        .target()
-        .map(|t| t.stats.all())
+        .subsystems
+        .as_ref()
+        .map(|s| s.stats.all())
         .unwrap_or_default();
     // Distinct hosts with a live I/O controller, per volume.
     let mut hosts: BTreeMap<VolumeId, BTreeSet<String>> = BTreeMap::new();

@@ -10,7 +10,7 @@ use edgevol_nvmeof::status::StatusCode;
 
 use super::controller::{fid, Controller, Kind, AEN_NS_ATTR, DISCOVERY_KATO, MAX_IO_QUEUES};
 use super::identify::{self, ControllerInfo, NamespaceInfo};
-use super::status::TargetStatus;
+use super::status::{from_core, TargetStatus};
 use super::subsys::{Subsystems, NSID};
 use super::{discovery, log_page, MDTS};
 use crate::naming;
@@ -75,18 +75,17 @@ pub async fn namespace_info(
             let cs = u64::from(pool.cluster_size());
             let lba_shift = lba_shift(pool.device_mut());
             let uuid = pool.uuid();
-            Ok(pool.volume(volume).ok().map(|v| NamespaceInfo {
+            let v = pool.volume(volume).map_err(|e| from_core(&e))?;
+            Ok(NamespaceInfo {
                 size: v.size(),
                 used: v.mapped_clusters().saturating_mul(cs),
                 lba_shift,
                 nguid: naming::nguid(uuid, volume),
                 uuid: naming::namespace_uuid(uuid, volume),
                 readonly,
-            }))
+            })
         })
         .await
-        .map_err(|_| TargetStatus::from(StatusCode::InternalError))?
-        .ok_or(StatusCode::InvalidNamespace.into())
 }
 
 /// log2 of the namespace's logical block: the device's block (4 KiB on files).
@@ -236,15 +235,13 @@ pub async fn discovery_log(subs: &Subsystems, host: &str) -> Result<Vec<u8>, Tar
     let host = host.to_owned();
     let volumes: Vec<VolumeId> = subs
         .state
-        .with_pool(move |_, pool| {
-            Ok(pool
-                .volumes(None)
+        .on_pool(move |_, pool| {
+            pool.volumes(None)
                 .filter(|v| v.publications().iter().any(|p| p.host == host))
                 .map(|v| v.id())
-                .collect())
+                .collect()
         })
-        .await
-        .map_err(|_| TargetStatus::from(StatusCode::InternalError))?;
+        .await?;
     let nqns = discovery::subsystems(&subs.state.appliance_id, &volumes);
     let genctr = discovery::generation(subs.changes(), &nqns);
     Ok(discovery::log_page(subs.endpoint, genctr, &nqns))
@@ -255,11 +252,7 @@ async fn smart(
     ctrl: &Controller,
     volume: VolumeId,
 ) -> Result<Vec<u8>, TargetStatus> {
-    let capacity = subs
-        .state
-        .with_pool(|_, pool| Ok(pool.capacity()))
-        .await
-        .map_err(|_| TargetStatus::from(StatusCode::InternalError))?;
+    let capacity = subs.state.on_pool(|_, pool| pool.capacity()).await?;
     let c = subs.stats.volume(volume);
     Ok(log_page::smart(
         &capacity,

@@ -407,11 +407,7 @@ impl DataPath {
 
 /// The pool, locked.
 fn lock(state: &State) -> Result<MutexGuard<'_, Pool<Dev>>, TargetStatus> {
-    state
-        .pool()
-        .ok_or(StatusCode::InternalError)?
-        .lock()
-        .map_err(|_| StatusCode::InternalError.into())
+    state.lock_pool().map_err(TargetStatus::from)
 }
 
 /// Tickets to complete, under the pool lock, when dropped: on every path out of a command.

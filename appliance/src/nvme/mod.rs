@@ -5,7 +5,7 @@
 //! - [`transport`]: one tokio task per TCP connection (= one NVMe queue) driving the sans-I/O
 //!   `edgevol_nvmeof::queue::Queue`; parse → validate → execute → complete → transmit.
 //! - [`subsys`]: controllers, dynamic cntlids, the host ACL (the volume's durable
-//!   publications), and [`subsys::Access`], the `HostAccess` the CSI controller calls.
+//!   publications), and [`subsys::Access`], the [`HostAccess`] the CSI controller calls.
 //! - [`controller`]: one controller's registers (CC/CSTS), features, keep-alive, events.
 //! - [`errors`]: each controller's Error Information log, recorded at the transport's one
 //!   completion point.
@@ -13,7 +13,11 @@
 //!   [`identify`], [`log_page`], [`discovery`]: admin-side data structures.
 //! - [`io`]: Read/Write/Flush/Write Zeroes/DSM over core and hal (its docs say how the pool lock
 //!   and core's durability rule are followed).
-//! - [`stats`]: per-volume counters for the metrics exporter. [`status`]: status mapping.
+//! - [`stats`]: per-volume counters for the metrics exporter and the CSI volume condition.
+//! - [`status`]: the one mapping from core, device and pool errors to NVMe statuses.
+//!
+//! The target sees the appliance through [`State`]'s pool handle only; the control plane sees
+//! the target through [`TargetInfo`], which the daemon hands to the CSI services.
 
 pub mod admin;
 pub mod controller;
@@ -38,10 +42,13 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use edgevol_core::VolumeId;
+
 use crate::config::NvmeConfig;
-use crate::state::{State, TargetInfo};
+use crate::state::State;
 
 use self::controller::MAX_QUEUE_SIZE;
+use self::stats::IoStats;
 use self::subsys::{Access, Subsystems};
 
 /// In-capsule data accepted on I/O queues (IOCCSZ = (64 + this) / 16).
@@ -59,6 +66,26 @@ pub fn queue_config() -> QueueConfig {
         max_queue_size: MAX_QUEUE_SIZE,
         ..QueueConfig::default()
     }
+}
+
+/// What the control plane needs from the NVMe/TCP target: kept as a trait so the CSI services
+/// do not depend on the target's internals.
+pub trait HostAccess: Send + Sync + fmt::Debug {
+    /// Tears down every live controller `host` has on `volume`'s subsystem (after unpublish).
+    fn revoke(&self, volume: VolumeId, host: &str);
+    /// Tells hosts connected to `volume` that its namespace changed (size): an async event.
+    fn namespace_changed(&self, volume: VolumeId);
+}
+
+/// The running NVMe/TCP target, as the control plane sees it.
+#[derive(Debug, Clone)]
+pub struct TargetInfo {
+    /// The address and port hosts connect to (publish_context).
+    pub endpoint: SocketAddr,
+    /// Access control and notifications.
+    pub access: Arc<dyn HostAccess>,
+    /// Per-volume I/O counters (media health for the CSI volume condition).
+    pub stats: IoStats,
 }
 
 /// Why the target could not start.
@@ -89,7 +116,7 @@ pub struct Target {
     task: JoinHandle<()>,
 }
 
-/// Binds `config.listen`, registers the target in `state` and starts accepting.
+/// Binds `config.listen` and starts accepting; [`Target::info`] is what the control plane needs.
 pub async fn start(state: Arc<State>, config: &NvmeConfig) -> Result<Target, BindError> {
     let bind_err = |error| BindError {
         addr: config.listen,
@@ -98,12 +125,7 @@ pub async fn start(state: Arc<State>, config: &NvmeConfig) -> Result<Target, Bin
     let listener = TcpListener::bind(config.listen).await.map_err(bind_err)?;
     let port = listener.local_addr().map_err(bind_err)?.port();
     let endpoint = SocketAddr::new(config.advertise, port);
-    let subsystems = Subsystems::new(state.clone(), endpoint);
-    state.set_target(TargetInfo {
-        endpoint,
-        access: Arc::new(Access(Arc::downgrade(&subsystems))),
-        stats: subsystems.stats.clone(),
-    });
+    let subsystems = Subsystems::new(state, endpoint);
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(accept(listener, subsystems.clone(), stop_rx));
     tracing::info!(listen = %config.listen, %endpoint, "NVMe/TCP target listening");
@@ -140,6 +162,15 @@ async fn accept(listener: TcpListener, subs: Arc<Subsystems>, mut stop: watch::R
 }
 
 impl Target {
+    /// The target as the control plane sees it: endpoint, access hooks, counters.
+    pub fn info(&self) -> TargetInfo {
+        TargetInfo {
+            endpoint: self.endpoint,
+            access: Arc::new(Access(self.subsystems.clone())),
+            stats: self.subsystems.stats.clone(),
+        }
+    }
+
     /// Stops accepting, closes every connection and waits for their tasks.
     pub async fn stop(self) {
         self.stop.send_replace(true);

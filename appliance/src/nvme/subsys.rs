@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use edgevol_core::VolumeId;
@@ -14,11 +14,13 @@ use edgevol_nvmeof::fabrics_cmd::{connect_data_offset, ConnectError};
 use edgevol_nvmeof::status::StatusCode;
 
 use crate::naming::{parse_subsystem_nqn, DISCOVERY_NQN};
-use crate::state::{HostAccess, State};
+use crate::state::State;
 
 use super::controller::{Controller, Kind, DISCOVERY_KATO};
 use super::io::DataPath;
 use super::stats::IoStats;
+use super::status::TargetStatus;
+use super::HostAccess;
 
 /// Highest dynamic controller id (`NVME_CNTLID_MAX`).
 pub const CNTLID_MAX: u16 = 0xffef;
@@ -77,8 +79,7 @@ impl Subsystems {
         if let Some(d) = self.data.get() {
             return d.clone();
         }
-        let pool = self.state.pool()?;
-        let mut pool = pool.lock().ok()?;
+        let mut pool = self.state.lock_pool().ok()?;
         // Checked again under the lock: one opener installs the quiesce hook.
         if let Some(d) = self.data.get() {
             return d.clone();
@@ -126,13 +127,13 @@ impl Subsystems {
         let who = host.clone();
         let looked_up = self
             .state
-            .with_pool(move |_, pool| {
-                Ok(pool.volume(volume).ok().map(|v| {
+            .on_pool(move |_, pool| {
+                pool.volume(volume).ok().map(|v| {
                     v.publications()
                         .iter()
                         .find(|p| p.host == who)
                         .map(|p| p.readonly)
-                }))
+                })
             })
             .await;
         match looked_up {
@@ -146,8 +147,8 @@ impl Subsystems {
                 connect_data_offset::SUBSYSNQN,
             )),
             Err(e) => {
-                tracing::error!(%host, volume = ?volume, error = %e.message(), "Connect: pool unusable");
-                Err(StatusCode::InternalError.status().into())
+                tracing::error!(%host, volume = ?volume, error = %e, "Connect: pool unusable");
+                Err(TargetStatus::from(e).status().into())
             }
         }
     }
@@ -228,17 +229,15 @@ impl Subsystems {
     }
 }
 
-/// The [`HostAccess`] the CSI controller sees. Weak: the state owns it and the subsystems own the
-/// state, so a strong reference would keep a stopped target's pool (and its device) alive.
+/// The [`HostAccess`] the CSI controller sees. The state owns nothing of the target, so this
+/// strong reference makes no cycle: it lives as long as the CSI services that hold it. After the
+/// target stopped, its controllers are gone and both hooks find nothing to do.
 #[derive(Debug)]
-pub struct Access(pub Weak<Subsystems>);
+pub struct Access(pub Arc<Subsystems>);
 
 impl HostAccess for Access {
     fn revoke(&self, volume: VolumeId, host: &str) {
-        // Target stopped: no controller left to close.
-        let Some(subs) = self.0.upgrade() else {
-            return;
-        };
+        let subs = &self.0;
         subs.changes.fetch_add(1, Ordering::Relaxed);
         let doomed: Vec<_> = subs
             .controllers()
@@ -257,10 +256,7 @@ impl HostAccess for Access {
     }
 
     fn namespace_changed(&self, volume: VolumeId) {
-        let Some(subs) = self.0.upgrade() else {
-            return;
-        };
-        for c in subs.controllers() {
+        for c in self.0.controllers() {
             if c.volume() == Some(volume) && c.regs().namespace_changed(NSID) {
                 c.aen.notify_one();
             }

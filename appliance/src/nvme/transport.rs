@@ -322,12 +322,19 @@ impl Conn {
             Command::PropertySet(set) => match fabrics::property_set(&ctrl, set) {
                 Ok(CcEffect::Shutdown) => {
                     // Shutdown notification: make every acknowledged write durable first.
-                    let flushed = self.subs.state.with_pool(|_, pool| Ok(pool.flush())).await;
-                    if !matches!(flushed, Ok(Ok(()))) {
-                        tracing::error!(
+                    let flushed = self.subs.state.on_pool(|_, pool| pool.flush()).await;
+                    match flushed {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::error!(
                             cntlid = ctrl.cntlid,
+                            error = ?e,
                             "flush at controller shutdown failed"
-                        );
+                        ),
+                        Err(e) => tracing::error!(
+                            cntlid = ctrl.cntlid,
+                            error = %e,
+                            "flush at controller shutdown failed"
+                        ),
                     }
                     self.complete(issued, Status::SUCCESS, 0, &[]);
                 }
@@ -370,7 +377,7 @@ impl Conn {
             if let Ok(shift) = self
                 .subs
                 .state
-                .with_pool(|_, pool| Ok(admin::lba_shift(pool.device_mut())))
+                .on_pool(|_, pool| admin::lba_shift(pool.device_mut()))
                 .await
             {
                 self.lba_shift = shift;
@@ -407,10 +414,11 @@ impl Conn {
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match subs.data_path() {
                     Some(data) => io::run(&subs.state, &data, &request),
-                    None => match subs.state.pool().map(|p| p.lock()) {
-                        Some(Ok(mut pool)) => io::execute(&mut pool, &request),
-                        _ => Err(StatusCode::InternalError.into()),
-                    },
+                    None => subs
+                        .state
+                        .lock_pool()
+                        .map_err(TargetStatus::from)
+                        .and_then(|mut pool| io::execute(&mut pool, &request)),
                 }))
                 .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
             Done {

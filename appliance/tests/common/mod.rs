@@ -130,11 +130,8 @@ pub async fn volume_bytes(
 ) -> Vec<u8> {
     use edgevol_core::{BlockDevice, ReadSegment};
     state
-        .with_pool(move |_, pool| {
-            let segs: Vec<_> = pool
-                .map_read(id, offset, len)
-                .map_err(|e| tonic::Status::internal(format!("{e:?}")))?
-                .collect();
+        .on_pool(move |_, pool| {
+            let segs: Vec<_> = pool.map_read(id, offset, len).unwrap().collect();
             let bs = u64::from(pool.device_mut().block_size());
             let mut out = Vec::new();
             for s in segs {
@@ -151,7 +148,7 @@ pub async fn volume_bytes(
                     }
                 }
             }
-            Ok(out)
+            out
         })
         .await
         .unwrap()

@@ -1,0 +1,72 @@
+//! Where the appliance lies: its topology segments (the appliance segment included), and
+//! whether a CSI topology names it. Every volume is reachable exactly where the appliance is.
+
+use edgevol_proto::csi::v1::Topology;
+
+use super::error::Error;
+use crate::state::State;
+
+/// The appliance's segments, as CSI shows a volume's accessible topology.
+pub fn segments(state: &State) -> Topology {
+    Topology {
+        segments: state.topology.clone().into_iter().collect(),
+    }
+}
+
+/// Whether the appliance lies in `t`: every segment of `t` matches ours.
+pub fn contains(state: &State, t: &Topology) -> bool {
+    t.segments
+        .iter()
+        .all(|(k, v)| state.topology.get(k) == Some(v))
+}
+
+/// CreateVolume's requisite topologies: none, or one that includes the appliance.
+pub fn check_requisite(state: &State, requisite: &[Topology]) -> Result<(), Error> {
+    if requisite.is_empty() || requisite.iter().any(|t| contains(state, t)) {
+        Ok(())
+    } else {
+        Err(Error::OutsideTopology(state.topology.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, HashMap};
+
+    fn topology(pairs: &[(&str, &str)]) -> Topology {
+        Topology {
+            segments: pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<HashMap<_, _>>(),
+        }
+    }
+
+    #[test]
+    fn a_topology_contains_the_appliance_when_every_segment_matches() {
+        let state = State::new(
+            "box".into(),
+            BTreeMap::from([
+                ("edgevol.io/appliance".to_owned(), "box".to_owned()),
+                ("zone".to_owned(), "a".to_owned()),
+            ]),
+        );
+        assert!(contains(&state, &topology(&[("zone", "a")])));
+        assert!(contains(&state, &topology(&[])));
+        assert!(!contains(&state, &topology(&[("zone", "b")])));
+        assert!(!contains(&state, &topology(&[("rack", "1")])));
+        assert_eq!(segments(&state).segments.len(), 2);
+
+        assert_eq!(check_requisite(&state, &[]), Ok(()));
+        let elsewhere = topology(&[("zone", "b")]);
+        assert_eq!(
+            check_requisite(&state, &[elsewhere.clone(), topology(&[("zone", "a")])]),
+            Ok(())
+        );
+        assert_eq!(
+            check_requisite(&state, &[elsewhere]),
+            Err(Error::OutsideTopology(state.topology.clone()))
+        );
+    }
+}

@@ -1,0 +1,382 @@
+//! The Controller's operations on the pool: one function per RPC. Each takes its validated
+//! request ([`super::request`]), resolves CSI ids ([`Ids`]), makes its core calls (durable when
+//! they return) and encodes the answer ([`super::encode`]). They run under the pool lock (the
+//! handler's one [`super::call`]) and fail with [`Error`] only.
+//!
+//! Idempotency is core's: CreateVolume asks core for the volume the request describes (see
+//! [`capacity::choose`] for the size) and core returns the existing one of that name when it
+//! matches, or refuses it (ALREADY_EXISTS); CreateSnapshot likewise by name and source.
+
+use std::collections::HashMap;
+
+use edgevol_core::{AccessMode, Pool, Precondition, Provisioning, VolumeSpec};
+use edgevol_proto::csi::v1::validate_volume_capabilities_response::Confirmed;
+use edgevol_proto::csi::v1::{
+    controller_get_volume_response, list_snapshots_response, list_volumes_response,
+    ControllerGetVolumeResponse, GetCapacityResponse, ListSnapshotsResponse, ListVolumesResponse,
+    Snapshot, ValidateVolumeCapabilitiesResponse, Volume,
+};
+
+use super::error::{gone_is_ok, Error};
+use super::ids::Ids;
+use super::request::{
+    ById, CreateSnapshot, CreateVolume, Expand, GetCapacity, ListSnapshots, Modify, Page, Publish,
+    Unpublish, ValidateCapabilities,
+};
+use super::{capacity, encode, page, topology};
+use crate::nvme::stats::IoStats;
+use crate::nvme::TargetInfo;
+use crate::pool::PoolDevice;
+use crate::state::{now_nanos, State};
+
+type Core = Pool<PoolDevice>;
+
+/// Every access mode, for subset checks.
+const ALL_MODES: [AccessMode; 7] = [
+    AccessMode::SingleNodeWriter,
+    AccessMode::SingleNodeReaderOnly,
+    AccessMode::MultiNodeReaderOnly,
+    AccessMode::MultiNodeSingleWriter,
+    AccessMode::MultiNodeMultiWriter,
+    AccessMode::SingleNodeSingleWriter,
+    AccessMode::SingleNodeMultiWriter,
+];
+
+fn ids(state: &State) -> Ids<'_> {
+    Ids::new(&state.appliance_id)
+}
+
+/// CreateVolume: the volume the request describes, created or (core's rule) found.
+pub fn create_volume(state: &State, pool: &mut Core, op: CreateVolume) -> Result<Volume, Error> {
+    topology::check_requisite(state, &op.requisite)?;
+    let (source, source_size) = match &op.source {
+        Some(s) => {
+            let (source, size) = s.resolve(ids(state), pool)?;
+            (Some(source), size)
+        }
+        None => (None, 0),
+    };
+    let existing = pool.volume_by_name(&op.name).map(|v| v.size());
+    let cluster = u64::from(pool.cluster_size());
+    let size = capacity::choose(op.range, source_size, cluster, existing)?;
+    let id = pool.create_volume(VolumeSpec {
+        name: op.name,
+        size,
+        provisioning: op.provisioning,
+        parameters: op.parameters,
+        source,
+        access_modes: op.modes,
+        group: None,
+    })?;
+    // A second commit: a retry after a crash between the two finishes the job (no commit when
+    // nothing changes).
+    if !op.mutable.is_empty() {
+        pool.modify_volume(id, &op.mutable)?;
+    }
+    Ok(encode::volume(state, pool, pool.volume(id)?))
+}
+
+/// DeleteVolume: gone, or never ours, is success.
+pub fn delete_volume(state: &State, pool: &mut Core, op: &ById) -> Result<(), Error> {
+    gone_is_ok(
+        ids(state)
+            .require_volume(&op.id)
+            .and_then(|id| Ok(pool.delete_volume(id)?)),
+    )
+}
+
+/// Whether `s` looks like an NVMe qualified name (`nqn.` prefix, at most 223 bytes, printable).
+fn is_host_nqn(s: &str) -> bool {
+    s.starts_with("nqn.")
+        && s.len() <= edgevol_core::limits::MAX_NQN_LEN
+        && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// ControllerPublishVolume: the node's host NQN joins the volume's durable publications (the
+/// target's ACL); the publish context says where to connect.
+pub fn publish(
+    state: &State,
+    pool: &mut Core,
+    op: Publish,
+    target: &TargetInfo,
+) -> Result<HashMap<String, String>, Error> {
+    if !is_host_nqn(&op.node_id) {
+        return Err(Error::UnknownNode(op.node_id));
+    }
+    let id = ids(state).require_volume(&op.volume_id)?;
+    if !pool.volume(id)?.access_modes().contains(op.mode) {
+        return Err(Error::ModeNotCreated(id));
+    }
+    match pool.publish(id, &op.node_id, op.readonly) {
+        Ok(()) => {}
+        Err(edgevol_core::Error::FailedPrecondition(Precondition::PublishedToOtherHost(_))) => {
+            return Err(Error::PublishedElsewhere {
+                volume: id,
+                holders: encode::published_nodes(pool.volume(id)?),
+                readonly: op.readonly,
+            });
+        }
+        Err(edgevol_core::Error::AlreadyExists(_)) => {
+            return Err(Error::PublishedOtherwise {
+                volume: id,
+                node: op.node_id,
+                readonly: op.readonly,
+            });
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(encode::publish_context(
+        &state.appliance_id,
+        target.endpoint,
+        pool.uuid(),
+        id,
+        op.readonly,
+    ))
+}
+
+/// ControllerUnpublishVolume: the node (or every node) leaves the publications, durably, and
+/// then loses its live connections, so a host never keeps access the metadata no longer grants
+/// after a crash. An unknown volume or node is already unpublished. Returns the nodes removed.
+pub fn unpublish(
+    state: &State,
+    pool: &mut Core,
+    op: &Unpublish,
+    target: &TargetInfo,
+) -> Result<Vec<String>, Error> {
+    let Some(id) = ids(state).parse_volume(&op.volume_id) else {
+        return Ok(Vec::new());
+    };
+    let nodes: Vec<String> = match pool.volume(id) {
+        Ok(v) => encode::published_nodes(v)
+            .into_iter()
+            .filter(|h| op.node_id.is_empty() || *h == op.node_id)
+            .collect(),
+        Err(edgevol_core::Error::NotFound(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    for node in &nodes {
+        pool.unpublish(id, node)?;
+    }
+    for node in &nodes {
+        target.access.revoke(id, node);
+    }
+    Ok(nodes)
+}
+
+/// ValidateVolumeCapabilities: confirmed when the volume was created for every mode asked, with
+/// the parameters asked (if any), and holds the mutable parameters asked.
+pub fn validate_capabilities(
+    state: &State,
+    pool: &mut Core,
+    op: ValidateCapabilities,
+) -> Result<ValidateVolumeCapabilitiesResponse, Error> {
+    let v = pool.volume(ids(state).require_volume(&op.volume_id)?)?;
+    let mut stored = v.parameters().to_vec();
+    stored.sort();
+    let (modes, mutable) = (v.access_modes(), v.mutable_parameters());
+    let verdict = match op.capabilities {
+        Err(why) => Err(why),
+        Ok(r)
+            if ALL_MODES
+                .iter()
+                .any(|m| r.modes.contains(*m) && !modes.contains(*m)) =>
+        {
+            Err("the volume was not created for every requested access mode".to_owned())
+        }
+        Ok(_) if !op.parameters.is_empty() && op.parameters != stored => {
+            Err("parameters differ from those the volume was created with".to_owned())
+        }
+        Ok(_) => match op.mutable {
+            Err(e) => Err(e),
+            Ok(pairs) if pairs.iter().any(|p| !mutable.contains(p)) => {
+                Err("mutable_parameters differ from the volume's".to_owned())
+            }
+            Ok(_) => Ok(()),
+        },
+    };
+    Ok(confirmation(verdict, op.confirmed))
+}
+
+fn confirmation(
+    verdict: Result<(), String>,
+    confirmed: Confirmed,
+) -> ValidateVolumeCapabilitiesResponse {
+    match verdict {
+        Ok(()) => ValidateVolumeCapabilitiesResponse {
+            confirmed: Some(confirmed),
+            message: String::new(),
+        },
+        Err(message) => ValidateVolumeCapabilitiesResponse {
+            confirmed: None,
+            message,
+        },
+    }
+}
+
+/// A Controller pagination token: the core id after which to continue.
+fn after(token: &str) -> Result<Option<u64>, Error> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    token
+        .parse()
+        .map(Some)
+        .map_err(|_| Error::BadToken(token.to_owned()))
+}
+
+/// ListVolumes: volumes in id order, each with its nodes and condition.
+pub fn list_volumes(
+    state: &State,
+    pool: &mut Core,
+    op: &Page,
+    stats: Option<&IoStats>,
+) -> Result<ListVolumesResponse, Error> {
+    let after = after(&op.starting_token)?.map(edgevol_core::VolumeId);
+    let pool = &*pool;
+    let (volumes, next_token) = page(pool.volumes(after), op.max_entries, |v| {
+        v.id().0.to_string()
+    });
+    let entries = volumes
+        .into_iter()
+        .map(|v| list_volumes_response::Entry {
+            volume: Some(encode::volume(state, pool, v)),
+            status: Some(list_volumes_response::VolumeStatus {
+                published_node_ids: encode::published_nodes(v),
+                volume_condition: Some(encode::condition(
+                    pool,
+                    stats.map(|s| s.media_health(v.id())),
+                )),
+            }),
+        })
+        .collect();
+    Ok(ListVolumesResponse {
+        entries,
+        next_token,
+    })
+}
+
+/// GetCapacity: free space where the appliance lies and for capabilities it supports, else 0.
+pub fn get_capacity(
+    state: &State,
+    pool: &mut Core,
+    op: &GetCapacity,
+) -> Result<GetCapacityResponse, Error> {
+    let here = op
+        .topology
+        .as_ref()
+        .is_none_or(|t| topology::contains(state, t));
+    let available = if op.usable && here {
+        pool.capacity().free
+    } else {
+        0
+    };
+    // A thin volume may be larger than the free space (it allocates on write); a thick one
+    // reserves everything at creation.
+    let maximum = match (op.usable && here, op.provisioning) {
+        (false, _) => 0,
+        (true, Provisioning::Thin) => edgevol_core::limits::MAX_VOLUME_SIZE,
+        (true, Provisioning::Thick) => available,
+    };
+    Ok(GetCapacityResponse {
+        available_capacity: encode::i64_of(available),
+        maximum_volume_size: Some(encode::i64_of(maximum)),
+        minimum_volume_size: Some(encode::i64_of(u64::from(pool.cluster_size()))),
+    })
+}
+
+/// CreateSnapshot: created, or (core's rule: same name and source) found.
+pub fn create_snapshot(
+    state: &State,
+    pool: &mut Core,
+    op: &CreateSnapshot,
+) -> Result<Snapshot, Error> {
+    let ids = ids(state);
+    let source = ids.require_volume(&op.source_volume_id)?;
+    let id = pool.create_snapshot(source, &op.name, now_nanos())?;
+    Ok(encode::snapshot(ids, pool.snapshot(id)?))
+}
+
+/// DeleteSnapshot: gone, or never ours, is success.
+pub fn delete_snapshot(state: &State, pool: &mut Core, op: &ById) -> Result<(), Error> {
+    gone_is_ok(
+        ids(state)
+            .require_snapshot(&op.id)
+            .and_then(|id| Ok(pool.delete_snapshot(id)?)),
+    )
+}
+
+/// ListSnapshots: in id order, filtered by id and source volume. A filter naming nothing of
+/// ours matches nothing: an empty list, not an error.
+pub fn list_snapshots(
+    state: &State,
+    pool: &mut Core,
+    op: &ListSnapshots,
+) -> Result<ListSnapshotsResponse, Error> {
+    let ids = ids(state);
+    let after = after(&op.page.starting_token)?.map(edgevol_core::SnapshotId);
+    let by_id = (!op.snapshot_id.is_empty()).then(|| ids.parse_snapshot(&op.snapshot_id));
+    let by_source =
+        (!op.source_volume_id.is_empty()).then(|| ids.parse_volume(&op.source_volume_id));
+    if matches!(by_id, Some(None)) || matches!(by_source, Some(None)) {
+        return Ok(ListSnapshotsResponse::default());
+    }
+    let (by_id, by_source) = (by_id.flatten(), by_source.flatten());
+    let matching = pool.snapshots(after).filter(|s| {
+        by_id.is_none_or(|id| s.id() == id) && by_source.is_none_or(|v| s.source_volume() == v)
+    });
+    let (snapshots, next_token) = page(matching, op.page.max_entries, |s| s.id().0.to_string());
+    Ok(ListSnapshotsResponse {
+        entries: snapshots
+            .into_iter()
+            .map(|s| list_snapshots_response::Entry {
+                snapshot: Some(encode::snapshot(ids, s)),
+            })
+            .collect(),
+        next_token,
+    })
+}
+
+/// ControllerExpandVolume: the new size (the current one if it already satisfies the range);
+/// connected hosts learn of it through an async event.
+pub fn expand(
+    state: &State,
+    pool: &mut Core,
+    op: &Expand,
+    target: Option<&TargetInfo>,
+) -> Result<u64, Error> {
+    let id = ids(state).require_volume(&op.volume_id)?;
+    let current = pool.volume(id)?.size();
+    if current >= op.range.required {
+        return Ok(current);
+    }
+    let cluster = u64::from(pool.cluster_size());
+    let size = pool.expand_volume(id, capacity::choose(Some(op.range), 0, cluster, None)?)?;
+    if let Some(t) = target {
+        t.access.namespace_changed(id);
+    }
+    Ok(size)
+}
+
+/// ControllerGetVolume: the volume, its nodes and its condition.
+pub fn get_volume(
+    state: &State,
+    pool: &mut Core,
+    op: &ById,
+    stats: Option<&IoStats>,
+) -> Result<ControllerGetVolumeResponse, Error> {
+    let id = ids(state).require_volume(&op.id)?;
+    let v = pool.volume(id)?;
+    Ok(ControllerGetVolumeResponse {
+        volume: Some(encode::volume(state, pool, v)),
+        status: Some(controller_get_volume_response::VolumeStatus {
+            published_node_ids: encode::published_nodes(v),
+            volume_condition: Some(encode::condition(pool, stats.map(|s| s.media_health(id)))),
+        }),
+    })
+}
+
+/// ControllerModifyVolume: the mutable parameters given take their values.
+pub fn modify(state: &State, pool: &mut Core, op: &Modify) -> Result<(), Error> {
+    let id = ids(state).require_volume(&op.volume_id)?;
+    Ok(pool.modify_volume(id, &op.changes)?)
+}
