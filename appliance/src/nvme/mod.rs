@@ -32,6 +32,12 @@ pub mod status;
 pub mod subsys;
 pub mod transport;
 
+/// The loopback test host of the integration tests (`tests/nvme_host`), for the target's own.
+#[cfg(test)]
+#[allow(clippy::cast_possible_truncation)]
+#[path = "../../tests/nvme_host/mod.rs"]
+mod test_host;
+
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -408,19 +408,22 @@ impl Conn {
         let subs = self.subs.clone();
         let started = StdInstant::now();
         // Straight onto the blocking pool: one hand-off per command. Mapping under the pool
-        // lock, device I/O outside it where core allows (io.rs). A panic fails the command, not
-        // the connection.
+        // lock, device I/O outside it where core allows (io.rs). A panic fails the command with
+        // Internal Error, not the connection (the crate docs say why edgevold unwinds).
         self.inflight.spawn_blocking(move || {
-            let result =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match subs.data_path() {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                #[cfg(test)]
+                tests::injected_panic(&request);
+                match subs.data_path() {
                     Some(data) => io::run(&subs.state, &data, &request),
                     None => subs
                         .state
                         .lock_pool()
                         .map_err(TargetStatus::from)
                         .and_then(|mut pool| io::execute(&mut pool, &request)),
-                }))
-                .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
+                }
+            }))
+            .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
             Done {
                 issued,
                 result,
@@ -492,5 +495,96 @@ impl Conn {
             }
             None => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use edgevol_core::VolumeSpec;
+    use edgevol_nvmeof::io_cmd::IoCommand;
+    use edgevol_nvmeof::pdu::Digests;
+
+    use super::io;
+    use crate::config::NvmeConfig;
+    use crate::state::State;
+
+    use crate::nvme::test_host::{io as host_io, ok, status, Admin};
+
+    /// The LBA whose Read panics inside the I/O command (`u64::MAX`: none). Only the test below
+    /// sets it, to an LBA no other test reads.
+    static PANIC_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+    /// The test-only injection point: called inside every I/O command, under the command's
+    /// `catch_unwind`, before it executes.
+    pub(super) fn injected_panic(request: &io::Request) {
+        if let IoCommand::Read { slba, .. } = request.cmd {
+            if slba == PANIC_AT.load(Ordering::Relaxed) {
+                panic!("injected panic in the Read of LBA {slba}");
+            }
+        }
+    }
+
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0badc0de-2222-3333-4444-555555555555";
+    const LBA: u64 = 77;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_in_one_io_command_fails_only_that_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pool = crate::pool::open(&[dir.path().join("pool.img")], true).unwrap();
+        let id = pool
+            .create_volume(VolumeSpec::new("panics", 1 << 20))
+            .unwrap();
+        pool.publish(id, HOST, false).unwrap();
+        let state = Arc::new(State::new("box".into(), Default::default()));
+        state.set_pool(pool);
+        let target = super::super::start(
+            state.clone(),
+            &NvmeConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                advertise: "127.0.0.1".parse().unwrap(),
+            },
+        )
+        .await
+        .unwrap();
+        let (addr, nqn) = (target.endpoint, crate::naming::subsystem_nqn("box", id));
+        let admin = Admin::connect(addr, &nqn, HOST, 0).await.unwrap();
+        let mut q = admin
+            .io_queue(addr, 1, &nqn, HOST, Digests::NONE)
+            .await
+            .unwrap();
+        let data = vec![0x5au8; 4096];
+        let (sqe, d) = host_io::write(LBA, &data, false);
+        ok(&q.cmd(sqe, d).await);
+
+        PANIC_AT.store(LBA, Ordering::Relaxed);
+        let (sqe, d) = host_io::read(LBA, 1);
+        assert_eq!(
+            status(&q.cmd(sqe, d).await),
+            (0, 0x06, false),
+            "the panicking command fails with Internal Error"
+        );
+        // The same connection keeps serving, reads and writes, and so does a second queue.
+        let (sqe, d) = host_io::write(LBA + 1, &data, false);
+        ok(&q.cmd(sqe, d).await);
+        let (sqe, d) = host_io::read(LBA + 1, 1);
+        let read = q.cmd(sqe, d).await;
+        ok(&read);
+        assert_eq!(read.data, data);
+        let mut q2 = admin
+            .io_queue(addr, 2, &nqn, HOST, Digests::NONE)
+            .await
+            .unwrap();
+        PANIC_AT.store(u64::MAX, Ordering::Relaxed);
+        let (sqe, d) = host_io::read(LBA, 1);
+        let read = q2.cmd(sqe, d).await;
+        ok(&read);
+        assert_eq!(read.data, data, "the failed read changed nothing");
+        // The panic happened outside the pool lock: the pool is not poisoned.
+        assert!(state.lock_pool().is_ok());
+        drop((q, q2, admin));
+        target.stop().await;
     }
 }
