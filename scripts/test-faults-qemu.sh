@@ -10,15 +10,34 @@
 #   2.  ControllerUnpublishVolume while the guest writes (connected with fast_io_fail_tmo=5):
 #       fio gets EIO within 15 s of the call, the target refuses the reconnects (guest dmesg and
 #       the appliance log).
-# Prints one 'FAULTS PASS|FAIL <check>: <figures>' line per check. Every step and VM has a time
-# budget. Logs: qemu/.cache/logs/faults-guest.log, qemu/.cache/logs/faults-edgevold.log.
-# Installs what it needs (scripts/setup-qemu.sh, apt: nvme-cli, fio). Exit 0 = every check passed.
+# Prints one 'FAULTS PASS|FAIL <check>: <figures>' line per check. Then:
+#   3.  power cut: the appliance firmware image VM (qemu/appliance-vm.sh, emulated NVMe drive)
+#       and a node VM (qemu/node-vm.sh, edgevol-node); the node writes fsynced files on an ext4
+#       volume and fsynced raw batches on a block volume; QEMU of the appliance VM gets SIGKILL,
+#       the VM boots again from the same disks; every fsynced byte must read back, the node must
+#       resume by itself without I/O errors, fsck.ext4 -n must be clean
+#       (tests/e2e/tests/powercut.rs, qemu/faults-powercut-node.sh).
+# Every step and VM has a time budget; a failed check does not stop the next one. Logs:
+# qemu/.cache/logs/faults-guest.log, faults-edgevold.log, faults-pc-*.log.
+# Installs what it needs (scripts/setup-qemu.sh, apt: nvme-cli, fio, util-linux, e2fsprogs,
+# xfsprogs). Exit 0 = every check passed.
 #
-# usage: scripts/test-faults-qemu.sh
+# usage: scripts/test-faults-qemu.sh [--skip-power-cut] [--only-power-cut]
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
+. "$ROOT/qemu/versions.env"
+. "$ROOT/image/versions.env"
+do_kill=1 do_cut=1
+while (($#)); do
+    case "$1" in
+    --skip-power-cut) do_cut=0; shift ;;
+    --only-power-cut) do_kill=0; shift ;;
+    *) echo "usage: $0 [--skip-power-cut] [--only-power-cut]" >&2; exit 2 ;;
+    esac
+done
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
 say() { echo "==> faults: $*" >&2; }
 t0=$SECONDS
 
@@ -34,17 +53,95 @@ step() { # BUDGET NAME COMMAND...
 }
 
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
-apt_need nvme-cli fio
-step 900 "build the host test (and edgevold)" \
-    cargo test --locked -p edgevol-appliance --test faults_qemu --no-run
-# Guest boot ~40 s, each workload ~60 s with its three kills, the unpublish ~30 s; the test's
-# own guest budget is 540 s.
+# nvme-cli and fio are copied into the guest of checks 1-2; the node VM of check 3 runs the host's
+# util-linux, e2fsprogs and xfsprogs (qemu/node-vm.sh copies them).
+apt_need nvme-cli fio util-linux e2fsprogs xfsprogs
 status=0
-step 600 "checks 1 and 2: kill -9 under fio verify (overwrite, allocate), unpublish during I/O" \
-    cargo test --locked -p edgevol-appliance --test faults_qemu -- --ignored --nocapture ||
-    status=1
+
+# --- 1, 2: edgevold on the host, killed and unpublished under a guest's I/O -------------------
+if ((do_kill)); then
+    step 900 "build the host test (and edgevold)" \
+        cargo test --locked -p edgevol-appliance --test faults_qemu --no-run || exit 1
+    # Guest boot ~10 s, each workload ~45 s with its three kills, the unpublish ~20 s; the
+    # test's own guest budget is 540 s.
+    step 600 "checks 1 and 2: kill -9 under fio verify (overwrite, allocate), unpublish during I/O" \
+        cargo test --locked -p edgevol-appliance --test faults_qemu -- --ignored --nocapture ||
+        status=1
+fi
+
+# --- 3: power cut of the appliance VM under a node VM's fsynced writes --------------------------
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do [[ -f "$p" ]] && kill "$(cat "$p" 2>/dev/null)" 2>/dev/null || true; done
+    pids=()
+}
+trap cleanup EXIT
+wait_log() { # FILE TEXT: up to 30 s (the console copies the daemon's log with tail -f)
+    local i
+    for i in $(seq 1 60); do grep -q -- "$2" "$1" && return 0; sleep 0.5; done
+    return 1
+}
+power_cut() {
+    local run="$CACHE/faults-pc" image="$CACHE/faults-image"
+    rm -rf "$run"
+    mkdir -p "$run" "$CACHE/logs" "$CACHE/run"
+    # A private image output: scripts/test-e2e-qemu.sh may be building image/out concurrently.
+    step 1800 "build the image, static edgevol-node and e2e-agent, the host test" bash -c "
+        '$ROOT/image/build.sh' --out '$image' >'$run/image-sizes.txt' &&
+        CC_x86_64_unknown_linux_musl=\${CC_x86_64_unknown_linux_musl:-musl-gcc} \
+            cargo build --release --locked --target $EDGEVOL_GUEST_TARGET -p edgevol-node \
+            -p edgevol-e2e --bins &&
+        cargo test --locked -p edgevol-e2e --test powercut --no-run" || return 1
+    local bin="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
+    free_port() { python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET, getattr(socket, sys.argv[1])); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' "$1"; }
+    local csi_port node_csi node_exec link_a link_n
+    csi_port=$(free_port SOCK_STREAM) node_csi=$(free_port SOCK_STREAM) node_exec=$(free_port SOCK_STREAM)
+    link_a=$(free_port SOCK_DGRAM) link_n=$(free_port SOCK_DGRAM)
+    cp "$image/edgevol.img" "$run/disk.img"
+    truncate -s 1G "$run/nvme0.img"
+    local apid="$CACHE/run/faults-pc-appliance.pid" npid="$CACHE/run/faults-pc-node.pid"
+    pids+=("$apid" "$npid")
+    # The same disks, ports and pidfile for the boot after the cut (the test runs it).
+    local boot=("$ROOT/qemu/appliance-vm.sh" --disk "$run/disk.img" --nvme "$run/nvme0.img"
+        --csi-port "$csi_port" --link "$link_a:$link_n" --pidfile "$apid" --mem 512 --timeout 150)
+    step 180 "power cut: first boot of the appliance VM (blank drive: PKI, format)" \
+        "${boot[@]}" --name faults-pc-appliance --lifetime 900 || return 1
+    wait_log "$CACHE/logs/faults-pc-appliance.log" "pool open: ready" ||
+        { say "FAIL: the appliance VM's pool did not open"; return 1; }
+    # The client PKI from the persistent partition (as scripts/test-e2e-qemu.sh takes it): a copy
+    # of the live ext4 partition made consistent by e2fsck, read by debugfs.
+    local persist="$run/persist.ext4" appliance_id
+    dd if="$run/disk.img" of="$persist" bs=1M skip=$((1 + EDGEVOL_BOOT_MIB)) \
+        count="$EDGEVOL_PERSIST_MIB" status=none
+    e2fsck -fy "$persist" >/dev/null 2>&1 || (($? <= 1)) || { say "FAIL: e2fsck of the persist copy"; return 1; }
+    debugfs -R "rdump /pki $run" "$persist" 2>/dev/null
+    appliance_id=$(debugfs -R "cat /state/appliance-id" "$persist" 2>/dev/null | tr -d '[:space:]')
+    [[ -f "$run/pki/controller.key" && -n "$appliance_id" ]] ||
+        { say "FAIL: no PKI or appliance id on the persistent partition"; return 1; }
+    step 150 "power cut: boot the node VM" \
+        "$ROOT/qemu/node-vm.sh" --name faults-pc-node --bin-dir "$bin" --link "$link_n:$link_a" \
+        --csi-port "$node_csi" --exec-port "$node_exec" --appliance "$appliance_id" \
+        --timeout 120 --lifetime 900 || return 1
+    local reboot
+    printf -v reboot '%q ' "${boot[@]}" --name faults-pc-appliance-2 --lifetime 600
+    EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/pki" \
+        EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
+        EDGEVOL_PC_APPLIANCE_PIDFILE="$apid" EDGEVOL_PC_REBOOT="$reboot" \
+        step 720 "check 3: power cut of the appliance VM under fsynced writes (ext4 files, raw)" \
+        cargo test --locked -p edgevol-e2e --test powercut -- --ignored --nocapture
+}
+if ((do_cut)); then
+    if power_cut; then
+        say "PASS 3 power cut (logs: $CACHE/logs/faults-pc-*.log)"
+    else
+        say "FAIL 3 power cut (logs: $CACHE/logs/faults-pc-*.log)"
+        status=1
+    fi
+    cleanup
+fi
+
 if ((status)); then
-    say "FAIL after $((SECONDS - t0)) s (verdicts: the FAULTS lines above)"
+    say "FAIL after $((SECONDS - t0)) s (verdicts: the FAULTS lines and check 3 above)"
 else
     say "PASS in $((SECONDS - t0)) s"
 fi
