@@ -27,23 +27,7 @@ use crate::naming;
 use crate::nvme::stats::MediaHealth;
 use crate::state::State;
 
-/// publish_context keys the node plugin reads.
-pub mod publish_context {
-    /// Always `tcp`.
-    pub const TRANSPORT: &str = "transport";
-    /// The target's address.
-    pub const ADDRESS: &str = "targetAddress";
-    /// The target's port.
-    pub const PORT: &str = "targetPort";
-    /// The volume's subsystem NQN.
-    pub const SUBSYSTEM_NQN: &str = "subsystemNqn";
-    /// Namespace NGUID, 32 lower-case hex digits.
-    pub const NGUID: &str = "nguid";
-    /// Namespace UUID, 8-4-4-4-12.
-    pub const UUID: &str = "uuid";
-    /// `true` when the host may only read.
-    pub const READONLY: &str = "readonly";
-}
+pub use edgevol_driver::publish_context;
 
 /// A byte count or id as CSI's `int64`, saturating.
 pub fn i64_of(v: u64) -> i64 {
@@ -220,7 +204,7 @@ pub fn publish_context(
 ) -> HashMap<String, String> {
     use publish_context as k;
     HashMap::from([
-        (k::TRANSPORT.to_owned(), "tcp".to_owned()),
+        (k::TRANSPORT.to_owned(), k::TRANSPORT_TCP.to_owned()),
         (k::ADDRESS.to_owned(), endpoint.ip().to_string()),
         (k::PORT.to_owned(), endpoint.port().to_string()),
         (

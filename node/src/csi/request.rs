@@ -22,18 +22,10 @@ use crate::fs::{check_supported, DEFAULT_FS};
 use crate::sysfs::{normalize_id, NamespaceId};
 use crate::volume::{Access, AccessMode, Capability, ExpandRequest, PublishRequest, StageRequest};
 
-/// publish_context key: transport.
-pub const KEY_TRANSPORT: &str = "transport";
-/// publish_context key: target IP address.
-pub const KEY_ADDRESS: &str = "targetAddress";
-/// publish_context key: target TCP port.
-pub const KEY_PORT: &str = "targetPort";
-/// publish_context key: subsystem NQN.
-pub const KEY_NQN: &str = "subsystemNqn";
-/// publish_context key: namespace NGUID.
-pub const KEY_NGUID: &str = "nguid";
-/// publish_context key: namespace UUID.
-pub const KEY_UUID: &str = "uuid";
+use edgevol_driver::publish_context::{
+    ADDRESS as KEY_ADDRESS, NGUID as KEY_NGUID, PORT as KEY_PORT, SUBSYSTEM_NQN as KEY_NQN,
+    TRANSPORT as KEY_TRANSPORT, UUID as KEY_UUID,
+};
 /// volume_context key: filesystem type.
 pub const KEY_FS_TYPE: &str = "fsType";
 
