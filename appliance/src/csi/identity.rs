@@ -57,6 +57,13 @@ impl Identity for IdentityService {
         &self,
         _request: Request<ProbeRequest>,
     ) -> Result<Response<ProbeResponse>, Status> {
+        // A pool poisoned by a panic serves nothing until edgevold restarts (and recovers it
+        // from its journal): the spec's "plugin is unhealthy".
+        if self.state.pool().is_some_and(|p| p.is_poisoned()) {
+            return Err(Status::failed_precondition(
+                "the pool was poisoned by a panic and serves nothing: restart edgevold",
+            ));
+        }
         Ok(Response::new(ProbeResponse {
             ready: Some(self.state.is_ready()),
         }))
@@ -84,5 +91,28 @@ mod tests {
         let pool = crate::pool::open(&[dir.path().join("pool.img")], true).unwrap();
         state.set_pool(pool);
         assert_eq!(probe().await, Some(true));
+    }
+
+    #[tokio::test]
+    async fn probe_reports_a_poisoned_pool_as_unhealthy() {
+        let state = Arc::new(State::new("box".into(), Default::default()));
+        let dir = tempfile::tempdir().unwrap();
+        state.set_pool(crate::pool::open(&[dir.path().join("pool.img")], true).unwrap());
+        let poisoner = state.clone();
+        let _ = std::thread::spawn(move || {
+            let _held = poisoner.pool().unwrap().lock().unwrap();
+            panic!("injected: poisons the pool lock");
+        })
+        .join();
+        let err = IdentityService::new(state)
+            .probe(Request::new(ProbeRequest {}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            err.message().contains("restart edgevold"),
+            "{}",
+            err.message()
+        );
     }
 }
