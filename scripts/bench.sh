@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One benchmark command: control plane over mTLS, core, hal (raw-device baseline), the data path
-# (if appliance/benches/data_path.rs exists), and footprint (daemon RSS at 0 / 1,000 / 10,000
+# (appliance/benches/data_path.rs), and footprint (daemon RSS at 0 / 1,000 / 10,000
 # volumes, static binary size, firmware image size), and in full mode the data path in QEMU (fio in
 # a node VM: edgevol vs the kernel's nvmet-tcp) with the image's boot-to-ready (scripts/bench-qemu.sh).
 # Prints every table and writes them as JSON
@@ -101,11 +101,7 @@ if ((quick)); then hal_args=(--size-mib 64 --secs 0.05); else hal_args=(--size-m
 run "hal" cargo run -q "${profile[@]}" -p edgevol-hal --bin hal-bench -- "$hal_file" "${hal_args[@]}"
 rm -f "$hal_file"
 
-if [[ -f appliance/benches/data_path.rs ]]; then
-    run "data path" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench data_path -- "${qarg[@]}"
-else
-    log "data path: appliance/benches/data_path.rs not present yet: skipped"
-fi
+run "data path" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench data_path -- "${qarg[@]}"
 
 # Data path in QEMU and the image's boot-to-ready (scripts/bench-qemu.sh: two TCG VMs, fio, minutes
 # of runtime): full mode only. A failure there is reported and does not stop the other benches.

@@ -12,8 +12,8 @@
 //!   a flush meanwhile stays held and is never handed to another volume while we still touch it.
 //!   Tickets are completed by a guard, on every path (errors, a dropped connection).
 //! - A write that allocates (first write of a cluster, copy-on-write) makes the new mapping
-//!   visible at once, so its zero-fill/copy and data are written before the lock is released,
-//!   as before. Steady-state writes (in place) do not allocate.
+//!   visible at once, so its zero-fill/copy and data are written before the lock is released.
+//!   Steady-state writes (in place) do not allocate.
 //! - A detached write is counted in the [`Gate`] while the pool lock is still held; the gate is
 //!   the pool's [`Quiesce`] hook, so a snapshot, group snapshot or clone (which holds the lock)
 //!   waits until every detached write has landed: the snapshot contains each write completed or
