@@ -1,9 +1,12 @@
-//! Crash test: a workload of 2,000+ operations runs once on a device that records every write,
-//! discard and flush. Then, for EVERY write N of that trace, the device is rebuilt as a power cut
-//! during write N would leave it: everything before the last flush survives, each block written
-//! since survives or not (seeded random), and write N is torn part way through a block. Recovery
-//! must then mount, hold exactly the acknowledged metadata (plus, possibly, the operation in
-//! flight, whole), and return the last durable data of every block not written since.
+//! Crash test: a workload of 2,000+ operations runs once on hal's fault device recording every
+//! write, discard and flush (`edgevol_hal::FaultDevice::start_recording`, each event tagged with
+//! the operation that issued it). Then, for EVERY write N of that recording, the device is rebuilt
+//! as a power cut during write N would leave it (`Cuts::power_cut`): everything before the last
+//! flush survives, each block written or discarded since survives or not (seeded random, so out
+//! of order), and write N is torn part way through a block, at any byte (`TearUnit::Byte`: a
+//! 512-byte block is one sector, so sector tears would never split one). Recovery must then
+//! mount, hold exactly the acknowledged metadata (plus, possibly, the operation in flight, whole),
+//! and return the last durable data of every block not written since.
 //!
 //! Seed: `CRASH_SEED=<n>` replays a run; the seed in use is printed.
 // Host-only test code on 64-bit machines: byte counts of test devices fit in usize.
@@ -14,8 +17,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use common::{read, write, BLOCK, CLUSTER};
+use common::{read, write, FaultyRam, BLOCK, CLUSTER};
 use edgevol_core::*;
+use edgevol_hal::TearUnit;
 
 const CS: u64 = CLUSTER as u64;
 const BS: usize = BLOCK as usize;
@@ -30,56 +34,6 @@ impl Rng {
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Event {
-    Write { block: u64, data: Vec<u8> },
-    Discard { block: u64, count: u64 },
-    Flush,
-}
-
-/// Records every mutation, tagged with the workload operation that issued it.
-struct TraceDevice {
-    image: RamDevice,
-    events: Vec<(usize, Event)>,
-    op: usize,
-}
-
-impl ErrorType for TraceDevice {
-    type Error = DeviceErrorKind;
-}
-
-impl BlockDevice for TraceDevice {
-    fn block_size(&self) -> u32 {
-        self.image.block_size()
-    }
-    fn block_count(&self) -> u64 {
-        self.image.block_count()
-    }
-    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), DeviceErrorKind> {
-        self.image.read(block, buf)
-    }
-    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), DeviceErrorKind> {
-        self.image.write(block, data)?;
-        self.events.push((
-            self.op,
-            Event::Write {
-                block,
-                data: data.to_vec(),
-            },
-        ));
-        Ok(())
-    }
-    fn flush(&mut self) -> Result<(), DeviceErrorKind> {
-        self.events.push((self.op, Event::Flush));
-        Ok(())
-    }
-    fn discard(&mut self, block: u64, count: u64) -> Result<(), DeviceErrorKind> {
-        self.image.discard(block, count)?;
-        self.events.push((self.op, Event::Discard { block, count }));
-        Ok(())
     }
 }
 
@@ -146,7 +100,7 @@ impl Workload {
         (!items.is_empty()).then(|| items[self.rng.below(items.len() as u64) as usize])
     }
 
-    fn run_op(&mut self, pool: &mut Pool<TraceDevice>) {
+    fn run_op(&mut self, pool: &mut Pool<FaultyRam>) {
         let data_before = self.data.clone();
         let mut written = Vec::new();
         let vols: Vec<VolumeId> = pool.volumes(None).map(|v| v.id()).collect();
@@ -325,7 +279,7 @@ impl Workload {
         self.record(pool, data_before, commits, written)
     }
 
-    fn record(&mut self, pool: &Pool<TraceDevice>, data_before: Data, commits: bool, written: Vec<(u64, u64, u64)>) {
+    fn record(&mut self, pool: &Pool<FaultyRam>, data_before: Data, commits: bool, written: Vec<(u64, u64, u64)>) {
         self.ops.push(OpRecord {
             after: summary(pool),
             data_before,
@@ -333,26 +287,6 @@ impl Workload {
             durable: commits,
             written,
         });
-    }
-}
-
-/// Applies an event to an image, keeping each block with probability 1/2 when `random` is set.
-fn apply(image: &mut [u8], ev: &Event, rng: Option<&mut Rng>) {
-    let (block, blocks, data) = match ev {
-        Event::Write { block, data } => (*block, data.len() / BS, Some(data)),
-        Event::Discard { block, count } => (*block, *count as usize, None),
-        Event::Flush => return,
-    };
-    let mut rng = rng;
-    for i in 0..blocks {
-        if rng.as_mut().is_some_and(|r| r.below(2) == 0) {
-            continue;
-        }
-        let at = (block as usize + i) * BS;
-        match data {
-            Some(d) => image[at..at + BS].copy_from_slice(&d[i * BS..(i + 1) * BS]),
-            None => image[at..at + BS].fill(0),
-        }
     }
 }
 
@@ -371,14 +305,9 @@ fn run(seed: u64) {
     println!("CRASH_SEED={seed}");
     let data_clusters = 160u64;
     let blocks = 2 + 2 * 128 + 64 + 8 + data_clusters * CS / BS as u64;
-    let dev = TraceDevice {
-        image: RamDevice::new(BLOCK, blocks),
-        events: Vec::new(),
-        op: 0,
-    };
-    let mut pool = Pool::format(dev, common::options(9)).unwrap();
-    let base = pool.device_mut().image.as_bytes().to_vec();
-    pool.device_mut().events.clear();
+    let mut pool = Pool::format(common::faulty_ram(blocks, seed), common::options(9)).unwrap();
+    // Format flushed: what the device holds now is the durable base of every cut.
+    pool.device_mut().start_recording();
     let empty = summary(&pool);
 
     let mut w = Workload {
@@ -390,54 +319,29 @@ fn run(seed: u64) {
     };
     const OPS: usize = 2500;
     for k in 0..OPS {
-        pool.device_mut().op = k;
+        pool.device_mut().set_tag(k as u64);
         w.run_op(&mut pool);
     }
-    let events = std::mem::take(&mut pool.device_mut().events);
-    let writes = events.iter().filter(|(_, e)| matches!(e, Event::Write { .. })).count();
-    println!("{OPS} operations, {} events, {writes} writes", events.len());
+    let recording = pool.device_mut().take_recording().unwrap();
+    let writes = common::recorded_writes(&recording);
+    println!("{OPS} operations, {} events, {writes} writes", recording.events().len());
     assert!(writes >= OPS / 2, "workload too small to mean anything");
 
-    // The last op acknowledged as durable before op k (a commit, or a successful flush).
-    let mut durable = base.clone();
-    let mut pending: Vec<&Event> = Vec::new();
-    let mut cut_rng = Rng(seed.rotate_left(17) | 1);
+    let mut cuts = recording.cuts(seed.rotate_left(17), TearUnit::Byte);
     let mut checked_blocks = 0u64;
-    for (i, (k, ev)) in events.iter().enumerate() {
-        match ev {
-            Event::Flush => {
-                for p in pending.drain(..) {
-                    apply(&mut durable, p, None);
-                }
-                continue;
-            }
-            Event::Discard { .. } => {
-                pending.push(ev);
-                continue;
-            }
-            Event::Write { block, data } => {
-                let mut image = durable.clone();
-                for p in &pending {
-                    apply(&mut image, p, Some(&mut cut_rng));
-                }
-                // Tear write N: whole blocks up to a point, then part of one block.
-                let whole = cut_rng.below(data.len() as u64 / BS as u64 + 1) as usize;
-                let bytes = (whole * BS + cut_rng.below(BS as u64) as usize).min(data.len());
-                let at = *block as usize * BS;
-                image[at..at + bytes].copy_from_slice(&data[..bytes]);
-                checked_blocks += check_cut(i, *k, image, &w.ops, &empty);
-                pending.push(ev);
-            }
-        }
+    let mut cut_count = 0;
+    while let Some(cut) = cuts.next_cut().unwrap() {
+        let image = cuts.power_cut().unwrap();
+        checked_blocks += check_cut(cut.event, cut.tag as usize, image, &w.ops, &empty);
+        cut_count += 1;
     }
+    assert_eq!(cut_count, writes, "a cut at every write");
     println!("{writes} cuts recovered, {checked_blocks} durable blocks verified");
 }
 
 /// Opens the image of a cut during op `k` and checks it against what was acknowledged.
-fn check_cut(event: usize, k: usize, image: Vec<u8>, ops: &[OpRecord], empty: &str) -> u64 {
-    let mut dev = RamDevice::new(BLOCK, (image.len() / BS) as u64);
-    dev.as_bytes_mut().copy_from_slice(&image);
-    let mut pool = Pool::open(dev).unwrap_or_else(|e| panic!("cut at event {event} (op {k}): open failed: {e:?}"));
+fn check_cut(event: usize, k: usize, image: edgevol_hal::RamDevice, ops: &[OpRecord], empty: &str) -> u64 {
+    let mut pool = Pool::open(image).unwrap_or_else(|e| panic!("cut at event {event} (op {k}): open failed: {e:?}"));
     let got = summary(&pool);
     let acked = if k == 0 { empty } else { &ops[k - 1].after };
     let in_flight_landed = got == ops[k].after && got != *acked;

@@ -1,19 +1,22 @@
 //! Crash test of the data path's commit protocol: several writers interleave allocating writes and
 //! trims (lock: map + data write, take a ticket; lock again: `persist(ticket)`, then acknowledge),
-//! with periodic `sync`s, host flushes and control operations. The workload runs once on a device
-//! that records every write, discard and flush; then, for EVERY write N of that trace, two crashes
-//! are replayed:
+//! with periodic `sync`s, host flushes and control operations. The workload runs once on hal's
+//! fault device recording every write, discard and flush (`edgevol_hal::FaultDevice`, each event
+//! tagged with the operation that issued it); then, for EVERY write N of that recording, two
+//! crashes are rebuilt (`edgevol_hal::Cuts`):
 //!
-//! - **Process crash**: the device holds everything written up to and including write N (the page
-//!   cache survives a killed process). Reopened in the same epoch, every write acknowledged before
-//!   the operation in flight reads back exactly.
-//! - **Power cut**: everything before the last flush survives, each block written (or discarded)
-//!   since survives or not (seeded random, so later blocks may survive where earlier ones did not),
-//!   and write N is torn part way through a block. Reopened in another epoch, the pool opens, every
-//!   write acknowledged before the last completed sync, flush or control operation reads back, and
-//!   no block holds bytes its volume never wrote there (another volume's, or a freed cluster's).
+//! - **Process crash** (`Cuts::process_crash`): the device holds everything written up to and
+//!   including write N (the page cache survives a killed process). Reopened in the same epoch,
+//!   every write acknowledged before the operation in flight reads back exactly.
+//! - **Power cut** (`Cuts::power_cut`): everything before the last flush survives, each block
+//!   written (or discarded) since survives or not (seeded random, so later blocks may survive where
+//!   earlier ones did not), and write N is torn part way through a block, at any byte
+//!   (`TearUnit::Byte`). Reopened in another epoch, the pool opens, every write acknowledged before
+//!   the last completed sync, flush or control operation reads back, and no block holds bytes its
+//!   volume never wrote there (another volume's, or a freed cluster's).
 //!
-//! Discards leave zeros or the old bytes (seeded random), both allowed by the device contract.
+//! Discards leave zeros or the old bytes (`DiscardMode::Random`, decided once per discard for the
+//! live run and every rebuilt crash alike), both allowed by the device contract.
 //! Seed: `CRASH_SEED=<n>` replays a run; the seed in use is printed.
 // Host-only test code on 64-bit machines: byte counts of test devices fit in usize.
 #![allow(clippy::cast_possible_truncation)]
@@ -22,11 +25,12 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{read, BLOCK, CLUSTER};
+use common::{read, FaultyRam, CLUSTER};
 use edgevol_core::*;
+use edgevol_hal::{DiscardMode, FaultEvent, TearUnit};
 
 const CS: u64 = CLUSTER as u64;
-const BS: usize = BLOCK as usize;
+const BS: usize = common::BLOCK as usize;
 const PER_CLUSTER: u64 = CS / BS as u64;
 const WRITERS: usize = 4;
 const LIVE: Epoch = Epoch(*b"boot-of-the-run.");
@@ -42,59 +46,6 @@ impl Rng {
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Event {
-    Write { block: u64, data: Vec<u8> },
-    Discard { block: u64, count: u64, zeroes: bool },
-    Flush,
-}
-
-/// Records every mutation, tagged with the workload operation that issued it.
-struct TraceDevice {
-    image: RamDevice,
-    events: Vec<(usize, Event)>,
-    op: usize,
-    rng: Rng,
-}
-
-impl ErrorType for TraceDevice {
-    type Error = DeviceErrorKind;
-}
-
-impl BlockDevice for TraceDevice {
-    fn block_size(&self) -> u32 {
-        self.image.block_size()
-    }
-    fn block_count(&self) -> u64 {
-        self.image.block_count()
-    }
-    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), DeviceErrorKind> {
-        self.image.read(block, buf)
-    }
-    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), DeviceErrorKind> {
-        self.image.write(block, data)?;
-        let data = data.to_vec();
-        self.events.push((self.op, Event::Write { block, data }));
-        Ok(())
-    }
-    fn flush(&mut self) -> Result<(), DeviceErrorKind> {
-        self.events.push((self.op, Event::Flush));
-        Ok(())
-    }
-    fn discard(&mut self, block: u64, count: u64) -> Result<(), DeviceErrorKind> {
-        // What the discarded blocks read back as is decided here, once, for the live run and
-        // every crash image alike.
-        let zeroes = self.rng.below(2) == 0;
-        if zeroes {
-            self.image.discard(block, count)?;
-        } else {
-            device::check_discard(self, block, count)?;
-        }
-        self.events.push((self.op, Event::Discard { block, count, zeroes }));
-        Ok(())
     }
 }
 
@@ -182,7 +133,7 @@ impl Workload {
         self.objects[&id].iter().map(|b| b.last().unwrap().stamp).collect()
     }
 
-    fn run_op(&mut self, pool: &mut Pool<TraceDevice>, k: usize) {
+    fn run_op(&mut self, pool: &mut Pool<FaultyRam>, k: usize) {
         let before = summary(pool);
         let durable = match self.rng.below(100) {
             0..=59 => {
@@ -211,7 +162,7 @@ impl Workload {
 
     /// One lock section of one writer: either map + write (or trim) and take a ticket, or persist
     /// its ticket and acknowledge.
-    fn writer_step(&mut self, pool: &mut Pool<TraceDevice>, k: usize) {
+    fn writer_step(&mut self, pool: &mut Pool<FaultyRam>, k: usize) {
         let w = self.rng.below(WRITERS as u64) as usize;
         if let Some(job) = self.writers[w].take() {
             // Another writer's commit may have covered this one already (group commit).
@@ -273,7 +224,7 @@ impl Workload {
         (id, b, block.len() - 1)
     }
 
-    fn control(&mut self, pool: &mut Pool<TraceDevice>, k: usize) {
+    fn control(&mut self, pool: &mut Pool<FaultyRam>, k: usize) {
         self.names += 1;
         let name = format!("o{}", self.names);
         let vols: Vec<VolumeId> = pool.volumes(None).map(|v| v.id()).collect();
@@ -337,7 +288,7 @@ impl Workload {
 
 /// The data path's write: map, prepare fresh clusters, write the data (all under the lock).
 /// Returns the bytes written from the start, and whether all were.
-fn write_data(pool: &mut Pool<TraceDevice>, vol: VolumeId, offset: u64, data: &[u8]) -> (usize, Result<()>) {
+fn write_data(pool: &mut Pool<FaultyRam>, vol: VolumeId, offset: u64, data: &[u8]) -> (usize, Result<()>) {
     let mut done = 0usize;
     while done < data.len() {
         let mut segs = [WriteSegment::EMPTY; 4];
@@ -365,25 +316,6 @@ fn write_data(pool: &mut Pool<TraceDevice>, vol: VolumeId, offset: u64, data: &[
     (done, Ok(()))
 }
 
-/// Applies an event to an image; with `rng`, each block of it survives with probability 1/2.
-fn apply(image: &mut [u8], ev: &Event, mut rng: Option<&mut Rng>) {
-    let (block, blocks, data) = match ev {
-        Event::Write { block, data } => (*block, data.len() / BS, Some(data)),
-        Event::Discard { zeroes: false, .. } | Event::Flush => return,
-        Event::Discard { block, count, .. } => (*block, *count as usize, None),
-    };
-    for i in 0..blocks {
-        if rng.as_mut().is_some_and(|r| r.below(2) == 0) {
-            continue;
-        }
-        let at = (block as usize + i) * BS;
-        match data {
-            Some(d) => image[at..at + BS].copy_from_slice(&d[i * BS..(i + 1) * BS]),
-            None => image[at..at + BS].fill(0),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Crash {
     Process,
@@ -405,16 +337,12 @@ fn run(seed: u64) {
     println!("CRASH_SEED={seed}");
     let data_clusters = 96u64;
     let blocks = 2 + 2 * 128 + 64 + 8 + data_clusters * PER_CLUSTER;
-    let dev = TraceDevice {
-        image: RamDevice::new(BLOCK, blocks),
-        events: Vec::new(),
-        op: 0,
-        rng: Rng(seed.rotate_left(7) | 1),
-    };
+    let mut dev = common::faulty_ram(blocks, seed.rotate_left(7));
+    dev.config_mut().discard = DiscardMode::Random;
     let mut pool = Pool::format(dev, common::options(5)).unwrap();
     pool.set_epoch(LIVE).unwrap();
-    let base = pool.device_mut().image.as_bytes().to_vec();
-    pool.device_mut().events.clear();
+    // Format flushed: what the device holds now is the durable base of every crash.
+    pool.device_mut().start_recording();
     let empty = summary(&pool);
 
     let mut w = Workload {
@@ -429,15 +357,20 @@ fn run(seed: u64) {
     };
     const OPS: usize = 1500;
     for k in 0..OPS {
-        pool.device_mut().op = k;
+        pool.device_mut().set_tag(k as u64);
         w.run_op(&mut pool, k);
     }
-    let events = std::mem::take(&mut pool.device_mut().events);
-    let writes = events.iter().filter(|(_, e)| matches!(e, Event::Write { .. })).count();
-    let flushes = events.iter().filter(|(_, e)| matches!(e, Event::Flush)).count();
+    let recording = pool.device_mut().take_recording().unwrap();
+    let events = recording.events();
+    let writes = common::recorded_writes(&recording);
+    let flushes = events.iter().filter(|r| r.event == FaultEvent::Flush).count();
+    let kept_discards = events
+        .iter()
+        .filter(|r| matches!(r.event, FaultEvent::Discard { forwarded: false, .. }))
+        .count();
     println!(
         "{OPS} operations, {} acknowledged block versions, {} persists covered by another's commit, {} events, \
-         {writes} writes, {flushes} flushes",
+         {writes} writes, {flushes} flushes, {kept_discards} discards that kept the old bytes",
         w.acknowledged,
         w.covered,
         events.len()
@@ -447,37 +380,18 @@ fn run(seed: u64) {
         "workload too small to mean anything"
     );
     assert!(w.covered > 0, "no group commit happened");
+    assert!(kept_discards > 0, "no discard left stale bytes");
 
-    let mut durable = base.clone();
-    let mut everything = base;
-    let mut pending: Vec<&Event> = Vec::new();
-    let mut cut_rng = Rng(seed.rotate_left(17) | 1);
+    let mut cuts = recording.cuts(seed.rotate_left(17), TearUnit::Byte);
     let mut checked = [0u64; 2];
-    for (i, (k, ev)) in events.iter().enumerate() {
-        apply(&mut everything, ev, None);
-        match ev {
-            Event::Flush => {
-                for p in pending.drain(..) {
-                    apply(&mut durable, p, None);
-                }
-            }
-            Event::Discard { .. } => pending.push(ev),
-            Event::Write { block, data } => {
-                checked[0] += check_cut(i, *k, everything.clone(), Crash::Process, &w, &empty);
-                let mut image = durable.clone();
-                for p in &pending {
-                    apply(&mut image, p, Some(&mut cut_rng));
-                }
-                // Tear write N: whole blocks up to a point, then part of one block.
-                let whole = cut_rng.below(data.len() as u64 / BS as u64 + 1) as usize;
-                let bytes = (whole * BS + cut_rng.below(BS as u64) as usize).min(data.len());
-                let at = *block as usize * BS;
-                image[at..at + bytes].copy_from_slice(&data[..bytes]);
-                checked[1] += check_cut(i, *k, image, Crash::PowerCut, &w, &empty);
-                pending.push(ev);
-            }
-        }
+    let mut cut_count = 0;
+    while let Some(cut) = cuts.next_cut().unwrap() {
+        let (event, k) = (cut.event, cut.tag as usize);
+        checked[0] += check_cut(event, k, cuts.process_crash(), Crash::Process, &w, &empty);
+        checked[1] += check_cut(event, k, cuts.power_cut().unwrap(), Crash::PowerCut, &w, &empty);
+        cut_count += 1;
     }
+    assert_eq!(cut_count, writes, "two crashes at every write");
     println!(
         "{writes} writes x 2 crashes recovered; acknowledged blocks verified: {} after process crashes, {} after power cuts",
         checked[0], checked[1]
@@ -487,10 +401,8 @@ fn run(seed: u64) {
 
 /// Opens the image of a crash during op `k` and checks it against what was acknowledged. Returns
 /// how many blocks had to keep a version that a write or trim acknowledged.
-fn check_cut(event: usize, k: usize, image: Vec<u8>, crash: Crash, w: &Workload, empty: &str) -> u64 {
+fn check_cut(event: usize, k: usize, dev: edgevol_hal::RamDevice, crash: Crash, w: &Workload, empty: &str) -> u64 {
     let at = format!("{crash:?} at event {event} (op {k})");
-    let mut dev = RamDevice::new(BLOCK, (image.len() / BS) as u64);
-    dev.as_bytes_mut().copy_from_slice(&image);
     let epoch = match crash {
         Crash::Process => LIVE,
         Crash::PowerCut => AFTER_POWER_CUT,

@@ -3,14 +3,17 @@
 //!
 //! A "process crash" here is the device image as the pool left it (nothing lost: the page cache
 //! survives), reopened in the same epoch; a "power cut" reopens in another epoch, with the journal
-//! damaged by hand where a test needs un-flushed blocks lost.
+//! damaged by hand where a test needs un-flushed blocks lost. The device is hal's fault device over
+//! hal's RAM device (`common::FaultyRam`): its recording lists the writes, its counters the
+//! flushes, and `DiscardMode::KeepOld` leaves stale frames past the journal's tail.
 // Host-only test code on 64-bit machines: byte counts of test devices fit in usize.
 #![allow(clippy::cast_possible_truncation)]
 
 mod common;
 
-use common::{options, read, write, BLOCK, CLUSTER};
+use common::{options, read, write, FaultyRam, BLOCK, CLUSTER};
 use edgevol_core::*;
+use edgevol_hal::{DiscardMode, FaultEvent};
 
 const CS: u64 = CLUSTER as u64;
 const BS: usize = BLOCK as usize;
@@ -20,77 +23,66 @@ const JOURNAL_BLOCKS: u64 = 64;
 const A: Epoch = Epoch([0xA; 16]);
 const B: Epoch = Epoch([0xB; 16]);
 
-/// A RAM device that counts what the pool does to it. `zeroing_discard: false` makes discards
-/// leave the old bytes (allowed by the device contract), so stale frames stay past the tail.
-#[derive(Debug, Clone)]
-struct Dev {
-    ram: RamDevice,
-    /// (first block, blocks) of every write.
-    writes: Vec<(u64, u64)>,
-    flushes: u64,
-    zeroing_discard: bool,
+type Dev = FaultyRam;
+
+/// A device for `data_clusters` data clusters (plus metadata) recording every write from the
+/// start. Discards zero until a test makes them keep the old bytes.
+fn new_dev(data_clusters: u64) -> Dev {
+    let blocks = JOURNAL + JOURNAL_BLOCKS + 8 + data_clusters * CS / BS as u64;
+    let mut dev = common::faulty_ram(blocks, 0);
+    dev.start_recording();
+    dev
 }
 
-impl Dev {
-    fn new(data_clusters: u64) -> Self {
-        let blocks = JOURNAL + JOURNAL_BLOCKS + 8 + data_clusters * CS / BS as u64;
-        Self {
-            ram: RamDevice::new(BLOCK, blocks),
-            writes: Vec::new(),
-            flushes: 0,
-            zeroing_discard: true,
-        }
+/// What the tests ask of the device about the pool's I/O.
+trait Observed {
+    /// Writes so far.
+    fn writes(&self) -> usize;
+    /// Flushes so far.
+    fn flushes(&self) -> u64;
+    /// Journal blocks written by the writes after the first `from`, as (journal-relative block,
+    /// blocks).
+    fn journal_writes(&self, from: usize) -> Vec<(u64, u64)>;
+    /// Flips the first payload byte of the frame at journal block `at` (its CRC then fails).
+    fn damage_frame(&mut self, at: u64);
+}
+
+impl Observed for Dev {
+    fn writes(&self) -> usize {
+        self.stats().writes as usize
     }
 
-    /// Journal blocks written since `writes[from]`, as (journal-relative block, blocks).
+    fn flushes(&self) -> u64 {
+        self.stats().flushes
+    }
+
     fn journal_writes(&self, from: usize) -> Vec<(u64, u64)> {
-        self.writes[from..]
+        let recording = self.recording().expect("new_dev records");
+        recording
+            .events()
             .iter()
+            .filter_map(|r| match &r.event {
+                FaultEvent::Write { block, data } => Some((*block, (data.len() / BS) as u64)),
+                _ => None,
+            })
+            .skip(from)
             .filter(|(b, _)| (JOURNAL..JOURNAL + JOURNAL_BLOCKS).contains(b))
-            .map(|&(b, n)| (b - JOURNAL, n))
+            .map(|(b, n)| (b - JOURNAL, n))
             .collect()
     }
 
-    /// Flips the first payload byte of the frame at journal block `at` (its CRC then fails).
     fn damage_frame(&mut self, at: u64) {
-        self.ram.as_bytes_mut()[((JOURNAL + at) as usize) * BS + 56] ^= 0x10;
-    }
-}
-
-impl ErrorType for Dev {
-    type Error = DeviceErrorKind;
-}
-
-impl BlockDevice for Dev {
-    fn block_size(&self) -> u32 {
-        self.ram.block_size()
-    }
-    fn block_count(&self) -> u64 {
-        self.ram.block_count()
-    }
-    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), DeviceErrorKind> {
-        self.ram.read(block, buf)
-    }
-    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), DeviceErrorKind> {
-        self.writes.push((block, (data.len() / BS) as u64));
-        self.ram.write(block, data)
-    }
-    fn flush(&mut self) -> Result<(), DeviceErrorKind> {
-        self.flushes += 1;
-        Ok(())
-    }
-    fn discard(&mut self, block: u64, count: u64) -> Result<(), DeviceErrorKind> {
-        if self.zeroing_discard {
-            self.ram.discard(block, count)
-        } else {
-            device::check_discard(self, block, count)
-        }
+        let ram = self.inner_mut();
+        let mut block = vec![0; BS];
+        ram.read_blocks(JOURNAL + at, &mut block).unwrap();
+        block[56] ^= 0x10;
+        ram.write_blocks(JOURNAL + at, &block).unwrap();
     }
 }
 
 /// A pool in epoch A with one thin volume of `clusters` clusters (created durably).
 fn pool(clusters: u64) -> (Pool<Dev>, VolumeId) {
-    let mut pool = Pool::format(Dev::new(clusters + 4), options(3)).unwrap();
+    let mut pool = Pool::format(new_dev(clusters + 4), options(3)).unwrap();
     pool.set_epoch(A).unwrap();
     let v = pool.create_volume(VolumeSpec::new("v", clusters * CS)).unwrap();
     (pool, v)
@@ -125,9 +117,9 @@ fn data(byte: u8) -> Vec<u8> {
 #[test]
 fn a_persisted_write_survives_a_process_crash_and_the_reopen_seals_it() {
     let (mut pool, v) = pool(4);
-    let flushes = pool.device_mut().flushes;
+    let flushes = pool.device_mut().flushes();
     write_persisted(&mut pool, v, 0, 0x11);
-    assert_eq!(pool.device_mut().flushes, flushes, "a soft commit flushes nothing");
+    assert_eq!(pool.device_mut().flushes(), flushes, "a soft commit flushes nothing");
     assert!(pool.needs_sync());
     let mut pool = reopen(pool, Some(A)).unwrap();
     assert_eq!(cluster(&mut pool, v, 0), filled(0x11));
@@ -181,7 +173,7 @@ fn soft_frames_sealed_by_sync_flush_or_a_control_op_are_kept_across_epochs() {
 #[test]
 fn a_damaged_soft_frame_followed_by_intact_soft_frames_is_a_torn_tail() {
     let (mut pool, v) = pool(4);
-    let from = pool.device_mut().writes.len();
+    let from = pool.device_mut().writes();
     for c in 0..3 {
         write_persisted(&mut pool, v, c, 0x40 + c as u8);
     }
@@ -202,7 +194,7 @@ fn a_damaged_soft_frame_followed_by_intact_soft_frames_is_a_torn_tail() {
 #[test]
 fn a_damaged_soft_frame_followed_by_an_intact_hard_frame_refuses_to_mount() {
     let (mut pool, v) = pool(4);
-    let from = pool.device_mut().writes.len();
+    let from = pool.device_mut().writes();
     write_persisted(&mut pool, v, 0, 0x51);
     write_persisted(&mut pool, v, 1, 0x52);
     pool.create_volume(VolumeSpec::new("w", CS)).unwrap();
@@ -232,7 +224,7 @@ fn group_commit_writes_one_frame_for_all_writers() {
     const WRITERS: u64 = 8;
     let (mut pool, v) = pool(WRITERS);
     // Each writer: (lock) map + data write, take its ticket (unlock). No journal I/O yet.
-    let from = pool.device_mut().writes.len();
+    let from = pool.device_mut().writes();
     let tickets: Vec<PersistTicket> = (0..WRITERS)
         .map(|c| {
             write(&mut pool, v, c * CS, &data(0x60 + c as u8)).unwrap();
@@ -243,13 +235,13 @@ fn group_commit_writes_one_frame_for_all_writers() {
     assert!(tickets.windows(2).all(|w| w[0] < w[1]));
     assert!(tickets.iter().all(|&t| !pool.is_persisted(t)));
     // Then each (lock) persist(ticket) (unlock), in any order: the first one writes everyone's.
-    let (writes, flushes) = (pool.device_mut().writes.len(), pool.device_mut().flushes);
+    let (writes, flushes) = (pool.device_mut().writes(), pool.device_mut().flushes());
     for &t in tickets.iter().rev() {
         pool.persist(t).unwrap();
     }
-    assert_eq!(pool.device_mut().writes.len() - writes, 1, "one journal append for all");
+    assert_eq!(pool.device_mut().writes() - writes, 1, "one journal append for all");
     assert_eq!(pool.device_mut().journal_writes(writes).len(), 1);
-    assert_eq!(pool.device_mut().flushes, flushes, "and no flush");
+    assert_eq!(pool.device_mut().flushes(), flushes, "and no flush");
     assert!(tickets.iter().all(|&t| pool.is_persisted(t)));
     let mut pool = reopen(pool, Some(A)).unwrap();
     for c in 0..WRITERS {
@@ -281,9 +273,9 @@ fn persist_without_an_epoch_commits_hard() {
     let (pool, v) = pool(2);
     let mut pool = reopen(pool, None).unwrap();
     assert_eq!(pool.current_epoch(), None);
-    let flushes = pool.device_mut().flushes;
+    let flushes = pool.device_mut().flushes();
     write_persisted(&mut pool, v, 0, 0x71);
-    assert!(pool.device_mut().flushes > flushes);
+    assert!(pool.device_mut().flushes() > flushes);
     assert!(!pool.needs_sync());
     let mut pool = reopen(pool, Some(B)).unwrap();
     assert_eq!(cluster(&mut pool, v, 0), filled(0x71));
@@ -293,7 +285,7 @@ fn persist_without_an_epoch_commits_hard() {
 fn trims_persist_softly_and_their_clusters_wait_for_a_hard_commit() {
     // Two volumes sharing two clusters of space: once both are written, `a`'s cluster is the only
     // one a trim can give back.
-    let mut pool = Pool::format(Dev::new(2), options(4)).unwrap();
+    let mut pool = Pool::format(new_dev(2), options(4)).unwrap();
     pool.set_epoch(A).unwrap();
     let a = pool.create_volume(VolumeSpec::new("a", CS)).unwrap();
     let b = pool.create_volume(VolumeSpec::new("b", 2 * CS)).unwrap();
@@ -332,10 +324,10 @@ fn sync_does_no_io_on_an_idle_pool() {
     assert!(pool.needs_sync());
     pool.sync().unwrap();
     assert!(!pool.needs_sync());
-    let (writes, flushes) = (pool.device_mut().writes.len(), pool.device_mut().flushes);
+    let (writes, flushes) = (pool.device_mut().writes(), pool.device_mut().flushes());
     pool.sync().unwrap();
     assert_eq!(
-        (pool.device_mut().writes.len(), pool.device_mut().flushes),
+        (pool.device_mut().writes(), pool.device_mut().flushes()),
         (writes, flushes)
     );
     // An in-place overwrite records nothing but dirties data: the next sync flushes it.
@@ -343,8 +335,12 @@ fn sync_does_no_io_on_an_idle_pool() {
     assert!(pool.is_persisted(pool.persist_ticket()));
     assert!(pool.needs_sync());
     pool.sync().unwrap();
-    assert_eq!(pool.device_mut().flushes, flushes + 1, "a data flush, no journal frame");
-    assert_eq!(pool.device_mut().writes.len(), writes + 1, "the data write only");
+    assert_eq!(
+        pool.device_mut().flushes(),
+        flushes + 1,
+        "a data flush, no journal frame"
+    );
+    assert_eq!(pool.device_mut().writes(), writes + 1, "the data write only");
 }
 
 #[test]
@@ -366,10 +362,10 @@ fn a_full_journal_turns_a_soft_commit_into_a_checkpoint() {
     loop {
         // Trim and rewrite: each round allocates, so each persist appends a frame.
         pool.trim(v, 0, CS).unwrap();
-        let flushes = pool.device_mut().flushes;
+        let flushes = pool.device_mut().flushes();
         write_persisted(&mut pool, v, 0, rounds as u8);
         rounds += 1;
-        if pool.device_mut().flushes > flushes {
+        if pool.device_mut().flushes() > flushes {
             break;
         }
         assert!(rounds < 1000, "the journal never filled");
@@ -385,8 +381,8 @@ fn a_full_journal_turns_a_soft_commit_into_a_checkpoint() {
 #[test]
 fn a_stale_frame_left_past_the_tail_is_never_replayed() {
     let (mut pool, v) = pool(4);
-    pool.device_mut().zeroing_discard = false;
-    let from = pool.device_mut().writes.len();
+    pool.device_mut().config_mut().discard = DiscardMode::KeepOld;
+    let from = pool.device_mut().writes();
     write_persisted(&mut pool, v, 0, 0xA1);
     write_persisted(&mut pool, v, 1, 0xA2);
     let frames = pool.device_mut().journal_writes(from);
@@ -398,7 +394,7 @@ fn a_stale_frame_left_past_the_tail_is_never_replayed() {
     assert_eq!(cluster(&mut pool, v, 1), filled(0));
     // The next frame lands where the torn one was, same epoch, same size, next sequence number:
     // the stale frame after it has the right sequence number and epoch, but not the link.
-    let from = pool.device_mut().writes.len();
+    let from = pool.device_mut().writes();
     write_persisted(&mut pool, v, 2, 0xA3);
     assert_eq!(pool.device_mut().journal_writes(from), vec![frames[0]]);
     let mut pool = reopen(pool, Some(A)).unwrap();

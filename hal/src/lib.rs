@@ -11,7 +11,7 @@
 //! | [`LinuxBlockDevice`] | `linux_block.rs` | `/dev/nvmeXnY`, `/dev/vdX`, `/dev/loopN` |
 //! | [`NvmeDevice`] | `nvme.rs` | NVMe namespace + admin passthrough (identify, SMART) |
 //! | [`PoolDevice`], [`DataHandle`] | `pool.rs` | the appliance's pool device and its data path's second handle |
-//! | [`FaultDevice`] | `fault.rs` | power cuts, torn writes, I/O errors, latency |
+//! | [`FaultDevice`] | `fault.rs` | power cuts, torn writes, I/O errors, latency, discard outcomes; recording a run to rebuild every crash point (core's crash tests) |
 //! | [`NorSim`], [`NorBlockDevice`] | `nor.rs` | raw NOR flash (feature `nor-flash`) |
 //! | [`discovery`] | `discovery.rs` | candidate devices, format refusal |
 //!
@@ -45,7 +45,10 @@ pub mod nor;
 
 pub use buf::{AlignedBuf, IO_ALIGN};
 pub use error::Error;
-pub use fault::{FaultConfig, FaultDevice, FaultError, FaultStats};
+pub use fault::{
+    Cut, Cuts, DiscardMode, FaultConfig, FaultDevice, FaultError, FaultEvent, FaultStats, Recorded,
+    Recording, TearUnit,
+};
 pub use ram::RamDevice;
 
 #[cfg(unix)]

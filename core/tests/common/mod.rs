@@ -1,5 +1,14 @@
 //! Fixtures shared by core's integration tests: small pools and data I/O through the mapping API,
 //! done the way the appliance's data path will do it.
+//!
+//! Crash tests (`crash.rs`, `crash_persist.rs`, `persist.rs`) run on [`FaultyRam`]: hal's fault
+//! device over hal's sparse RAM device, the same fault injection hal's and the appliance's tests
+//! use (a dev-dependency of core; hal depends on core, a cycle cargo allows for tests). It records
+//! a run and rebuilds what a process crash or a power cut at any write of it leaves
+//! (`edgevol_hal::Recording::cuts`), chooses what discards leave (`edgevol_hal::DiscardMode`), and
+//! counts writes and flushes (`FaultDevice::stats`). Core's own `RamDevice` stays for the tests
+//! that need no faults. The model those tests check core against is the device contract in
+//! `core/src/device.rs`; the fault device's docs (`hal/src/fault.rs`) say which outcomes it picks.
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
 use edgevol_core::{
@@ -7,6 +16,31 @@ use edgevol_core::{
 };
 
 pub const BLOCK: u32 = 512;
+
+/// The crash tests' device: hal's fault injection over hal's RAM device.
+pub type FaultyRam = edgevol_hal::FaultDevice<edgevol_hal::RamDevice>;
+
+/// A zeroed [`FaultyRam`] of `blocks` blocks of [`BLOCK`] bytes, no fault armed; `seed` drives the
+/// device's own random choices (e.g. `DiscardMode::Random`).
+pub fn faulty_ram(blocks: u64, seed: u64) -> FaultyRam {
+    let cfg = edgevol_hal::FaultConfig {
+        seed,
+        ..Default::default()
+    };
+    edgevol_hal::FaultDevice::new(edgevol_hal::RamDevice::new(BLOCK, blocks), cfg)
+}
+
+/// How many writes a recording holds.
+pub fn recorded_writes<D>(recording: &edgevol_hal::Recording<D>) -> usize
+where
+    D: BlockDevice + Clone,
+{
+    recording
+        .events()
+        .iter()
+        .filter(|r| matches!(r.event, edgevol_hal::FaultEvent::Write { .. }))
+        .count()
+}
 pub const CLUSTER: u32 = 4096;
 
 /// Options for small test pools: 4 KiB clusters, small metadata so checkpoints happen often.
