@@ -138,10 +138,15 @@ impl Subsystems {
             .await;
         match looked_up {
             Ok(Some(Some(readonly))) => Ok(readonly),
-            Ok(Some(None)) => Err(connect_data_error(
-                StatusCode::ConnectInvalidHost,
-                connect_data_offset::HOSTNQN,
-            )),
+            Ok(Some(None)) => {
+                // Also what a host still connected after ControllerUnpublishVolume sees on
+                // every reconnect: worth a line each (it names the host, never a secret).
+                tracing::warn!(%host, volume = ?volume, "Connect refused: the volume is not published to this host");
+                Err(connect_data_error(
+                    StatusCode::ConnectInvalidHost,
+                    connect_data_offset::HOSTNQN,
+                ))
+            }
             Ok(None) => Err(connect_data_error(
                 StatusCode::ConnectInvalidParameters,
                 connect_data_offset::SUBSYSNQN,
