@@ -21,29 +21,104 @@ use std::net::IpAddr;
 
 use crate::error::{Error, Result};
 use crate::host::Host;
-use crate::sysfs::{self, Controller};
+use crate::sysfs::{self, Controller, FailFast};
 
-/// Tunables of the connection (flags of the binary).
+/// Tunables of the connection (flags of the binary), as the kernel's fabrics options
+/// (drivers/nvme/host/fabrics.c, Linux 6.1) take them. What happens when the appliance goes away:
+///
+/// 1. The host notices: at once when the connection is closed or reset (the appliance's daemon
+///    stops, ControllerUnpublishVolume closes this host's connections), or when a Keep Alive
+///    gets no answer within `keep_alive_tmo` (the appliance lost power or the link is down):
+///    within about twice `keep_alive_tmo`.
+/// 2. The controller turns `connecting`: I/O is queued, not failed, and the kernel tries to
+///    reconnect every `reconnect_delay` seconds.
+/// 3. `fast_io_fail_tmo` seconds after step 2 the kernel fails the queued I/O and any new I/O
+///    with an error, while it keeps reconnecting: an appliance that comes back later serves new
+///    I/O again.
+/// 4. After `ctrl_loss_tmo` worth of attempts (`ctrl_loss_tmo / reconnect_delay` attempts; an
+///    attempt at a silent address also waits for its TCP SYN to time out, about 3 s, so the
+///    wall time is longer) the kernel deletes the controller and its namespace.
+///
+/// An appliance reboot or firmware update must end inside step 2, never reach step 3: the
+/// workload only sees a pause. See the README's "Failure behaviour".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FabricsConfig {
-    /// Seconds the kernel keeps reconnecting a lost controller before failing I/O and deleting
-    /// it; -1 = forever.
+    /// Seconds after the loss of the connection before the kernel fails queued I/O; -1 = never
+    /// (I/O waits until `ctrl_loss_tmo`).
+    pub fast_io_fail_tmo: i32,
+    /// Seconds the kernel keeps reconnecting a lost controller before deleting it; -1 = forever.
     pub ctrl_loss_tmo: i32,
     /// Seconds between reconnect attempts.
     pub reconnect_delay: u32,
+    /// Keep Alive Timeout in seconds: how long a silent appliance goes unnoticed.
+    pub keep_alive_tmo: u32,
     /// I/O queues to ask for; 0 = the kernel's default (one per CPU).
     pub nr_io_queues: u32,
 }
 
+/// Default `fast_io_fail_tmo`: 90 s. The appliance image boots to ready in about 4 s under
+/// emulation; a real box adds its firmware's power-on self test, a firmware update its flash
+/// write, and a large pool its journal replay, which 90 s covers several times over. It stays
+/// below the kernel's 120 s hung-task report and the 2-minute deadline kubelet gives a CSI
+/// call, so a workload and NodeUnstageVolume see an error instead of a hang.
+pub const DEFAULT_FAST_IO_FAIL_TMO: i32 = 90;
+/// Default `ctrl_loss_tmo`: 600 s, the kernel's own default. Queued I/O has failed long before
+/// (`fast_io_fail_tmo`); until then an appliance that comes back after a longer outage serves
+/// the volume again without a new NodeStageVolume, and a host whose access was revoked stops
+/// knocking within minutes.
+pub const DEFAULT_CTRL_LOSS_TMO: i32 = 600;
+/// Default `reconnect_delay`: 2 s (the kernel's is 10): I/O resumes within about 2 s of the
+/// appliance being ready again, at the cost of one refused or unanswered connect every 2 s
+/// while it is away.
+pub const DEFAULT_RECONNECT_DELAY: u32 = 2;
+/// Default `keep_alive_tmo`: 5 s, the kernel's own (NVME_DEFAULT_KATO): a powered-off appliance
+/// is noticed within about 10 s; shorter would turn a busy link's delays into false losses.
+pub const DEFAULT_KEEP_ALIVE_TMO: u32 = 5;
+
 impl Default for FabricsConfig {
     fn default() -> Self {
-        // The kernel's defaults are 600 s / 10 s; an appliance reboot must not cost the node
-        // its volume, so keep trying for 30 minutes, every 2 s.
         FabricsConfig {
-            ctrl_loss_tmo: 1800,
-            reconnect_delay: 2,
+            fast_io_fail_tmo: DEFAULT_FAST_IO_FAIL_TMO,
+            ctrl_loss_tmo: DEFAULT_CTRL_LOSS_TMO,
+            reconnect_delay: DEFAULT_RECONNECT_DELAY,
+            keep_alive_tmo: DEFAULT_KEEP_ALIVE_TMO,
             nr_io_queues: 0,
         }
+    }
+}
+
+impl FabricsConfig {
+    /// Checks what the kernel would refuse or silently defeat: `reconnect_delay` and
+    /// `keep_alive_tmo` of 0 (the kernel rejects the first and replaces the second with its
+    /// default), a `fast_io_fail_tmo` below -1, and a `fast_io_fail_tmo` not below a finite
+    /// `ctrl_loss_tmo` (the controller would be deleted before I/O fails fast: the kernel only
+    /// warns).
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.reconnect_delay == 0 {
+            return Err("--reconnect-delay must be at least 1 second".to_owned());
+        }
+        if self.keep_alive_tmo == 0 {
+            return Err("--keep-alive-tmo must be at least 1 second".to_owned());
+        }
+        if self.fast_io_fail_tmo < -1 {
+            return Err("--fast-io-fail-tmo must be -1 (never) or a number of seconds".to_owned());
+        }
+        if self.ctrl_loss_tmo < -1 {
+            return Err("--ctrl-loss-tmo must be -1 (forever) or a number of seconds".to_owned());
+        }
+        if self.ctrl_loss_tmo >= 0 && self.fast_io_fail_tmo >= self.ctrl_loss_tmo {
+            return Err(format!(
+                "--fast-io-fail-tmo {} must be below --ctrl-loss-tmo {}: the controller would be \
+                 deleted before queued I/O fails fast",
+                self.fast_io_fail_tmo, self.ctrl_loss_tmo
+            ));
+        }
+        Ok(())
+    }
+
+    /// `fast_io_fail_tmo` as the kernel's sysfs attribute shows it (`None` = off).
+    pub fn fail_fast(&self) -> Option<u32> {
+        u32::try_from(self.fast_io_fail_tmo).ok()
     }
 }
 
@@ -132,8 +207,8 @@ pub fn connect_options(target: &Target, host: &HostIdentity, cfg: &FabricsConfig
         opts.push_str(&format!(",nr_io_queues={}", cfg.nr_io_queues));
     }
     opts.push_str(&format!(
-        ",reconnect_delay={},ctrl_loss_tmo={}",
-        cfg.reconnect_delay, cfg.ctrl_loss_tmo
+        ",keep_alive_tmo={},reconnect_delay={},ctrl_loss_tmo={},fast_io_fail_tmo={}",
+        cfg.keep_alive_tmo, cfg.reconnect_delay, cfg.ctrl_loss_tmo, cfg.fast_io_fail_tmo
     ));
     opts
 }
@@ -206,6 +281,32 @@ pub fn connect_error(target: &Target, ident: &HostIdentity, err: &std::io::Error
     }
 }
 
+/// Makes controller `c` fail queued I/O after the configured `fast_io_fail_tmo`, when its own
+/// setting differs (a controller connected by an earlier version of the plugin, with
+/// `fast_io_fail_tmo` off, would queue I/O until `ctrl_loss_tmo`). The kernel reads the value
+/// when the controller next starts reconnecting, so a loss already under way keeps the old one.
+/// Returns whether it wrote; a kernel without the attribute is left as it is.
+pub fn apply_fail_fast<H: Host + ?Sized>(
+    host: &H,
+    c: &Controller,
+    cfg: &FabricsConfig,
+) -> Result<bool> {
+    let have = sysfs::controller_fail_fast(host, &c.name)
+        .map_err(|e| Error::io(format!("reading {}'s fast_io_fail_tmo", c.name), &e))?;
+    let want = match cfg.fail_fast() {
+        Some(s) => FailFast::After(s),
+        None => FailFast::Off,
+    };
+    if have == FailFast::Unknown || have == want {
+        return Ok(false);
+    }
+    let attr = sysfs::controller_dir(host, &c.name).join("fast_io_fail_tmo");
+    tracing::info!(controller = %c.name, was = ?have, now = ?want, "setting fast_io_fail_tmo");
+    host.write_attr(&attr, &cfg.fast_io_fail_tmo.to_string())
+        .map_err(|e| Error::io(format!("setting {}", attr.display()), &e))?;
+    Ok(true)
+}
+
 /// Deletes controller `name` (write `1` to its `delete_controller`). A controller that no
 /// longer exists is already disconnected.
 pub fn disconnect<H: Host + ?Sized>(host: &H, name: &str) -> Result<()> {
@@ -243,16 +344,18 @@ mod tests {
     #[test]
     fn option_string_has_every_token() {
         let cfg = FabricsConfig {
+            fast_io_fail_tmo: -1,
             ctrl_loss_tmo: -1,
             reconnect_delay: 5,
+            keep_alive_tmo: 7,
             nr_io_queues: 4,
         };
         assert_eq!(
             connect_options(&target(), &ident(), &cfg),
             "nqn=nqn.2024-01.io.edgevol:app1:vol1,transport=tcp,traddr=10.0.0.2,trsvcid=4420,\
              hostnqn=nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555,\
-             hostid=11111111-2222-3333-4444-555555555555,nr_io_queues=4,reconnect_delay=5,\
-             ctrl_loss_tmo=-1"
+             hostid=11111111-2222-3333-4444-555555555555,nr_io_queues=4,keep_alive_tmo=7,\
+             reconnect_delay=5,ctrl_loss_tmo=-1,fast_io_fail_tmo=-1"
         );
         let no_id = HostIdentity {
             nqn: "nqn.h".into(),
@@ -264,7 +367,117 @@ mod tests {
             !s.contains("nr_io_queues"),
             "default leaves queues to the kernel: {s}"
         );
-        assert!(s.ends_with("reconnect_delay=2,ctrl_loss_tmo=1800"), "{s}");
+        assert!(
+            s.ends_with(
+                ",keep_alive_tmo=5,reconnect_delay=2,ctrl_loss_tmo=600,fast_io_fail_tmo=90"
+            ),
+            "{s}"
+        );
+        // Every token is one the 6.1 kernel's opt_tokens table knows.
+        let known = [
+            "nqn",
+            "transport",
+            "traddr",
+            "trsvcid",
+            "hostnqn",
+            "hostid",
+            "nr_io_queues",
+            "keep_alive_tmo",
+            "reconnect_delay",
+            "ctrl_loss_tmo",
+            "fast_io_fail_tmo",
+        ];
+        for kv in connect_options(&target(), &ident(), &cfg).split(',') {
+            let key = kv.split_once('=').map_or(kv, |(k, _)| k);
+            assert!(known.contains(&key), "{key}");
+        }
+    }
+
+    #[test]
+    fn defaults_fail_queued_io_in_bounded_time_but_outlast_a_reboot() {
+        let d = FabricsConfig::default();
+        d.validate().unwrap();
+        // The appliance image boots to ready in ~4 s under TCG (BENCHMARKS.md); a real box's
+        // reboot or firmware update must fit many times into the fast-fail window, and the window
+        // must end before kubelet's 2-minute CSI deadline and the 120 s hung-task report.
+        let fail_fast = d.fail_fast().expect("fast_io_fail_tmo is on by default");
+        assert!((60..=100).contains(&fail_fast), "{fail_fast}");
+        assert!(fail_fast + 2 * d.keep_alive_tmo < 120);
+        assert!(d.ctrl_loss_tmo > d.fast_io_fail_tmo);
+        assert!(d.reconnect_delay < d.keep_alive_tmo);
+
+        let bad = |f: fn(&mut FabricsConfig)| {
+            let mut c = FabricsConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert!(bad(|c| c.reconnect_delay = 0).contains("--reconnect-delay"));
+        assert!(bad(|c| c.keep_alive_tmo = 0).contains("--keep-alive-tmo"));
+        assert!(bad(|c| c.fast_io_fail_tmo = -2).contains("--fast-io-fail-tmo"));
+        assert!(bad(|c| c.ctrl_loss_tmo = -5).contains("--ctrl-loss-tmo"));
+        assert!(bad(|c| c.ctrl_loss_tmo = 90).contains("below --ctrl-loss-tmo 90"));
+        // Off, or reconnecting forever, are the operator's choice.
+        for (fail_fast, loss) in [(-1, 600), (90, -1), (-1, -1), (0, 1)] {
+            let c = FabricsConfig {
+                fast_io_fail_tmo: fail_fast,
+                ctrl_loss_tmo: loss,
+                ..FabricsConfig::default()
+            };
+            c.validate().unwrap();
+            assert_eq!(c.fail_fast(), u32::try_from(fail_fast).ok());
+        }
+    }
+
+    #[test]
+    fn apply_fail_fast_sets_a_controller_that_differs() {
+        let host = FakeHost::new();
+        let id = ident();
+        // Connected by an earlier plugin: fast_io_fail_tmo off.
+        host.add_controller(
+            "nvme3",
+            "tcp",
+            "traddr=10.0.0.2,trsvcid=4420",
+            &target().subsysnqn,
+            &id.nqn,
+            "live",
+        );
+        let c = find_controller(&host, &target(), &id).unwrap().unwrap();
+        let cfg = FabricsConfig::default();
+        assert_eq!(
+            sysfs::controller_fail_fast(&host, "nvme3").unwrap(),
+            FailFast::Off
+        );
+        assert!(apply_fail_fast(&host, &c, &cfg).unwrap());
+        assert_eq!(
+            sysfs::controller_fail_fast(&host, "nvme3").unwrap(),
+            FailFast::After(90)
+        );
+        assert!(!apply_fail_fast(&host, &c, &cfg).unwrap(), "already right");
+        let off = FabricsConfig {
+            fast_io_fail_tmo: -1,
+            ..cfg
+        };
+        assert!(apply_fail_fast(&host, &c, &off).unwrap());
+        assert_eq!(
+            sysfs::controller_fail_fast(&host, "nvme3").unwrap(),
+            FailFast::Off
+        );
+        // A kernel without the attribute: nothing to do, not an error.
+        host.remove_attr("nvme3", "fast_io_fail_tmo");
+        assert_eq!(
+            sysfs::controller_fail_fast(&host, "nvme3").unwrap(),
+            FailFast::Unknown
+        );
+        assert!(!apply_fail_fast(&host, &c, &cfg).unwrap());
+        // A controller connected by this plugin carries the options as the kernel shows them.
+        let name = ensure_connected(&host, &target(), &id, &cfg);
+        assert!(matches!(name, Ok(n) if n == "nvme3"), "reused");
+        host.remove_controller_named("nvme3");
+        let name = ensure_connected(&host, &target(), &id, &cfg).unwrap();
+        assert_eq!(
+            sysfs::controller_fail_fast(&host, &name).unwrap(),
+            FailFast::After(90)
+        );
     }
 
     #[test]

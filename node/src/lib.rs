@@ -23,6 +23,10 @@ pub mod sysfs;
 pub mod volume;
 
 #[cfg(test)]
+mod fault_tests;
+#[cfg(test)]
+mod restart_tests;
+#[cfg(test)]
 mod testing;
 #[cfg(test)]
 mod volume_tests;
@@ -68,12 +72,20 @@ pub struct Args {
     /// (e.g. `edgevol.io/appliance=<id>` for each appliance this node reaches).
     #[arg(long = "topology", value_name = "KEY=VALUE")]
     pub topology: Vec<String>,
-    /// Seconds the kernel keeps reconnecting a lost controller (-1 = forever).
-    #[arg(long, default_value_t = 1800, allow_negative_numbers = true)]
+    /// Seconds after losing the appliance before the kernel fails queued I/O (-1 = never:
+    /// I/O waits until --ctrl-loss-tmo). Well above an appliance reboot or firmware update:
+    /// see the README's "Failure behaviour".
+    #[arg(long, default_value_t = fabrics::DEFAULT_FAST_IO_FAIL_TMO, allow_negative_numbers = true)]
+    pub fast_io_fail_tmo: i32,
+    /// Seconds the kernel keeps reconnecting a lost controller before deleting it (-1 = forever).
+    #[arg(long, default_value_t = fabrics::DEFAULT_CTRL_LOSS_TMO, allow_negative_numbers = true)]
     pub ctrl_loss_tmo: i32,
     /// Seconds between reconnect attempts.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = fabrics::DEFAULT_RECONNECT_DELAY)]
     pub reconnect_delay: u32,
+    /// NVMe Keep Alive Timeout in seconds: how long a silent appliance goes unnoticed.
+    #[arg(long, default_value_t = fabrics::DEFAULT_KEEP_ALIVE_TMO)]
+    pub keep_alive_tmo: u32,
     /// I/O queues per controller (0 = kernel default).
     #[arg(long, default_value_t = 0)]
     pub nr_io_queues: u32,
@@ -130,8 +142,10 @@ pub struct Plugin {
     pub node: NodeService,
 }
 
-/// Builds the plugin from flags on a given host: reads (or creates) the host NQN, opens the
-/// state directory.
+/// Builds the plugin from flags on a given host: checks the connection flags, reads (or
+/// creates) the host NQN, opens the state directory, and brings the controllers of volumes
+/// staged before (a restart) to the configured `fast_io_fail_tmo`. Every later call works from
+/// the state records and what the kernel shows: nothing of a previous run is kept in memory.
 pub fn build(args: &Args, host: Arc<dyn Host>) -> Result<Plugin, String> {
     let socket = socket_path(&args.endpoint)?;
     let topology = parse_topology(&args.topology)?;
@@ -144,17 +158,28 @@ pub fn build(args: &Args, host: Arc<dyn Host>) -> Result<Plugin, String> {
         .map_err(|e| format!("host id {}: {e}", args.hostid_file.display()))?;
     let store = StateStore::open(&args.state_dir)
         .map_err(|e| format!("state dir {}: {e}", args.state_dir.display()))?;
+    let fabrics = FabricsConfig {
+        fast_io_fail_tmo: args.fast_io_fail_tmo,
+        ctrl_loss_tmo: args.ctrl_loss_tmo,
+        reconnect_delay: args.reconnect_delay,
+        keep_alive_tmo: args.keep_alive_tmo,
+        nr_io_queues: args.nr_io_queues,
+    };
+    fabrics.validate()?;
     let cfg = VolumeConfig {
         host: ident,
-        fabrics: FabricsConfig {
-            ctrl_loss_tmo: args.ctrl_loss_tmo,
-            reconnect_delay: args.reconnect_delay,
-            nr_io_queues: args.nr_io_queues,
-        },
+        fabrics,
         device_wait: Duration::from_secs(args.device_wait_secs),
         poll: Duration::from_millis(100),
     };
     let volumes = Arc::new(Volumes::new(host, store, cfg));
+    let adopted = volumes.adopt();
+    if adopted > 0 {
+        tracing::info!(
+            controllers = adopted,
+            "staged volumes' controllers set to --fast-io-fail-tmo"
+        );
+    }
     let info = NodeInfo {
         node_id: nqn,
         max_volumes_per_node: args.max_volumes_per_node,

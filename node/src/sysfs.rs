@@ -125,6 +125,27 @@ pub fn controller_state<H: Host + ?Sized>(host: &H, name: &str) -> io::Result<Op
     }
 }
 
+/// What a controller's `fast_io_fail_tmo` attribute says (Linux 5.10 and later; writable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailFast {
+    /// `off`: I/O queued while the controller reconnects waits until it is deleted.
+    Off,
+    /// Queued I/O fails this many seconds after the connection was lost.
+    After(u32),
+    /// No such attribute (an older kernel, or the controller is gone), or unreadable text.
+    Unknown,
+}
+
+/// The `fast_io_fail_tmo` of controller `name`.
+pub fn controller_fail_fast<H: Host + ?Sized>(host: &H, name: &str) -> io::Result<FailFast> {
+    match read_attr(&controller_dir(host, name), "fast_io_fail_tmo") {
+        Ok(v) if v == "off" => Ok(FailFast::Off),
+        Ok(v) => Ok(v.parse().map_or(FailFast::Unknown, FailFast::After)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(FailFast::Unknown),
+        Err(e) => Err(e),
+    }
+}
+
 /// A namespace identity: NGUID and/or UUID, each 16 bytes as 32 lowercase hex digits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamespaceId {

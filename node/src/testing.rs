@@ -44,6 +44,8 @@ struct FakeState {
     sleeps: u32,
     synced: Vec<PathBuf>,
     attr_writes: Vec<(PathBuf, String)>,
+    ops: Vec<String>,
+    state_changes: Vec<(String, String, u32)>,
 }
 
 /// The fake host.
@@ -135,6 +137,47 @@ impl FakeHost {
         write(&dir.join("state"), state);
         write(&dir.join("delete_controller"), "");
         write(&dir.join("rescan_controller"), "");
+        // The kernel's defaults for a connect that names none of these options.
+        write(&dir.join("fast_io_fail_tmo"), "off");
+        write(&dir.join("ctrl_loss_tmo"), "600");
+        write(&dir.join("reconnect_delay"), "10");
+        write(&dir.join("kato"), "5");
+    }
+
+    /// Removes a controller attribute (a kernel that does not have it).
+    pub fn remove_attr(&self, controller: &str, attr: &str) {
+        fs::remove_file(self.sys.join("class/nvme").join(controller).join(attr)).unwrap();
+    }
+
+    /// A controller attribute as sysfs shows it.
+    pub fn attr(&self, controller: &str, attr: &str) -> String {
+        fs::read_to_string(self.sys.join("class/nvme").join(controller).join(attr))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    /// The kernel deletes a controller by itself (ctrl_loss_tmo spent), with its namespaces.
+    pub fn remove_controller_named(&self, name: &str) {
+        self.remove_controller(&self.sys.join("class/nvme").join(name));
+    }
+
+    /// Controller `name` turns `state` after `sleeps` more sleeps (an appliance coming back).
+    pub fn set_controller_state_after(&self, name: &str, state: &str, sleeps: u32) {
+        self.st()
+            .state_changes
+            .push((name.to_owned(), state.to_owned(), sleeps));
+    }
+
+    /// Sleeps so far.
+    pub fn sleeps(&self) -> u32 {
+        self.st().sleeps
+    }
+
+    /// Every host operation in order: `run PROGRAM ARGS`, `write ATTR of CONTROLLER`,
+    /// `sync DEVICE`, `connect`.
+    pub fn ops(&self) -> Vec<String> {
+        self.st().ops.clone()
     }
 
     /// Sets a controller's state attribute.
@@ -387,6 +430,7 @@ impl Host for FakeHost {
 
     fn connect_fabrics(&self, options: &str) -> io::Result<String> {
         self.st().fabrics_writes.push(options.to_owned());
+        self.st().ops.push("connect".to_owned());
         if self.take_failure("connect") {
             return Err(io::Error::from_raw_os_error(111)); // ECONNREFUSED
         }
@@ -418,6 +462,25 @@ impl Host for FakeHost {
             &o["hostnqn"],
             "live",
         );
+        // What sysfs shows of the options, as the kernel prints them.
+        let dir = self.sys.join("class/nvme").join(&name);
+        let off_if_negative = |v: &str| {
+            if v.starts_with('-') {
+                "off".to_owned()
+            } else {
+                v.to_owned()
+            }
+        };
+        for (opt, attr) in [
+            ("fast_io_fail_tmo", "fast_io_fail_tmo"),
+            ("ctrl_loss_tmo", "ctrl_loss_tmo"),
+            ("reconnect_delay", "reconnect_delay"),
+            ("keep_alive_tmo", "kato"),
+        ] {
+            if let Some(v) = o.get(opt) {
+                write(&dir.join(attr), &off_if_negative(v));
+            }
+        }
         let namespaces = self
             .st()
             .subsystems
@@ -446,9 +509,14 @@ impl Host for FakeHost {
 
     fn write_attr(&self, path: &Path, value: &str) -> io::Result<()> {
         let attr = arg_basename(&path.to_string_lossy());
+        let ctrl = path
+            .parent()
+            .map(|d| arg_basename(&d.to_string_lossy()))
+            .unwrap_or_default();
         self.st()
             .attr_writes
             .push((path.to_owned(), value.to_owned()));
+        self.st().ops.push(format!("write {attr} of {ctrl}"));
         if self.take_failure(&attr) {
             return Err(io::Error::from_raw_os_error(16)); // EBUSY
         }
@@ -469,6 +537,18 @@ impl Host for FakeHost {
                     write(&disk.join("size"), &ns.sectors.to_string());
                 }
             }
+            "fast_io_fail_tmo" => {
+                let v: i32 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| io::Error::from_raw_os_error(22))?; // EINVAL
+                let shown = if v < 0 {
+                    "off".to_owned()
+                } else {
+                    v.to_string()
+                };
+                fs::write(path, format!("{shown}\n"))?;
+            }
             _ => fs::write(path, value)?,
         }
         Ok(())
@@ -476,6 +556,9 @@ impl Host for FakeHost {
 
     fn run(&self, program: &str, args: &[String]) -> io::Result<CmdOutput> {
         self.st().commands.push((program.to_owned(), args.to_vec()));
+        self.st()
+            .ops
+            .push(format!("run {program} {}", args.join(" ")));
         if self.take_failure(program) {
             return fail(1, &format!("{program}: injected failure"));
         }
@@ -551,6 +634,7 @@ impl Host for FakeHost {
     }
 
     fn sync_device(&self, device: &Path) -> io::Result<()> {
+        self.st().ops.push(format!("sync {}", device.display()));
         if self.take_failure("sync") {
             return Err(io::Error::from_raw_os_error(5)); // EIO
         }
@@ -562,6 +646,21 @@ impl Host for FakeHost {
     }
 
     fn sleep(&self, _duration: Duration) {
+        let changes = {
+            let mut st = self.st();
+            let mut due = Vec::new();
+            for (name, state, left) in &mut st.state_changes {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    due.push((name.clone(), state.clone()));
+                }
+            }
+            st.state_changes.retain(|(_, _, left)| *left > 0);
+            due
+        };
+        for (name, state) in changes {
+            self.set_controller_state(&name, &state);
+        }
         let mut st = self.st();
         st.sleeps += 1;
         for (node, left) in &mut st.pending_nodes {

@@ -20,7 +20,7 @@ use crate::fs as filesystem;
 use crate::host::{FsUsage, Host};
 use crate::mount::{self, MountEntry};
 use crate::state::{Publication, StagedVolume, StateStore};
-use crate::sysfs::{self, Namespace, NamespaceId};
+use crate::sysfs::{self, Controller, FailFast, Namespace, NamespaceId};
 
 /// Mount or block access.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -359,7 +359,89 @@ impl Volumes {
             .collect()
     }
 
-    /// NodeUnstageVolume.
+    /// The other staged volumes reached through the same target (so the same controller).
+    fn sharers(&self, rec: &StagedVolume) -> Result<Vec<String>> {
+        Ok(self
+            .store
+            .all()?
+            .into_iter()
+            .filter(|o| o.volume_id != rec.volume_id && o.target == rec.target)
+            .map(|o| o.volume_id)
+            .collect())
+    }
+
+    /// True when `rec`'s appliance cannot be reached now: no controller, or one that is not
+    /// live (reconnecting, or being torn down).
+    fn lost(&self, rec: &StagedVolume) -> Result<bool> {
+        Ok(
+            fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)?
+                .is_none_or(|c| c.state != "live"),
+        )
+    }
+
+    /// Before NodeUnstageVolume touches the filesystem: makes sure that nothing below can wait
+    /// on queued I/O for longer than `fast_io_fail_tmo`, without giving up on an appliance that
+    /// may still come back (a reboot or firmware update) while a write could reach it.
+    ///
+    /// * A live controller gets the configured `fast_io_fail_tmo` if it had another (one
+    ///   connected by an earlier version of the plugin): a loss during the unmount fails the
+    ///   queued writes in bounded time.
+    /// * A reconnecting controller with a finite `fast_io_fail_tmo` is left to the kernel: the
+    ///   unmount's writes wait for the appliance until that timer (counted from the loss)
+    ///   expires, then fail; if the appliance comes back first they reach it.
+    /// * A reconnecting controller whose `fast_io_fail_tmo` is off would hold the writes until
+    ///   `ctrl_loss_tmo`. It gets the same chance: up to `fast_io_fail_tmo` seconds to come back
+    ///   (then it is handled as live); after that it is deleted, which fails the queued I/O at
+    ///   once, and the unmount finds a device that is gone.
+    ///
+    /// Not called for a controller that other staged volumes use (it is not ours to delete):
+    /// the kernel's own timers bound that case.
+    fn settle_controller(&self, rec: &StagedVolume, c: Controller) -> Result<()> {
+        if c.state == "live" {
+            fabrics::apply_fail_fast(&*self.host, &c, &self.cfg.fabrics)?;
+            return Ok(());
+        }
+        let fail_fast = sysfs::controller_fail_fast(&*self.host, &c.name)
+            .map_err(|e| Error::io(format!("reading {}'s fast_io_fail_tmo", c.name), &e))?;
+        let grace = match (fail_fast, self.cfg.fabrics.fail_fast()) {
+            (FailFast::After(_), _) => return Ok(()),
+            // The operator turned fast failing off: the kernel's ctrl_loss_tmo decides.
+            (_, None) => return Ok(()),
+            (_, Some(secs)) => Duration::from_secs(u64::from(secs)),
+        };
+        tracing::warn!(volume_id = %rec.volume_id, controller = %c.name, state = %c.state,
+            ?grace, "controller lost and its queued I/O never fails fast: waiting for the \
+            appliance before giving the controller up");
+        let mut waited = Duration::ZERO;
+        while waited < grace {
+            self.host.sleep(self.cfg.poll);
+            waited += self.cfg.poll;
+            match sysfs::controller_state(&*self.host, &c.name)
+                .map_err(|e| Error::io(format!("reading {}'s state", c.name), &e))?
+                .as_deref()
+            {
+                None => return Ok(()),
+                Some("live") => {
+                    fabrics::apply_fail_fast(&*self.host, &c, &self.cfg.fabrics)?;
+                    return Ok(());
+                }
+                Some(_) => {}
+            }
+        }
+        tracing::warn!(volume_id = %rec.volume_id, controller = %c.name, ?waited,
+            "the appliance did not come back: deleting the controller (its queued I/O fails)");
+        fabrics::disconnect(&*self.host, &c.name)
+    }
+
+    /// NodeUnstageVolume: unmount (mount access), flush the device, delete the controller
+    /// unless another staged volume uses it, forget the record.
+    ///
+    /// Bounded when the appliance is gone ([`Volumes::settle_controller`]): the kernel fails
+    /// the unmount's queued writes `fast_io_fail_tmo` after it noticed the loss (at once for a
+    /// closed connection, within about twice `keep_alive_tmo` for a silent appliance), the
+    /// flush of a device whose controller is not live is skipped once it fails (the kernel has
+    /// failed the writes: there is nothing left to flush to), and deleting a reconnecting
+    /// controller fails whatever is still queued.
     pub fn unstage(&self, volume_id: &str, staging_path: &Path) -> Result<()> {
         let _guard = self.guard();
         let table = mount::table(&*self.host)?;
@@ -391,15 +473,27 @@ impl Volumes {
                 )));
             }
         }
+        let sharers = self.sharers(&rec)?;
+        if sharers.is_empty() {
+            if let Some(c) = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)? {
+                self.settle_controller(&rec, c)?;
+            }
+        }
         if matches!(rec.capability.access, Access::Mount { .. }) {
             mount::unmount_all(&*self.host, staging_path)?;
         }
-        match &ns {
+        // Looked up again: the namespace went with a controller given up above.
+        match self.find_namespace(&Self::namespace_id(&rec))? {
             Some(ns) => {
                 let device = self.device_path(&ns.disk);
-                self.host
-                    .sync_device(&device)
-                    .map_err(|e| Error::io(format!("flushing {}", path_str(&device)), &e))?;
+                if let Err(e) = self.host.sync_device(&device) {
+                    if !self.lost(&rec)? {
+                        return Err(Error::io(format!("flushing {}", path_str(&device)), &e));
+                    }
+                    tracing::warn!(volume_id, device = %device.display(), error = %e,
+                        "flush failed and the appliance is unreachable: the kernel has failed \
+                        the queued writes, nothing is left to flush to");
+                }
             }
             None => tracing::warn!(
                 volume_id,
@@ -407,21 +501,44 @@ impl Volumes {
             ),
         }
         if let Some(c) = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)? {
-            let shared: Vec<String> = self
-                .store
-                .all()?
-                .into_iter()
-                .filter(|o| o.volume_id != rec.volume_id && o.target == rec.target)
-                .map(|o| o.volume_id)
-                .collect();
-            if shared.is_empty() {
+            if sharers.is_empty() {
                 fabrics::disconnect(&*self.host, &c.name)?;
             } else {
-                tracing::info!(controller = %c.name, users = ?shared,
+                tracing::info!(controller = %c.name, users = ?sharers,
                     "controller still used by other staged volumes: kept");
             }
         }
         self.store.remove(volume_id)
+    }
+
+    /// Brings the controllers of every staged volume to the configured `fast_io_fail_tmo`
+    /// (at start: a controller connected by an earlier version of the plugin may have it off,
+    /// and would queue I/O for `ctrl_loss_tmo` when its appliance goes away). Failures are
+    /// logged, not fatal: the volumes keep working as they are. Returns how many changed.
+    pub fn adopt(&self) -> usize {
+        let _guard = self.guard();
+        let records = match self.store.all() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the staged volumes at start");
+                return 0;
+            }
+        };
+        let mut changed = 0;
+        for rec in records {
+            let found = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host);
+            let applied = found.and_then(|c| match c {
+                Some(c) => fabrics::apply_fail_fast(&*self.host, &c, &self.cfg.fabrics),
+                None => Ok(false),
+            });
+            match applied {
+                Ok(true) => changed += 1,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(volume_id = %rec.volume_id, error = %e,
+                    "could not set fast_io_fail_tmo on the volume's controller"),
+            }
+        }
+        changed
     }
 
     fn staged(&self, volume_id: &str) -> Result<StagedVolume> {
