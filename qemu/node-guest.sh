@@ -1,10 +1,50 @@
 # Runs inside a node VM (qemu/node-vm.sh copies it to /etc/edgevol-node-guest.sh; busybox sh).
-# Brings up the management NIC (slirp: the host reaches the test agent) and the storage NIC (the
-# dgram link to the appliance), starts edgevol-node on its unix socket, and the test-only
-# e2e-agent that splices TCP :7000 to that socket and runs shell commands on :7001.
+#   sh node-guest.sh                   the VM's job: brings up the management NIC (slirp: the host
+#                                      reaches the test agent) and the storage NIC (the dgram link
+#                                      to the appliance), starts edgevol-node on its unix socket,
+#                                      and the test-only e2e-agent that splices TCP :7000 to that
+#                                      socket and runs shell commands on :7001.
+#   sh node-guest.sh restart [FLAG..]  (through the agent) SIGKILLs the running edgevol-node, as a
+#                                      crash or a replaced pod would end it, and starts it again
+#                                      with the same flags plus FLAG..; returns once the new
+#                                      process serves its socket. Prints "restarted OLD -> NEW".
 # Markers: EDGEVOL-NODE READY | EDGEVOL-NODE FAILED <why>
 arg() { sed -n "s/.*edgevol\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 fail() { echo "EDGEVOL-NODE FAILED $*"; exit 1; }
+sock=/run/csi/csi.sock pidfile=/run/edgevol-node.pid
+start_node() { # extra flags...; the process's output goes to the console (the VM's log)
+    topology=""
+    [ -n "$(arg appliance)" ] && topology="--topology edgevol.io/appliance=$(arg appliance)"
+    # shellcheck disable=SC2086
+    edgevol-node --endpoint "unix://$sock" --state-dir /var/lib/edgevol-node $topology "$@" \
+        </dev/null >/dev/console 2>&1 &
+    echo $! >"$pidfile"
+}
+inode() { stat -c %i "$sock" 2>/dev/null || echo none; }
+# A socket that exists and is not the one a previous process left (its inode changed).
+wait_socket() { # OLD-INODE
+    for i in $(seq 1 100); do
+        [ -S "$sock" ] && [ "$(inode)" != "$1" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+if [ "${1:-}" = restart ]; then
+    shift
+    old=$(cat "$pidfile") || { echo "no $pidfile"; exit 1; }
+    before=$(inode)
+    kill -9 "$old" || { echo "edgevol-node $old was not running"; exit 1; }
+    # Gone, or a zombie nobody reaps (its parent is the VM's init script).
+    while [ -e "/proc/$old" ] && ! grep -q '^State:.*Z' "/proc/$old/status" 2>/dev/null; do
+        sleep 0.1
+    done
+    start_node "$@"
+    wait_socket "$before" || { echo "the new edgevol-node did not create its socket"; exit 1; }
+    echo "restarted $old -> $(cat "$pidfile")"
+    exit 0
+fi
+
 iface_of() {
     for n in /sys/class/net/*; do
         [ "$(cat "$n/address" 2>/dev/null)" = "$1" ] && { basename "$n"; return 0; }
@@ -17,12 +57,8 @@ storage="$(iface_of 52:54:00:ed:01:02)" || fail "no storage NIC"
 ip link set "$mgmt" up && ip addr add 10.0.2.15/24 dev "$mgmt" || fail "management network"
 ip link set "$storage" up && ip addr add "$(arg addr)/24" dev "$storage" || fail "storage network"
 mkdir -p /run/csi /var/lib/edgevol-node /etc/nvme /var/lib/kubelet
-topology=""
-[ -n "$(arg appliance)" ] && topology="--topology edgevol.io/appliance=$(arg appliance)"
-# shellcheck disable=SC2086
-edgevol-node --endpoint unix:///run/csi/csi.sock --state-dir /var/lib/edgevol-node $topology &
-for i in $(seq 1 100); do [ -S /run/csi/csi.sock ] && break; sleep 0.2; done
-[ -S /run/csi/csi.sock ] || fail "edgevol-node did not create its socket"
-e2e-agent --csi-port 7000 --socket /run/csi/csi.sock --exec-port 7001 &
+start_node
+wait_socket none || fail "edgevol-node did not create its socket"
+e2e-agent --csi-port 7000 --socket "$sock" --exec-port 7001 &
 echo "EDGEVOL-NODE READY hostnqn=$(cat /etc/nvme/hostnqn 2>/dev/null)"
 wait

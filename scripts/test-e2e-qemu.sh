@@ -11,7 +11,13 @@
 #   3b. tests/e2e/tests/node_conformance.rs: every row of the CSI spec's Node error tables, the
 #      idempotency of stage/publish/unpublish/unstage, and NodeExpandVolume growing ext4 and xfs
 #      online, against the real plugin (nothing left on either VM at the end);
-#   4. a later boot (after a power cut) opens the pool: no first boot, no format, same id.
+#   3c. tests/e2e/tests/node_faults.rs: edgevol-node SIGKILLed and restarted with a volume staged
+#      and published; stats, expand, unpublish, unstage work after it; the connect options
+#      (fast_io_fail_tmo...) as the kernel shows them;
+#   4. a power cut of the appliance VM (SIGKILL of its QEMU) while the node has a volume staged
+#      and published with unwritten data: NodeUnpublish + NodeUnstage complete within the bound
+#      and leave nothing on the node (node_faults.rs); then a later boot opens the pool: no first
+#      boot, no format, same id; the CO finishes the volume's detach against it.
 # Every VM and step has a time budget. Logs: qemu/.cache/logs/e2e-*.log. Exit 0 = PASS.
 #
 # usage: scripts/test-e2e-qemu.sh [--keep]   (--keep: leave the VMs running at the end)
@@ -36,7 +42,8 @@ cat "$run/image-sizes.txt" >&2
 say "building edgevol-node and e2e-agent (static) and the host test"
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
     cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
-cargo test --locked -p edgevol-e2e --test lifecycle --test node_conformance --no-run >&2
+cargo test --locked -p edgevol-e2e --test lifecycle --test node_conformance --test node_faults \
+    --no-run >&2
 BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
 say "builds done in $((SECONDS - t0)) s"
 
@@ -83,7 +90,7 @@ cp "$ROOT/image/out/edgevol.img" "$run/disk.img"
 truncate -s 1G "$run/nvme0.img"
 boot_t=$SECONDS
 appliance e2e-appliance "$run/disk.img" "$run/nvme0.img" --csi-port "$csi_port" \
-    --link "$link_a:$link_n" --timeout 150 --lifetime 1500
+    --link "$link_a:$link_n" --timeout 150 --lifetime 1800
 boot_s=$((SECONDS - boot_t))
 alog="$CACHE/logs/e2e-appliance.log"
 for want in "EDGEVOL-APPLIANCE FIRST-BOOT" "PKI-GENERATED" \
@@ -110,7 +117,14 @@ say "booting the node VM"
 pids+=("$CACHE/run/e2e-node.pid")
 "$ROOT/qemu/node-vm.sh" --name e2e-node --bin-dir "$BIN" --link "$link_n:$link_a" \
     --csi-port "$node_csi" --exec-port "$node_exec" --appliance "$appliance_id" \
-    --timeout 120 --lifetime 1500
+    --timeout 120 --lifetime 1800
+
+node_faults() { # BUDGET TEST: one test of tests/e2e/tests/node_faults.rs
+    EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/out/pki" \
+        EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
+        timeout --kill-after=10 "$1" cargo test --locked -p edgevol-e2e --test node_faults -- \
+        --ignored --exact "$2" --test-threads=1 --nocapture
+}
 
 # --- 3. the life cycle -----------------------------------------------------------------------
 say "3. volume life cycle (mount + block), driven from the host"
@@ -129,9 +143,19 @@ EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/out/pki" \
     --ignored --test-threads=1 --nocapture
 say "ok: node conformance in $((SECONDS - conf_t)) s"
 
+say "3c. edgevol-node restarted with a volume staged and published"
+fault_t=$SECONDS
+node_faults 240 restart_keeps_staged_and_published_volumes_serviceable
+say "ok: node restart in $((SECONDS - fault_t)) s"
+
 # --- 4. power cut and a later boot -------------------------------------------------------------
-say "4. power cut, then a later boot opens the pool"
-kill "$(cat "$CACHE/run/e2e-appliance.pid")"
+say "4. power cut with a volume staged on the node, then a later boot opens the pool"
+fault_t=$SECONDS
+EDGEVOL_E2E_APPLIANCE_PIDFILE="$CACHE/run/e2e-appliance.pid" \
+    node_faults 240 appliance_gone_unpublish_and_unstage_complete_within_the_bound
+say "ok: node detached from a vanished appliance in $((SECONDS - fault_t)) s"
+# The test killed the VM's QEMU; make sure it is gone before its ports are reused.
+kill "$(cat "$CACHE/run/e2e-appliance.pid")" 2>/dev/null || true
 sleep 1
 appliance e2e-appliance-2 "$run/disk.img" "$run/nvme0.img" --csi-port "$csi_port" \
     --link "$link_a:$link_n" --timeout 150 --lifetime 300
@@ -142,4 +166,7 @@ for bad in "FIRST-BOOT" "PKI-GENERATED" "formatting a new pool"; do
 done
 grep -q "\"$appliance_id\"" "$alog2" || { say "FAIL: appliance id changed across boots"; exit 1; }
 say "ok: later boot opened the pool ($(grep -o 'READY boot_ms=[0-9]*' "$alog2"))"
+fault_t=$SECONDS
+node_faults 180 once_the_appliance_is_back_the_co_finishes_the_detach
+say "ok: detach finished against the rebooted appliance in $((SECONDS - fault_t)) s"
 say "PASS in $((SECONDS - t0)) s"

@@ -137,6 +137,22 @@ impl Rig {
         }
     }
 
+    /// SIGKILLs the node VM's edgevol-node and starts it again with its boot flags plus
+    /// `flags` (qemu/node-guest.sh's restart mode), then reconnects the CSI Node client.
+    /// Returns the guest's "restarted OLD -> NEW".
+    pub async fn restart_node(&mut self, flags: &str) -> String {
+        let out = self
+            .agent
+            .ok(
+                60,
+                &format!("sh /etc/edgevol-node-guest.sh restart {flags}"),
+            )
+            .await;
+        assert!(out.contains("restarted "), "restart said {out:?}");
+        self.node = NodeClient::new(node_channel(env_addr("EDGEVOL_E2E_NODE_CSI")).await);
+        out.trim().to_owned()
+    }
+
     /// CreateVolume of `bytes` with `cap`, optionally from a snapshot.
     pub async fn create_as(
         &mut self,
