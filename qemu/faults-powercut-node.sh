@@ -12,11 +12,11 @@
 #   sh /tmp/pc.sh hold DEV       on a block volume of its own, which nothing else flushes: once
 #                                /tmp/pc-hold-go exists, 4 KiB O_DIRECT writes, each the first
 #                                of a new 1 MiB cluster (block N at N MiB, at most 240), their
-#                                count in /tmp/pc-hold.state, until /tmp/pc-release exists (the
-#                                host creates it after the cut); then one fsync, and "N md5" of
+#                                count in /tmp/pc-hold.state, until /tmp/pc-hold-stop exists
+#                                (then /tmp/pc-hold.stopped says so); once /tmp/pc-release exists
+#                                (the host creates it after the cut) one fsync, and "N md5" of
 #                                every write in /tmp/pc-hold.log. With the other writers paused
-#                                the cut certainly finds some of them acknowledged and not yet
-#                                flushed.
+#                                the cut finds them acknowledged and never flushed by the host.
 # Then:
 #   sh /tmp/pc.sh counts         "fs N raw M fs-errors E raw-errors F"
 #   sh /tmp/pc.sh verify-fs DIR  every logged file read back after dropping the page cache
@@ -81,13 +81,14 @@ hold)
     dd if=/dev/urandom of=/tmp/pc-hdata bs=4096 count=240 2>/dev/null
     while [ ! -e /tmp/pc-hold-go ]; do sleep 0.1; done
     i=0
-    while [ ! -e /tmp/pc-release ] && [ $i -lt 240 ]; do
+    while [ ! -e /tmp/pc-release ] && [ ! -e /tmp/pc-hold-stop ] && [ $i -lt 240 ]; do
         dd if=/tmp/pc-hdata of="$target" bs=4096 count=1 skip=$i seek=$((i * 256)) \
             oflag=direct conv=notrunc 2>>/tmp/pc-raw.err ||
             { echo "held write $i failed" >>/tmp/pc-raw.err; exit 1; }
         i=$((i + 1))
         echo $i >/tmp/pc-hold.state
     done
+    echo stopped >/tmp/pc-hold.stopped
     while [ ! -e /tmp/pc-release ]; do sleep 0.2; done
     if sync "$target" 2>>/tmp/pc-raw.err; then
         j=0
