@@ -2,9 +2,17 @@
 //! two baselines measured in the same run: raw loopback TCP moving the same bytes per command at
 //! the same queue depth, and the raw device (hal `FileDevice` on the same tmpfs).
 //!
-//! `cargo bench -p edgevol-appliance --bench data_path` (add `-- --quick` for a smoke run in CI).
+//! `cargo bench -p edgevol-appliance --bench data_path` (add `-- --quick` for a smoke run in CI;
+//! other words after `--` run only the workloads whose name contains one, e.g. `-- write`).
 //! Prints a table; the ratios are what matter (the machine is shared, absolute numbers vary).
 //! No timing is asserted; data read back is checked on the way.
+//!
+//! Overwrites (`randwrite`, `seqwrite`) land in clusters the volume already owns. Allocating
+//! writes (`allocwrite`) put each 4 KiB write into a cluster of the volume nothing was written to
+//! yet (stride: the pool's cluster size), so every one allocates, zero-fills the rest of its
+//! cluster and records a mapping. Each costs a cluster of tmpfs, so those cells also stop after
+//! 1.5 GiB of clusters. The write rows at QD1 also give mean / p50 / p99 latency. The pool is the
+//! dev pool (its default cluster size) unless `-- --cluster-kib N` formats it with another.
 // Host-only bench on 64-bit machines: byte counts fit in usize, rates are printed as floats.
 #![allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
 
@@ -16,10 +24,12 @@ mod nvme_host;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use edgevol_appliance::start;
+use edgevol_appliance::config::DEV_POOL_BYTES;
+use edgevol_appliance::{pool, start};
 use edgevol_core::VolumeSpec;
 use edgevol_hal::FileDevice;
 use edgevol_nvmeof::pdu::Digests;
@@ -30,132 +40,224 @@ use tokio::net::{TcpListener, TcpStream};
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-2222-3333-4444-555555555555";
 const BLOCK: u64 = 4096;
 
+/// Where a workload's commands go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    /// Uniformly random aligned slots of the filled span.
+    Random,
+    /// Consecutive slots of the filled span, wrapping.
+    Sequential,
+    /// The first block of one never-written cluster after another (allocating writes).
+    Fresh,
+}
+
 #[derive(Clone, Copy)]
 struct Workload {
     name: &'static str,
     bytes: u64,
     qd: usize,
     write: bool,
-    random: bool,
+    pattern: Pattern,
 }
 
-const WORKLOADS: [Workload; 6] = [
+impl Workload {
+    /// Whether the row is in IOPS (else MiB/s).
+    fn iops(&self) -> bool {
+        self.pattern != Pattern::Sequential
+    }
+
+    /// Whether latency rows follow the throughput row.
+    fn latency(&self) -> bool {
+        self.write && self.qd == 1
+    }
+}
+
+const WORKLOADS: [Workload; 8] = [
     Workload {
         name: "4k randread QD1",
         bytes: 4096,
         qd: 1,
         write: false,
-        random: true,
+        pattern: Pattern::Random,
     },
     Workload {
         name: "4k randread QD32",
         bytes: 4096,
         qd: 32,
         write: false,
-        random: true,
+        pattern: Pattern::Random,
     },
     Workload {
         name: "4k randwrite QD1",
         bytes: 4096,
         qd: 1,
         write: true,
-        random: true,
+        pattern: Pattern::Random,
     },
     Workload {
         name: "4k randwrite QD32",
         bytes: 4096,
         qd: 32,
         write: true,
-        random: true,
+        pattern: Pattern::Random,
+    },
+    Workload {
+        name: "4k allocwrite QD1",
+        bytes: 4096,
+        qd: 1,
+        write: true,
+        pattern: Pattern::Fresh,
+    },
+    Workload {
+        name: "4k allocwrite QD32",
+        bytes: 4096,
+        qd: 32,
+        write: true,
+        pattern: Pattern::Fresh,
     },
     Workload {
         name: "128k seqread QD8",
         bytes: 128 << 10,
         qd: 8,
         write: false,
-        random: false,
+        pattern: Pattern::Sequential,
     },
     Workload {
         name: "128k seqwrite QD8",
         bytes: 128 << 10,
         qd: 8,
         write: true,
-        random: false,
+        pattern: Pattern::Sequential,
     },
 ];
 
-/// Offsets (in blocks) of a workload: xorshift for random, wrapping for sequential.
+/// How long a cell runs: `dur`, or `max_ops` commands if that comes first.
+#[derive(Clone, Copy)]
+struct Budget {
+    dur: Duration,
+    max_ops: u64,
+}
+
+/// Where the commands of a cell go, in blocks: the filled span of `span` bytes for random and
+/// sequential workloads; for fresh ones `max_ops` clusters of `cluster` bytes from block `base`.
+#[derive(Clone, Copy)]
+struct Target {
+    span: u64,
+    base: u64,
+    cluster: u64,
+}
+
+/// Offsets (in blocks) of a workload: xorshift for random, wrapping for sequential, one cluster
+/// after another for fresh.
 struct Offsets {
     state: u64,
     next_seq: u64,
     span_blocks: u64,
     step: u64,
-    random: bool,
+    base: u64,
+    stride: u64,
+    pattern: Pattern,
 }
 
 impl Offsets {
-    fn new(w: &Workload, span: u64) -> Self {
+    fn new(w: &Workload, t: Target) -> Self {
         Offsets {
             state: 0x9e37_79b9_7f4a_7c15,
             next_seq: 0,
-            span_blocks: span / BLOCK,
+            span_blocks: t.span / BLOCK,
             step: w.bytes / BLOCK,
-            random: w.random,
+            base: t.base,
+            stride: t.cluster / BLOCK,
+            pattern: w.pattern,
         }
+    }
+
+    /// Block of fresh slot `slot`.
+    fn fresh(&self, slot: u64) -> u64 {
+        self.base + slot * self.stride
     }
 
     fn next(&mut self) -> u64 {
         let slots = self.span_blocks / self.step;
-        let slot = if self.random {
-            self.state ^= self.state << 13;
-            self.state ^= self.state >> 7;
-            self.state ^= self.state << 17;
-            self.state % slots
-        } else {
-            let s = self.next_seq % slots;
-            self.next_seq += 1;
-            s
-        };
-        slot * self.step
+        match self.pattern {
+            Pattern::Random => {
+                self.state ^= self.state << 13;
+                self.state ^= self.state >> 7;
+                self.state ^= self.state << 17;
+                self.state % slots * self.step
+            }
+            Pattern::Sequential => {
+                let s = self.next_seq % slots;
+                self.next_seq += 1;
+                s * self.step
+            }
+            Pattern::Fresh => {
+                let s = self.next_seq;
+                self.next_seq += 1;
+                self.fresh(s)
+            }
+        }
     }
 }
 
-/// Ops completed in `secs`: returns (ops, elapsed).
+/// A cell: ops completed in `elapsed`, and the latency of each (submission to completion).
 struct Run {
     ops: u64,
     elapsed: Duration,
+    lat: Vec<Duration>,
 }
 
 impl Run {
     fn per_sec(&self, w: &Workload) -> f64 {
         let ops = self.ops as f64 / self.elapsed.as_secs_f64();
-        if w.random {
+        if w.iops() {
             ops
         } else {
             ops * w.bytes as f64 / f64::from(1 << 20)
         }
     }
+
+    /// Mean, p50 and p99 latency in microseconds (nearest rank).
+    fn latency_us(&mut self) -> [f64; 3] {
+        if self.lat.is_empty() {
+            return [f64::NAN; 3];
+        }
+        self.lat.sort_unstable();
+        let n = self.lat.len();
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let rank = |p: usize| self.lat[(n * p).div_ceil(100).max(1) - 1];
+        let mean = self.lat.iter().map(|&d| us(d)).sum::<f64>() / n as f64;
+        [mean, us(rank(50)), us(rank(99))]
+    }
 }
 
-async fn edgevol(q: &mut Queue, w: &Workload, span: u64, dur: Duration) -> Run {
-    let mut offsets = Offsets::new(w, span);
+async fn edgevol(q: &mut Queue, w: &Workload, t: Target, b: Budget) -> Run {
+    let mut offsets = Offsets::new(w, t);
     let payload = vec![0x5a; w.bytes as usize];
     let blocks = u32::try_from(w.bytes / BLOCK).unwrap();
     let mut inflight = VecDeque::new();
-    let mut ops = 0;
+    let (mut ops, mut issued) = (0, 0u64);
+    let mut lat = Vec::new();
     let t0 = Instant::now();
-    while t0.elapsed() < dur || !inflight.is_empty() {
-        if t0.elapsed() < dur && inflight.len() < w.qd {
+    loop {
+        let more = t0.elapsed() < b.dur && issued < b.max_ops;
+        if !more && inflight.is_empty() {
+            break;
+        }
+        if more && inflight.len() < w.qd {
             let slba = offsets.next();
             let (sqe, data) = if w.write {
                 io::write(slba, &payload, false)
             } else {
                 io::read(slba, blocks)
             };
-            inflight.push_back(q.submit(sqe, data));
+            inflight.push_back((q.submit(sqe, data), Instant::now()));
+            issued += 1;
             continue;
         }
-        let c = q.wait(inflight.pop_front().unwrap()).await;
+        let (cid, sent) = inflight.pop_front().unwrap();
+        let c = q.wait(cid).await;
+        lat.push(sent.elapsed());
         ok(&c);
         if !w.write {
             assert_eq!(c.data.len() as u64, w.bytes);
@@ -165,6 +267,7 @@ async fn edgevol(q: &mut Queue, w: &Workload, span: u64, dur: Duration) -> Run {
     Run {
         ops,
         elapsed: t0.elapsed(),
+        lat,
     }
 }
 
@@ -207,58 +310,75 @@ async fn tcp(addr: SocketAddr, w: &Workload, dur: Duration) -> Run {
     req.extend_from_slice(&u32::try_from(down).unwrap().to_le_bytes());
     req.resize(8 + up as usize, 0x5a);
     let mut buf = vec![0u8; down as usize];
+    let mut sent = VecDeque::new();
+    let mut lat = Vec::new();
     let t0 = Instant::now();
     for _ in 0..w.qd {
+        sent.push_back(Instant::now());
         s.write_all(&req).await.unwrap();
     }
-    let (mut outstanding, mut ops) = (w.qd, 0);
-    while outstanding > 0 {
+    let mut ops = 0;
+    while let Some(at) = sent.pop_front() {
         s.read_exact(&mut buf).await.unwrap();
+        lat.push(at.elapsed());
         ops += 1;
         if t0.elapsed() < dur {
+            sent.push_back(Instant::now());
             s.write_all(&req).await.unwrap();
-        } else {
-            outstanding -= 1;
         }
     }
     Run {
         ops,
         elapsed: t0.elapsed(),
+        lat,
     }
 }
 
-/// Raw device: `qd` blocking workers doing pread/pwrite on a hal file device.
-async fn device(dev: Arc<FileDevice>, w: &Workload, span: u64, dur: Duration) -> Run {
+/// Raw device: `qd` blocking workers doing pread/pwrite on a hal file device. Fresh workloads
+/// write one never-written block per cluster stride of a sparse file, the workers sharing one
+/// sequence of slots.
+async fn device(dev: Arc<FileDevice>, w: &Workload, t: Target, b: Budget) -> Run {
     let t0 = Instant::now();
+    let slots = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for i in 0..w.qd {
-        let dev = dev.clone();
+        let (dev, slots) = (dev.clone(), slots.clone());
         let w = *w;
         workers.push(tokio::task::spawn_blocking(move || {
-            let mut offsets = Offsets::new(&w, span);
+            let mut offsets = Offsets::new(&w, t);
             offsets.state ^= (i as u64 + 1) * 0x1234_5678_9abc;
             offsets.next_seq = i as u64;
             let mut buf = vec![0x5a; w.bytes as usize];
-            let mut ops = 0u64;
-            while t0.elapsed() < dur {
-                let block = offsets.next();
+            let mut lat = Vec::new();
+            while t0.elapsed() < b.dur {
+                let block = if w.pattern == Pattern::Fresh {
+                    let slot = slots.fetch_add(1, Ordering::Relaxed);
+                    if slot >= b.max_ops {
+                        break;
+                    }
+                    offsets.fresh(slot)
+                } else {
+                    offsets.next()
+                };
+                let at = Instant::now();
                 if w.write {
                     dev.write_blocks(block, &buf).unwrap();
                 } else {
                     dev.read_blocks(block, &mut buf).unwrap();
                 }
-                ops += 1;
+                lat.push(at.elapsed());
             }
-            ops
+            lat
         }));
     }
-    let mut ops = 0;
+    let mut lat = Vec::new();
     for wk in workers {
-        ops += wk.await.unwrap();
+        lat.extend(wk.await.unwrap());
     }
     Run {
-        ops,
+        ops: lat.len() as u64,
         elapsed: t0.elapsed(),
+        lat,
     }
 }
 
@@ -274,14 +394,42 @@ fn tmpfs_dir() -> tempfile::TempDir {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let cluster_kib: Option<u32> = args.iter().position(|a| a == "--cluster-kib").map(|i| {
+        args.get(i + 1)
+            .and_then(|n| n.parse().ok())
+            .expect("--cluster-kib N")
+    });
+    // Words that are neither flags nor the value of one: workload name filters.
+    let filters: Vec<&str> = args
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|&(i, a)| !a.starts_with("--") && args[i - 1] != "--cluster-kib")
+        .map(|(_, a)| a.as_str())
+        .collect();
     let (span, dur) = if quick {
         (16 << 20, Duration::from_millis(200))
     } else {
         (256 << 20, Duration::from_secs(3))
     };
+    let fresh_cells = WORKLOADS
+        .iter()
+        .filter(|w| w.pattern == Pattern::Fresh)
+        .count() as u64;
 
     let dir = tmpfs_dir();
+    if let Some(kib) = cluster_kib {
+        // The dev pool file, formatted here: the daemon opens it as it finds it.
+        let path = dir.path().join("pool.img");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(DEV_POOL_BYTES)
+            .unwrap();
+        let device = pool::open_device(&path).unwrap();
+        drop(pool::format_device(device, &path, kib << 10, &mut |_| {}).unwrap());
+    }
     let running = start(common::dev_config(
         dir.path(),
         "127.0.0.1:0".parse().unwrap(),
@@ -293,11 +441,17 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let endpoint = running.target.endpoint;
-    let id = state
+    // One thin volume: the filled span the overwrites and reads use, then `fresh` never-written
+    // clusters for each allocating cell.
+    let (id, cluster, fresh) = state
         .on_pool(move |_, pool| {
-            let id = pool.create_volume(VolumeSpec::new("bench", span)).unwrap();
+            let cluster = u64::from(pool.cluster_size());
+            // Clusters per allocating cell: 16 in --quick, else 1.5 GiB of them.
+            let fresh = if quick { 16 } else { (3 << 29) / cluster };
+            let size = span + fresh_cells * fresh * cluster;
+            let id = pool.create_volume(VolumeSpec::new("bench", size)).unwrap();
             pool.publish(id, HOST, false).unwrap();
-            id
+            (id, cluster, fresh)
         })
         .await
         .unwrap();
@@ -307,7 +461,7 @@ async fn main() {
         .io_queue(endpoint, 1, &nqn, HOST, Digests::NONE)
         .await
         .unwrap();
-    // Fill the volume once so writes measure the steady state (in place, no allocation).
+    // Fill the span once so overwrites measure the steady state (in place, no allocation).
     let fill = vec![0x11u8; 1 << 20];
     for mib in 0..span >> 20 {
         let c = q
@@ -329,25 +483,99 @@ async fn main() {
     let raw_path = dir.path().join("raw.img");
     let raw = Arc::new(FileDevice::create(&raw_path, span).unwrap());
     raw.write_blocks(0, &vec![0x11u8; span as usize]).unwrap();
+    // The raw device's never-written blocks: a sparse file of the allocating cells' size.
+    let raw_fresh = Arc::new(
+        FileDevice::create(dir.path().join("fresh.img"), fresh_cells * fresh * cluster).unwrap(),
+    );
 
     println!(
-        "Data path, {} mode: {} MiB volume on tmpfs, {:?} per cell, test initiator over loopback",
+        "Data path, {} mode: {} MiB volume on tmpfs, {:?} per cell (allocating cells: at most {} \
+         writes, one per {} KiB cluster), test initiator over loopback",
         if quick { "quick" } else { "full" },
         span >> 20,
-        dur
+        dur,
+        fresh,
+        cluster >> 10
     );
     println!("| workload | unit | edgevol NVMe/TCP | raw loopback TCP | raw device | edgevol / TCP | edgevol / device |");
     println!("|---|---|---:|---:|---:|---:|---:|");
-    for w in &WORKLOADS {
-        let e = edgevol(&mut q, w, span, dur).await.per_sec(w);
-        let t = tcp(echo, w, dur).await.per_sec(w);
-        let d = device(raw.clone(), w, span, dur).await.per_sec(w);
-        let unit = if w.random { "IOPS" } else { "MiB/s" };
+    let mut fresh_cell = 0;
+    let mut first_fresh = None;
+    let selected = WORKLOADS
+        .iter()
+        .filter(|w| filters.is_empty() || filters.iter().any(|f| w.name.contains(f)));
+    for w in selected {
+        let (budget, target, dev) = if w.pattern == Pattern::Fresh {
+            let region = fresh_cell * fresh * cluster;
+            fresh_cell += 1;
+            let target = |base: u64| Target {
+                span,
+                base: base / BLOCK,
+                cluster,
+            };
+            let budget = Budget {
+                dur,
+                max_ops: fresh,
+            };
+            first_fresh.get_or_insert((span + region) / BLOCK);
+            (
+                budget,
+                [target(span + region), target(region)],
+                raw_fresh.clone(),
+            )
+        } else {
+            let target = Target {
+                span,
+                base: 0,
+                cluster,
+            };
+            let budget = Budget {
+                dur,
+                max_ops: u64::MAX,
+            };
+            (budget, [target; 2], raw.clone())
+        };
+        let mut e = edgevol(&mut q, w, target[0], budget).await;
+        let mut t = tcp(echo, w, dur).await;
+        let mut d = device(dev, w, target[1], budget).await;
+        let unit = if w.iops() { "IOPS" } else { "MiB/s" };
+        let (er, tr, dr) = (e.per_sec(w), t.per_sec(w), d.per_sec(w));
         println!(
-            "| {} | {unit} | {e:.0} | {t:.0} | {d:.0} | {:.2} | {:.2} |",
+            "| {} | {unit} | {er:.0} | {tr:.0} | {dr:.0} | {:.2} | {:.2} |",
             w.name,
-            e / t,
-            e / d
+            er / tr,
+            er / dr
+        );
+        if w.latency() {
+            let (el, tl, dl) = (e.latency_us(), t.latency_us(), d.latency_us());
+            for (i, what) in ["mean", "p50", "p99"].iter().enumerate() {
+                println!(
+                    "| {} latency {what} | µs | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |",
+                    w.name,
+                    el[i],
+                    tl[i],
+                    dl[i],
+                    el[i] / tl[i],
+                    el[i] / dl[i]
+                );
+            }
+        }
+    }
+    // The first allocating write of the run: its 4 KiB, then zeros to the end of its cluster.
+    if let Some(slba) = first_fresh {
+        let blocks = u32::try_from(cluster.min(1 << 20) / BLOCK).unwrap();
+        let c = q
+            .cmd(io::read(slba, blocks).0, io::read(slba, blocks).1)
+            .await;
+        ok(&c);
+        let (head, rest) = c.data.split_at(BLOCK as usize);
+        assert!(
+            head.iter().all(|&b| b == 0x5a),
+            "allocating write read back"
+        );
+        assert!(
+            rest.iter().all(|&b| b == 0),
+            "rest of a fresh cluster reads as zeros"
         );
     }
     let c = q.cmd(io::flush().0, io::flush().1).await;
