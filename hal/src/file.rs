@@ -5,13 +5,11 @@
 #![allow(clippy::cast_possible_truncation)]
 
 use std::fs::{File, OpenOptions};
-use std::path::{Path, PathBuf};
-
-use edgevol_core::{BlockDevice, ErrorType};
+use std::path::Path;
 
 use crate::buf::AlignedBuf;
-use crate::error::{check_blocks, check_range, Error};
-use crate::fdio;
+use crate::error::Error;
+use crate::fdio::BlockFile;
 
 /// Whether to open with `O_DIRECT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,15 +46,10 @@ impl Default for FileOptions {
     }
 }
 
-/// A [`BlockDevice`] in a regular file. The capacity is the file length rounded down to blocks.
+/// A [`BlockDevice`](edgevol_core::BlockDevice) in a regular file. The capacity is the file length rounded down to blocks.
 #[derive(Debug)]
 pub struct FileDevice {
-    file: File,
-    path: PathBuf,
-    block_size: u32,
-    block_count: u64,
-    direct: bool,
-    read_only: bool,
+    io: BlockFile,
 }
 
 impl FileDevice {
@@ -116,109 +109,83 @@ impl FileDevice {
             .map_err(|e| Error::io("stat", Some(path), e))?
             .len();
         Ok(Self {
-            file,
-            path: path.to_path_buf(),
-            block_size: bs,
-            block_count: len / u64::from(bs),
-            direct,
-            read_only: opts.read_only,
+            io: BlockFile {
+                file,
+                path: path.to_path_buf(),
+                block_size: bs,
+                block_count: len / u64::from(bs),
+                direct_align: direct.then_some(bs as usize),
+                read_only: opts.read_only,
+            },
         })
     }
 
     /// Whether I/O bypasses the page cache.
     pub fn is_direct(&self) -> bool {
-        self.direct
+        self.io.direct_align.is_some()
     }
 
     /// Whether writes and discards are refused.
     pub fn is_read_only(&self) -> bool {
-        self.read_only
+        self.io.read_only
     }
 
     /// The file's path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.io.path
     }
 
     /// Bytes per block.
     pub fn block_size(&self) -> u32 {
-        self.block_size
+        self.io.block_size
     }
 
     /// Number of blocks.
     pub fn block_count(&self) -> u64 {
-        self.block_count
+        self.io.block_count
     }
 
     /// A second descriptor on the same open file (raw access beside the device, e.g. `hal-bench`'s
     /// baseline).
     pub fn try_clone_file(&self) -> Result<File, Error> {
-        self.file
-            .try_clone()
-            .map_err(|e| Error::io("dup", Some(&self.path), e))
-    }
-
-    fn align(&self) -> Option<usize> {
-        self.direct.then_some(self.block_size as usize)
+        self.io.try_clone_file()
     }
 
     /// Reads whole blocks from `block`.
     pub fn read_blocks(&self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
-        check_blocks(self.block_size, self.block_count, block, buf.len())?;
-        fdio::read_exact_at(
-            &self.file,
-            &self.path,
-            block * u64::from(self.block_size),
-            buf,
-            self.align(),
-        )
+        self.io.read_blocks(block, buf)
     }
 
     /// Writes whole blocks from `block` (volatile until [`flush`](Self::sync)).
     pub fn write_blocks(&self, block: u64, data: &[u8]) -> Result<(), Error> {
-        check_blocks(self.block_size, self.block_count, block, data.len())?;
-        if self.read_only {
-            return Err(Error::ReadOnly);
-        }
-        fdio::write_all_at(
-            &self.file,
-            &self.path,
-            block * u64::from(self.block_size),
-            data,
-            self.align(),
-        )
+        self.io.write_blocks(block, data)
     }
 
     /// `fdatasync`: makes completed writes durable (and, on a block-backed filesystem, sends a
     /// cache flush to the drive).
     pub fn sync(&self) -> Result<(), Error> {
-        self.file
-            .sync_data()
-            .map_err(|e| Error::io("fdatasync", Some(&self.path), e))
+        self.io.sync()
     }
 
     /// Punches a hole over `count` blocks from `block` (reads return zeros). Where the filesystem
     /// cannot punch holes, writes zeros instead.
     pub fn discard_blocks(&self, block: u64, count: u64) -> Result<(), Error> {
-        check_range(self.block_count, block, count)?;
-        if self.read_only {
-            return Err(Error::ReadOnly);
-        }
-        let bs = u64::from(self.block_size);
-        match punch_hole(&self.file, block * bs, count * bs) {
+        let [offset, len] = self.io.byte_range(block, count)?;
+        match punch_hole(&self.io.file, offset, len) {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => self.zero_fill(block, count),
-            Err(e) => Err(Error::io("fallocate(PUNCH_HOLE)", Some(&self.path), e)),
+            Err(e) => Err(Error::io("fallocate(PUNCH_HOLE)", Some(&self.io.path), e)),
         }
     }
 
     fn zero_fill(&self, block: u64, count: u64) -> Result<(), Error> {
         const CHUNK: u64 = 256;
-        let zeros = AlignedBuf::zeroed((CHUNK * u64::from(self.block_size)) as usize);
+        let bs = u64::from(self.block_size());
+        let zeros = AlignedBuf::zeroed((CHUNK * bs) as usize);
         let mut b = block;
         while b < block + count {
             let n = CHUNK.min(block + count - b);
-            self.write_blocks(b, &zeros[..(n * u64::from(self.block_size)) as usize])?;
+            self.write_blocks(b, &zeros[..(n * bs) as usize])?;
             b += n;
         }
         Ok(())
@@ -272,35 +239,12 @@ fn punch_hole(_f: &File, _offset: u64, _len: u64) -> std::io::Result<()> {
     Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
 }
 
-impl ErrorType for FileDevice {
-    type Error = Error;
-}
-
-impl BlockDevice for FileDevice {
-    fn block_size(&self) -> u32 {
-        self.block_size
-    }
-    fn block_count(&self) -> u64 {
-        self.block_count
-    }
-    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
-        self.read_blocks(block, buf)
-    }
-    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), Error> {
-        self.write_blocks(block, data)
-    }
-    fn flush(&mut self) -> Result<(), Error> {
-        self.sync()
-    }
-    fn discard(&mut self, block: u64, count: u64) -> Result<(), Error> {
-        self.discard_blocks(block, count)
-    }
-}
+forward_block_device!(FileDevice);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgevol_core::{DeviceError, DeviceErrorKind};
+    use edgevol_core::{BlockDevice, DeviceError, DeviceErrorKind};
     use std::os::unix::fs::MetadataExt;
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {

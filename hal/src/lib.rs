@@ -21,6 +21,37 @@
 //! `unsafe` is denied workspace-wide and allowed only in `buf.rs` (aligned allocation),
 //! `linux_block.rs` and `nvme.rs` (ioctls), each block with a `SAFETY` comment.
 
+/// The `BlockDevice` impl of a backend whose inherent methods carry the work (`block_size`,
+/// `block_count`, `read_blocks`, `write_blocks`, `sync`, `discard_blocks`): it only forwards.
+macro_rules! forward_block_device {
+    ($ty:ty) => {
+        impl edgevol_core::ErrorType for $ty {
+            type Error = crate::error::Error;
+        }
+
+        impl edgevol_core::BlockDevice for $ty {
+            fn block_size(&self) -> u32 {
+                <$ty>::block_size(self)
+            }
+            fn block_count(&self) -> u64 {
+                <$ty>::block_count(self)
+            }
+            fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), crate::error::Error> {
+                self.read_blocks(block, buf)
+            }
+            fn write(&mut self, block: u64, data: &[u8]) -> Result<(), crate::error::Error> {
+                self.write_blocks(block, data)
+            }
+            fn flush(&mut self) -> Result<(), crate::error::Error> {
+                self.sync()
+            }
+            fn discard(&mut self, block: u64, count: u64) -> Result<(), crate::error::Error> {
+                self.discard_blocks(block, count)
+            }
+        }
+    };
+}
+
 mod buf;
 mod error;
 mod fault;

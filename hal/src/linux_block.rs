@@ -6,12 +6,10 @@
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use edgevol_core::{BlockDevice, ErrorType};
-
-use crate::error::{check_blocks, check_range, Error};
-use crate::fdio;
+use crate::error::Error;
+use crate::fdio::BlockFile;
 
 mod ioctl {
     // <linux/fs.h>: BLKGETSIZE64 is _IOR(0x12, 114, size_t); the others are _IO(0x12, n) taking a
@@ -53,14 +51,10 @@ impl Default for BlockOptions {
 /// An open Linux block device.
 #[derive(Debug)]
 pub struct LinuxBlockDevice {
-    file: File,
-    path: PathBuf,
+    io: BlockFile,
     size_bytes: u64,
     logical_block_size: u32,
     physical_block_size: u32,
-    block_size: u32,
-    direct: bool,
-    read_only: bool,
 }
 
 impl LinuxBlockDevice {
@@ -121,20 +115,23 @@ impl LinuxBlockDevice {
             });
         }
         Ok(Self {
-            file,
-            path: path.to_path_buf(),
+            io: BlockFile {
+                file,
+                path: path.to_path_buf(),
+                block_size,
+                block_count: size_bytes / u64::from(block_size),
+                direct_align: opts.direct.then_some(logical as usize),
+                read_only: opts.read_only || ro != 0,
+            },
             size_bytes,
             logical_block_size: logical,
             physical_block_size: pbs,
-            block_size,
-            direct: opts.direct,
-            read_only: opts.read_only || ro != 0,
         })
     }
 
     /// Device path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.io.path
     }
     /// Size in bytes (BLKGETSIZE64).
     pub fn size_bytes(&self) -> u64 {
@@ -150,135 +147,80 @@ impl LinuxBlockDevice {
     }
     /// Block size exposed to core.
     pub fn block_size(&self) -> u32 {
-        self.block_size
+        self.io.block_size
     }
     /// Number of blocks of [`block_size`](Self::block_size).
     pub fn block_count(&self) -> u64 {
-        self.size_bytes / u64::from(self.block_size)
+        self.io.block_count
     }
     /// Whether writes are refused.
     pub fn is_read_only(&self) -> bool {
-        self.read_only
+        self.io.read_only
     }
     /// Whether I/O bypasses the page cache (`O_DIRECT`).
     pub fn is_direct(&self) -> bool {
-        self.direct
+        self.io.direct_align.is_some()
     }
     /// The open file (for NVMe passthrough ioctls on the same descriptor).
     pub fn file(&self) -> &File {
-        &self.file
+        &self.io.file
     }
     /// A second descriptor on the same open device (raw access beside the device, e.g.
     /// `hal-bench`'s baseline).
     pub fn try_clone_file(&self) -> Result<File, Error> {
-        self.file
-            .try_clone()
-            .map_err(|e| Error::io("dup", Some(&self.path), e))
-    }
-
-    fn align(&self) -> Option<usize> {
-        self.direct.then_some(self.logical_block_size as usize)
+        self.io.try_clone_file()
     }
 
     /// Reads whole blocks from `block`.
     pub fn read_blocks(&self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
-        check_blocks(self.block_size, self.block_count(), block, buf.len())?;
-        fdio::read_exact_at(
-            &self.file,
-            &self.path,
-            block * u64::from(self.block_size),
-            buf,
-            self.align(),
-        )
+        self.io.read_blocks(block, buf)
     }
 
     /// Writes whole blocks from `block` (volatile until [`sync`](Self::sync)).
     pub fn write_blocks(&self, block: u64, data: &[u8]) -> Result<(), Error> {
-        check_blocks(self.block_size, self.block_count(), block, data.len())?;
-        if self.read_only {
-            return Err(Error::ReadOnly);
-        }
-        fdio::write_all_at(
-            &self.file,
-            &self.path,
-            block * u64::from(self.block_size),
-            data,
-            self.align(),
-        )
+        self.io.write_blocks(block, data)
     }
 
     /// `fdatasync`: the kernel issues a cache flush (NVMe Flush) to the drive.
     pub fn sync(&self) -> Result<(), Error> {
-        self.file
-            .sync_data()
-            .map_err(|e| Error::io("fdatasync", Some(&self.path), e))
-    }
-
-    fn range_ioctl(&self, block: u64, count: u64) -> Result<[u64; 2], Error> {
-        check_range(self.block_count(), block, count)?;
-        if self.read_only {
-            return Err(Error::ReadOnly);
-        }
-        let bs = u64::from(self.block_size);
-        Ok([block * bs, count * bs])
+        self.io.sync()
     }
 
     /// `BLKDISCARD` (NVMe Dataset Management / deallocate). [`Error::Unsupported`] if the device
     /// has no discard.
     pub fn discard_blocks(&self, block: u64, count: u64) -> Result<(), Error> {
-        let range = self.range_ioctl(block, count)?;
+        let range = self.io.byte_range(block, count)?;
         if count == 0 {
             return Ok(());
         }
         // SAFETY: fd is open; the kernel reads two u64 (start, length) from `range`.
-        match unsafe { ioctl::blkdiscard(self.file.as_raw_fd(), &range) } {
+        match unsafe { ioctl::blkdiscard(self.io.file.as_raw_fd(), &range) } {
             Ok(_) => Ok(()),
             Err(nix::Error::EOPNOTSUPP) => Err(Error::Unsupported("BLKDISCARD on this device")),
-            Err(e) => Err(Error::errno("BLKDISCARD", Some(&self.path), e)),
+            Err(e) => Err(Error::errno("BLKDISCARD", Some(&self.io.path), e)),
         }
     }
 
     /// `BLKZEROOUT` (NVMe Write Zeroes, or written zeros where the device lacks it).
     pub fn zero_blocks(&self, block: u64, count: u64) -> Result<(), Error> {
-        let range = self.range_ioctl(block, count)?;
+        let range = self.io.byte_range(block, count)?;
         if count == 0 {
             return Ok(());
         }
         // SAFETY: fd is open; the kernel reads two u64 (start, length) from `range`.
-        unsafe { ioctl::blkzeroout(self.file.as_raw_fd(), &range) }
+        unsafe { ioctl::blkzeroout(self.io.file.as_raw_fd(), &range) }
             .map(drop)
-            .map_err(|e| Error::errno("BLKZEROOUT", Some(&self.path), e))
+            .map_err(|e| Error::errno("BLKZEROOUT", Some(&self.io.path), e))
     }
 }
 
-impl ErrorType for LinuxBlockDevice {
-    type Error = Error;
-}
-
-impl BlockDevice for LinuxBlockDevice {
-    fn block_size(&self) -> u32 {
-        self.block_size
-    }
-    fn block_count(&self) -> u64 {
-        LinuxBlockDevice::block_count(self)
-    }
-    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
-        self.read_blocks(block, buf)
-    }
-    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), Error> {
-        self.write_blocks(block, data)
-    }
-    fn flush(&mut self) -> Result<(), Error> {
-        self.sync()
-    }
-    fn discard(&mut self, block: u64, count: u64) -> Result<(), Error> {
-        self.discard_blocks(block, count)
-    }
-}
+forward_block_device!(LinuxBlockDevice);
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use edgevol_core::BlockDevice;
+    use std::path::PathBuf;
     use std::process::Command;
 
     /// A loop device over a sparse temp file, detached on drop. `None` (with the reason printed)

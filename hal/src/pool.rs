@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use edgevol_core::{BlockDevice, ErrorType};
+use edgevol_core::BlockDevice;
 
 use crate::error::Error;
 use crate::fault::FaultDevice;
@@ -94,30 +94,7 @@ impl PoolDevice {
     }
 }
 
-impl ErrorType for PoolDevice {
-    type Error = Error;
-}
-
-impl BlockDevice for PoolDevice {
-    fn block_size(&self) -> u32 {
-        PoolDevice::block_size(self)
-    }
-    fn block_count(&self) -> u64 {
-        PoolDevice::block_count(self)
-    }
-    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
-        self.read_blocks(block, buf)
-    }
-    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), Error> {
-        self.write_blocks(block, data)
-    }
-    fn flush(&mut self) -> Result<(), Error> {
-        self.sync()
-    }
-    fn discard(&mut self, block: u64, count: u64) -> Result<(), Error> {
-        self.discard_blocks(block, count)
-    }
-}
+forward_block_device!(PoolDevice);
 
 /// A second handle on a [`PoolDevice`], for the data path's I/O outside the pool's lock. Byte
 /// offsets (core's data path speaks them); each access must cover whole blocks.

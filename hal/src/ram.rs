@@ -4,11 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use edgevol_core::{BlockDevice, ErrorType};
-
 use crate::error::{check_blocks, check_range, Error};
 
-/// A sparse in-memory [`BlockDevice`]. Never-written and discarded blocks read as zeros.
+/// A sparse in-memory [`BlockDevice`](edgevol_core::BlockDevice). Never-written and discarded blocks read as zeros.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RamDevice {
     block_size: u32,
@@ -99,37 +97,19 @@ impl RamDevice {
         }
         Ok(())
     }
-}
 
-impl ErrorType for RamDevice {
-    type Error = Error;
-}
-
-impl BlockDevice for RamDevice {
-    fn block_size(&self) -> u32 {
-        self.block_size
-    }
-    fn block_count(&self) -> u64 {
-        self.block_count
-    }
-    fn read(&mut self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
-        self.read_blocks(block, buf)
-    }
-    fn write(&mut self, block: u64, data: &[u8]) -> Result<(), Error> {
-        self.write_blocks(block, data)
-    }
-    fn flush(&mut self) -> Result<(), Error> {
+    /// Nothing in RAM is volatile in the device's sense: the flush has nothing to do.
+    pub fn sync(&self) -> Result<(), Error> {
         Ok(())
     }
-    fn discard(&mut self, block: u64, count: u64) -> Result<(), Error> {
-        self.discard_blocks(block, count)
-    }
 }
+
+forward_block_device!(RamDevice);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgevol_core::{DeviceError, DeviceErrorKind};
+    use edgevol_core::{BlockDevice, DeviceError, DeviceErrorKind};
 
     #[test]
     fn sparse_read_write_discard() {
