@@ -5,7 +5,7 @@
 //! exclusive open (edgevold's data path), reads the SMART log before and after, and prints
 //! `HAL-GUEST-CHECK PASS` (or `FAIL: reason`, exit 1).
 //!
-//! usage: hal-guest-check DEVICE EXPECTED_SERIAL [EXPECTED_EUI64_HEX] [EXPECTED_UUID_HEX]
+//! usage: `hal-guest-check DEVICE EXPECTED_SERIAL [EXPECTED_EUI64_HEX] [EXPECTED_UUID_HEX]`
 
 // Casts: test patterns deliberately keep the low byte of block numbers.
 #![allow(clippy::cast_possible_truncation)]
