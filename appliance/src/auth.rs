@@ -21,6 +21,9 @@ const CO_SERVICES: [&str; 4] = [
     "volumegroup.Controller",
 ];
 
+/// The one service a `node` client may use: enrolment for its data-path keys.
+pub const ENROLMENT_SERVICE: &str = "edgevol.v1.Enrolment";
+
 /// Whether `role` may call `/<service>/<method>`.
 pub fn allowed(role: Role, service: &str, method: &str) -> bool {
     match role {
@@ -29,6 +32,9 @@ pub fn allowed(role: Role, service: &str, method: &str) -> bool {
         Role::Observer => {
             service == "csi.v1.Identity" || (CO_SERVICES.contains(&service) && is_read_only(method))
         }
+        // Not even Identity: a node certificate sits on every workload host, so it opens as
+        // little of the appliance as possible.
+        Role::Node => service == ENROLMENT_SERVICE,
     }
 }
 
@@ -143,6 +149,7 @@ mod tests {
         PeerInfo {
             remote: "192.0.2.1:5000".parse().unwrap(),
             identity,
+            cert_sha256: None,
         }
     }
 
@@ -172,49 +179,73 @@ mod tests {
 
     #[test]
     fn the_policy_matches_the_roles() {
+        // Expected answers for admin, controller, observer, node.
         let cases = [
-            ("csi.v1.Identity", "Probe", [true, true, true]),
-            ("csi.v1.Controller", "CreateVolume", [true, true, false]),
-            ("csi.v1.Controller", "ListVolumes", [true, true, true]),
+            ("csi.v1.Identity", "Probe", [true, true, true, false]),
+            (
+                "csi.v1.Controller",
+                "CreateVolume",
+                [true, true, false, false],
+            ),
+            (
+                "csi.v1.Controller",
+                "ListVolumes",
+                [true, true, true, false],
+            ),
             (
                 "csi.v1.Controller",
                 "ControllerGetVolume",
-                [true, true, true],
+                [true, true, true, false],
             ),
             (
                 "csi.v1.Controller",
                 "ControllerPublishVolume",
-                [true, true, false],
+                [true, true, false, false],
             ),
-            ("csi.v1.Controller", "GetCapacity", [true, true, true]),
+            (
+                "csi.v1.Controller",
+                "GetCapacity",
+                [true, true, true, false],
+            ),
             (
                 "csi.v1.GroupController",
                 "GetVolumeGroupSnapshot",
-                [true, true, true],
+                [true, true, true, false],
             ),
             (
                 "csi.v1.GroupController",
                 "GroupControllerGetCapabilities",
-                [true, true, true],
+                [true, true, true, false],
             ),
             (
                 "csi.v1.GroupController",
                 "CreateVolumeGroupSnapshot",
-                [true, true, false],
+                [true, true, false, false],
             ),
             (
                 "volumegroup.Controller",
                 "ListVolumeGroups",
-                [true, true, true],
+                [true, true, true, false],
             ),
             (
                 "volumegroup.Controller",
                 "DeleteVolumeGroup",
-                [true, true, false],
+                [true, true, false, false],
             ),
-            ("csi.v1.Node", "NodeGetInfo", [true, false, false]),
-            ("edgevol.Admin", "FormatPool", [true, false, false]),
+            ("csi.v1.Node", "NodeGetInfo", [true, false, false, false]),
+            ("edgevol.Admin", "FormatPool", [true, false, false, false]),
+            ("edgevol.v1.Enrolment", "Enrol", [true, false, false, true]),
+            ("edgevol.v1.HostKeys", "Rotate", [true, false, false, false]),
+            ("edgevol.v1.HostKeys", "Revoke", [true, false, false, false]),
+            ("edgevol.v1.HostKeys", "List", [true, false, false, false]),
+            // A look-alike of the enrolment service is not it.
+            (
+                "edgevol.v1.EnrolmentX",
+                "Enrol",
+                [true, false, false, false],
+            ),
         ];
+        assert_eq!(Role::ALL.len(), 4, "a new role needs a column here");
         for (service, method, expect) in cases {
             for (role, want) in Role::ALL.into_iter().zip(expect) {
                 assert_eq!(

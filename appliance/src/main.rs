@@ -99,7 +99,7 @@ fn print_banner(config: &Config, running: &edgevol_appliance::Running) {
     if config.dev {
         let pki = config.data_dir.join("pki");
         println!(
-            "  clients:     {}/{{admin,controller,observer}}.{{pem,key}}",
+            "  clients:     {}/{{admin,controller,observer,node}}.{{pem,key}}",
             pki.display()
         );
         println!("  connect a CO through the proxy:");

@@ -33,6 +33,9 @@ pub struct PeerInfo {
     pub remote: SocketAddr,
     /// The identity of its (verified) certificate, or why it has none.
     pub identity: Result<PeerIdentity, IdentityError>,
+    /// SHA-256 of its leaf certificate (DER): which certificate it was, for what is bound to
+    /// one certificate rather than a name (a revoked node's certificate may not enrol again).
+    pub cert_sha256: Option<[u8; 32]>,
 }
 
 impl fmt::Display for PeerInfo {
@@ -99,6 +102,14 @@ impl AsyncWrite for MtlsStream {
     }
 }
 
+/// SHA-256 of a DER certificate: its fingerprint.
+pub fn certificate_sha256(der: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, der);
+    let mut out = [0; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
 /// Accepts TCP connections, runs each TLS handshake in its own task and yields the verified
 /// streams. Ends when the listener fails fatally or the receiver is dropped.
 pub fn incoming(
@@ -127,14 +138,20 @@ pub fn incoming(
             tokio::spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => {
-                        let identity = tls
+                        let leaf = tls
                             .get_ref()
                             .1
                             .peer_certificates()
-                            .and_then(|chain| chain.first())
+                            .and_then(|chain| chain.first());
+                        let identity = leaf
                             .ok_or(IdentityError::Unparsable)
                             .and_then(|leaf| PeerIdentity::from_der(leaf));
-                        let peer = PeerInfo { remote, identity };
+                        let cert_sha256 = leaf.map(|leaf| certificate_sha256(leaf));
+                        let peer = PeerInfo {
+                            remote,
+                            identity,
+                            cert_sha256,
+                        };
                         tracing::debug!(%peer, "TLS session established");
                         let _ = tx.send(Ok(MtlsStream { inner: tls, peer })).await;
                     }

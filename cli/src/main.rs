@@ -116,7 +116,7 @@ enum PkiCommand {
         /// The PKI directory holding ca.pem and ca.key.
         #[arg(long)]
         dir: PathBuf,
-        /// admin, controller or observer.
+        /// admin, controller, observer or node (a workload host: may only enrol for its keys).
         #[arg(long)]
         role: Role,
         /// The client's name (certificate common name and file name).

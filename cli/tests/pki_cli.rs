@@ -91,3 +91,27 @@ fn init_and_issue_write_0600_keys_and_refuse_to_overwrite_without_force() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid name"));
 }
+
+#[test]
+fn issue_makes_node_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    assert!(
+        edgevol(&["pki", "init", "--dir", d, "--san", "box.example"])
+            .status
+            .success()
+    );
+    let out = edgevol(&[
+        "pki", "issue", "--dir", d, "--role", "node", "--name", "worker-7",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("node client \"worker-7\""));
+    assert_eq!(mode(&dir.path().join("worker-7.key")), 0o600);
+    let pem = std::fs::read(dir.path().join("worker-7.pem")).unwrap();
+    let id = PeerIdentity::from_der(&CertificateDer::from_pem_slice(&pem).unwrap()).unwrap();
+    assert_eq!((id.name.as_str(), id.role), ("worker-7", Role::Node));
+}

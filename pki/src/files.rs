@@ -102,8 +102,8 @@ pub fn issue(
 }
 
 /// The development PKI: CA, a server certificate for localhost, 127.0.0.1 and ::1, and one
-/// client pair per role named after the role. Existing files are kept, so a second start
-/// reuses the first one's certificates.
+/// client pair per role named after the role (`admin`, `controller`, `observer`, `node`).
+/// Existing files are kept, so a second start reuses the first one's certificates.
 pub fn ensure_dev(dir: &Path) -> Result<(), PkiError> {
     let sans = ["localhost", "127.0.0.1", "::1"].map(String::from);
     if !Pair::in_dir(dir, "ca").exists() {
@@ -206,6 +206,22 @@ mod tests {
             issue(dir.path(), Role::Admin, "o", Validity::days(1), false),
             Err(PkiError::Exists(_))
         ));
+    }
+
+    #[test]
+    fn the_dev_pki_has_a_pair_per_role_node_included() {
+        use crate::PeerIdentity;
+        use rustls_pki_types::{pem::PemObject, CertificateDer};
+        let dir = tempfile::tempdir().unwrap();
+        ensure_dev(dir.path()).unwrap();
+        for role in Role::ALL {
+            let pair = Pair::in_dir(dir.path(), role.as_str());
+            let pem = fs::read(&pair.cert).unwrap();
+            let der = CertificateDer::from_pem_slice(&pem).unwrap();
+            let id = PeerIdentity::from_der(&der).unwrap();
+            assert_eq!((id.name.as_str(), id.role), (role.as_str(), role));
+        }
+        assert!(Pair::in_dir(dir.path(), "node").cert.exists());
     }
 
     #[test]

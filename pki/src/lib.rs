@@ -3,7 +3,8 @@
 //! Every CSI client of the appliance presents a certificate issued by the appliance's CA. The
 //! client's **role** travels inside that certificate as a URI subject alternative name,
 //! `urn:edgevol:role:<role>` (exactly one per certificate), and its **name** is the subject's
-//! common name. Roles are [`Role::Admin`], [`Role::Controller`] and [`Role::Observer`].
+//! common name. Roles are [`Role::Admin`], [`Role::Controller`], [`Role::Observer`] and
+//! [`Role::Node`] (a workload host, which may only enrol for its NVMe data-path keys).
 //!
 //! The crate issues certificates ([`Ca`]), writes them as PEM files ([`files`]), builds the
 //! rustls configurations of both ends ([`tls`]) and reads a verified peer's identity back

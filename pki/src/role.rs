@@ -15,11 +15,14 @@ pub enum Role {
     Controller,
     /// Read-only: Identity and the List/Get RPCs.
     Observer,
+    /// A workload host running `edgevol-node`: may only enrol for its data-path keys. The
+    /// certificate's name is the node's identity, to which the appliance binds its host NQN.
+    Node,
 }
 
 impl Role {
     /// Every role, in order of decreasing power.
-    pub const ALL: [Role; 3] = [Role::Admin, Role::Controller, Role::Observer];
+    pub const ALL: [Role; 4] = [Role::Admin, Role::Controller, Role::Observer, Role::Node];
 
     /// The role's name as written in certificates and on the command line.
     pub fn as_str(self) -> &'static str {
@@ -27,6 +30,7 @@ impl Role {
             Role::Admin => "admin",
             Role::Controller => "controller",
             Role::Observer => "observer",
+            Role::Node => "node",
         }
     }
 
@@ -49,7 +53,9 @@ impl FromStr for Role {
         Role::ALL
             .into_iter()
             .find(|r| r.as_str() == s)
-            .ok_or_else(|| format!("unknown role {s:?} (expected admin, controller or observer)"))
+            .ok_or_else(|| {
+                format!("unknown role {s:?} (expected admin, controller, observer or node)")
+            })
     }
 }
 
