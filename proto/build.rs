@@ -1,11 +1,11 @@
-//! Compiles `csi.proto` and `volumegroup.proto` with protox (pure Rust, no
+//! Compiles `csi.proto`, `volumegroup.proto` and `edgevol.proto` with protox (pure Rust, no
 //! `protoc` binary) and generates prost messages plus tonic clients and
 //! servers. The encoded `FileDescriptorSet` (with custom options intact) is
 //! written to `OUT_DIR/edgevol_descriptor_set.bin` for reflection and tests.
 
 use std::{env, fs, path::PathBuf};
 
-const PROTOS: [&str; 2] = ["csi.proto", "volumegroup.proto"];
+const PROTOS: [&str; 3] = ["csi.proto", "volumegroup.proto", "edgevol.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);

@@ -206,6 +206,48 @@ fn csi_file_header() {
     assert_eq!(services, ["Controller"]);
 }
 
+/// edgevol's own API: the services, methods and field numbers that `edgevol-node` and the CLI
+/// depend on.
+#[test]
+fn edgevol_v1_services_and_enrolment_fields() {
+    let set = fds();
+    let ev = file(&set, "edgevol.proto");
+    assert_eq!(ev.package(), "edgevol.v1");
+    assert_eq!(ev.syntax(), "proto3");
+    assert_eq!(ev.dependency, ["google/protobuf/timestamp.proto"]);
+    let services: Vec<&str> = ev.service.iter().map(|s| s.name()).collect();
+    assert_eq!(services, ["Enrolment", "HostKeys"]);
+    check_service(ev, "Enrolment", &[unary!("Enrol")]);
+    check_service(
+        ev,
+        "HostKeys",
+        &[unary!("Rotate"), unary!("Revoke"), unary!("List")],
+    );
+    let fields = |message: &str| -> Vec<(String, i32)> {
+        ev.message_type
+            .iter()
+            .find(|m| m.name() == message)
+            .unwrap_or_else(|| panic!("message {message} missing"))
+            .field
+            .iter()
+            .map(|f| (f.name().to_owned(), f.number()))
+            .collect()
+    };
+    let want = |items: &[(&str, i32)]| -> Vec<(String, i32)> {
+        items.iter().map(|&(n, i)| (n.to_owned(), i)).collect()
+    };
+    assert_eq!(fields("EnrolRequest"), want(&[("host_nqn", 1)]));
+    assert_eq!(
+        fields("EnrolResponse"),
+        want(&[("host_secret", 1), ("ctrl_secret", 2), ("generation", 3)])
+    );
+    let listed: Vec<String> = fields("NodeKeys").into_iter().map(|f| f.0).collect();
+    assert!(
+        listed.iter().all(|name| !name.contains("secret")),
+        "List never carries a secret: {listed:?}"
+    );
+}
+
 #[test]
 fn csi_identity_methods() {
     let set = fds();
