@@ -17,7 +17,9 @@
 //!
 //! Modules: [`pdu`] (PDU types and encoding), [`decoder`] (incremental, validating decoder),
 //! [`pdu_error`] (typed errors with their TermReq FES), [`sqe`], [`cqe`], [`status`],
-//! [`fabrics_cmd`] (Connect, Property Get/Set), [`queue`] (the target's connection state
+//! [`fabrics_cmd`] (Connect, Property Get/Set), [`auth`] (DH-HMAC-CHAP in-band authentication:
+//! secrets, messages, the per-queue target state machine; its module docs say how to drive it),
+//! [`queue`] (the target's connection state
 //! machine), [`fabrics`] (`parse(&Sqe, data, &QueueState) -> Result<Command, Rejected>` routing
 //! as `nvmet_req_init` does), [`admin`] and [`io_cmd`] (field and length checks) and, with the `test-initiator` feature, `initiator` (a sans-I/O host for the
 //! appliance's loopback tests and benches).
@@ -25,6 +27,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod auth;
 pub mod cqe;
 pub mod decoder;
 pub mod fabrics;

@@ -106,6 +106,9 @@ pub enum StatusCode {
     ConnectInvalidHost,
     /// Invalid queue identifier (Create I/O queue, Connect).
     InvalidQueueIdentifier,
+    /// The queue must complete DH-HMAC-CHAP authentication before this command
+    /// (`NVME_SC_AUTH_REQUIRED`).
+    AuthenticationRequired,
     /// Media: write fault.
     WriteFault,
     /// Media: unrecovered read error.
@@ -138,6 +141,7 @@ impl StatusCode {
             // Busy is transient (no free controller id, pool still opening): the host retries.
             StatusCode::ConnectControllerBusy => (sct::COMMAND_SPECIFIC, 0x81, false),
             StatusCode::ConnectInvalidHost => (sct::COMMAND_SPECIFIC, 0x84, true),
+            StatusCode::AuthenticationRequired => (sct::COMMAND_SPECIFIC, 0x91, true),
             StatusCode::WriteFault => (sct::MEDIA, 0x80, false),
             StatusCode::UnrecoveredReadError => (sct::MEDIA, 0x81, false),
             StatusCode::AccessDenied => (sct::MEDIA, 0x86, true),
@@ -180,6 +184,7 @@ mod tests {
             StatusCode::TransientTransportError,
             StatusCode::AccessDenied,
             StatusCode::ConnectInvalidHost,
+            StatusCode::AuthenticationRequired,
         ] {
             let s = code.status();
             assert_eq!(Status::from_cqe_word(s.to_cqe_word()), s);
