@@ -86,6 +86,11 @@ pub struct Args {
     /// most a power cut can take of what hosts never flushed (default 1000).
     #[arg(long, value_name = "MS")]
     pub sync_interval_ms: Option<u64>,
+    /// Let hosts that hold no DH-HMAC-CHAP keys connect without authenticating (true|false;
+    /// default false). Anyone on the storage network who sends a published node's NQN then gets
+    /// that node's volumes: for migrations and labs only. Logged as a warning at start.
+    #[arg(long, value_name = "BOOL")]
+    pub nvme_allow_unauthenticated_hosts: Option<bool>,
 }
 
 /// Operator commands of `edgevold`; without one it runs the daemon.
@@ -160,6 +165,7 @@ pub struct MetricsConfig {
 struct FileNvme {
     listen: Option<SocketAddr>,
     advertise: Option<IpAddr>,
+    allow_unauthenticated_hosts: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -215,6 +221,28 @@ pub struct Config {
     pub format_blank: bool,
     /// The power-loss window: how often unflushed writes are made durable (`sync_interval_ms`).
     pub sync_interval: Duration,
+    /// Who must authenticate on the data path (`nvme.allow_unauthenticated_hosts`).
+    pub host_auth: HostAuthPolicy,
+}
+
+/// Who must authenticate (DH-HMAC-CHAP) on the NVMe/TCP data path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostAuthPolicy {
+    /// Whether a host whose NQN holds no keys (never enrolled, or revoked) may connect without
+    /// authenticating. Off by default: every host authenticates. A host that holds keys always
+    /// authenticates, whatever this says.
+    pub allow_unauthenticated_hosts: bool,
+}
+
+impl HostAuthPolicy {
+    /// What the daemon logs as a warning at start about this policy, if anything.
+    pub fn warning(&self) -> Option<&'static str> {
+        self.allow_unauthenticated_hosts.then_some(
+            "nvme.allow_unauthenticated_hosts is on: hosts without DH-HMAC-CHAP keys connect \
+             unauthenticated, so anyone on the storage network who sends a published node's \
+             host NQN gets that node's volumes",
+        )
+    }
 }
 
 /// Default of `sync_interval_ms`: a power cut takes at most one second of unflushed writes,
@@ -331,6 +359,12 @@ impl Config {
                 SYNC_INTERVAL_MS.end()
             )));
         }
+        let host_auth = HostAuthPolicy {
+            allow_unauthenticated_hosts: args
+                .nvme_allow_unauthenticated_hosts
+                .or(file_nvme.allow_unauthenticated_hosts)
+                .unwrap_or(false),
+        };
         let file_metrics = match file.metrics.and_then(|m| m.listen) {
             Some(text) => Some(parse_metrics_listen(&text).map_err(ConfigError)?),
             None => None,
@@ -365,6 +399,7 @@ impl Config {
             },
             format_blank: args.format_blank || file.format_blank,
             sync_interval: Duration::from_millis(sync_ms),
+            host_auth,
         })
     }
 }
@@ -648,6 +683,68 @@ ca = "pki/ca.pem"
         .unwrap_err()
         .0;
         assert!(e.contains("nope.toml") && e.contains("No such file"), "{e}");
+    }
+
+    #[test]
+    fn authentication_is_required_unless_allowed_by_file_or_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |text: &str, flag: Option<bool>| {
+            let path = write(dir.path(), text);
+            Config::from_args(Args {
+                config: Some(path),
+                dev: true,
+                nvme_allow_unauthenticated_hosts: flag,
+                ..Args::default()
+            })
+            .map(|c| c.host_auth.allow_unauthenticated_hosts)
+        };
+        let dev = Config::from_args(Args {
+            dev: true,
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(dev.host_auth, HostAuthPolicy::default());
+        assert!(
+            !dev.host_auth.allow_unauthenticated_hosts,
+            "required by default"
+        );
+        assert_eq!(dev.host_auth.warning(), None);
+        assert_eq!(with("", None), Ok(false));
+        assert_eq!(
+            with("[nvme]\nallow_unauthenticated_hosts = true\n", None),
+            Ok(true)
+        );
+        assert_eq!(
+            with("[nvme]\nallow_unauthenticated_hosts = false\n", None),
+            Ok(false)
+        );
+        assert_eq!(with("", Some(true)), Ok(true));
+        // The flag wins both ways: an operator can turn the file's setting off for one start.
+        assert_eq!(
+            with("[nvme]\nallow_unauthenticated_hosts = true\n", Some(false)),
+            Ok(false)
+        );
+        let e = with("[nvme]\nallow_unauthenticated_hosts = \"yes\"\n", None)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("at line 2") && e.contains("bool"), "{e}");
+        let allowed = HostAuthPolicy {
+            allow_unauthenticated_hosts: true,
+        };
+        assert!(allowed
+            .warning()
+            .is_some_and(|w| w.contains("nvme.allow_unauthenticated_hosts")));
+    }
+
+    #[test]
+    fn the_allow_unauthenticated_flag_takes_a_value() {
+        let parse = |args: &[&str]| Args::try_parse_from([&["edgevold"], args].concat());
+        let a = parse(&["--nvme-allow-unauthenticated-hosts", "true"]).unwrap();
+        assert_eq!(a.nvme_allow_unauthenticated_hosts, Some(true));
+        let a = parse(&["--nvme-allow-unauthenticated-hosts=false"]).unwrap();
+        assert_eq!(a.nvme_allow_unauthenticated_hosts, Some(false));
+        assert!(parse(&["--nvme-allow-unauthenticated-hosts", "maybe"]).is_err());
+        assert_eq!(parse(&[]).unwrap().nvme_allow_unauthenticated_hosts, None);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Starting and stopping the daemon.
 //!
-//! Everything that can be refused (data dir, lock, PKI, TLS files, the listen address) is
-//! checked before the first connection is accepted, so a bad start exits with one line and
-//! never leaves a half-started daemon. The pool then opens in the background: Probe answers
+//! Everything that can be refused (data dir, lock, host-key store, PKI, TLS files, the listen
+//! address) is checked before the first connection is accepted, so a bad start exits with one
+//! line and never leaves a half-started daemon. The pool then opens in the background: Probe answers
 //! `ready=false` until it has, and the daemon stops with an error if it cannot.
 
 use std::fmt;
@@ -20,10 +20,13 @@ use tokio::task::JoinHandle;
 
 use crate::auth::AuthLayer;
 use crate::config::{self, Config, TOPOLOGY_KEY};
+use crate::hostkeys::service::HostKeysService;
+use crate::hostkeys::HostKeys;
 use crate::nvme::TargetInfo;
 use crate::pool;
 use crate::state::{PoolUnavailable, State};
 use crate::transport;
+use edgevol_proto::edgevol::v1::host_keys_server::HostKeysServer;
 
 /// Why the daemon could not start or had to stop. Each renders as one line.
 #[derive(Debug)]
@@ -50,6 +53,8 @@ pub enum DaemonError {
     },
     /// The pool could not be opened.
     Pool(pool::PoolError),
+    /// The host-key store could not be read (missing is fine; damaged is not).
+    HostKeys(crate::hostkeys::StoreError),
     /// The gRPC server failed.
     Serve(tonic::transport::Error),
     /// The server task died.
@@ -71,6 +76,7 @@ impl fmt::Display for DaemonError {
             DaemonError::Pki(e) => write!(f, "TLS: {e}"),
             DaemonError::Listen { addr, error } => write!(f, "listen {addr}: {error}"),
             DaemonError::Pool(e) => write!(f, "pool: {e}"),
+            DaemonError::HostKeys(e) => write!(f, "{e}"),
             DaemonError::Serve(e) => write!(f, "gRPC server: {e}"),
             DaemonError::Task(e) => write!(f, "server task: {e}"),
         }
@@ -90,6 +96,8 @@ pub struct Running {
     pub state: Arc<State>,
     /// The NVMe/TCP target, as the control plane sees it.
     pub target: TargetInfo,
+    /// The nodes' data-path keys.
+    pub host_keys: Arc<HostKeys>,
     stop: Arc<Notify>,
     task: JoinHandle<Result<(), DaemonError>>,
     _lock: File,
@@ -127,6 +135,10 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         pool::lock_devices(&config.devices, config.dev).map_err(DaemonError::Pool)?;
     if config.dev {
         edgevol_pki::files::ensure_dev(&data_dir.join("pki")).map_err(DaemonError::Pki)?;
+    }
+    let host_keys = Arc::new(HostKeys::open(data_dir).map_err(DaemonError::HostKeys)?);
+    if let Some(warning) = config.host_auth.warning() {
+        tracing::warn!("{warning}");
     }
     let appliance_id = match &config.appliance_id {
         Some(id) => id.clone(),
@@ -212,7 +224,8 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let server = tonic::transport::Server::builder()
         .layer(crate::metrics::csi::CsiMetricsLayer::new(registry))
         .layer(AuthLayer)
-        .add_routes(crate::csi::routes(&state, Some(target_info.clone())));
+        .add_routes(crate::csi::routes(&state, Some(target_info.clone())))
+        .add_service(HostKeysServer::new(HostKeysService::new(host_keys.clone())));
     let incoming = transport::incoming(listener, tls);
     // The power-loss window: unflushed writes become durable every `sync_interval`.
     let stop_sync = Arc::new(Notify::new());
@@ -249,6 +262,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         metrics_addr,
         state,
         target: target_info,
+        host_keys,
         stop,
         task,
         _lock: lock,

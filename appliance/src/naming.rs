@@ -33,6 +33,14 @@ pub fn parse_subsystem_nqn(appliance: &str, nqn: &str) -> Option<VolumeId> {
     digits.parse().ok().map(VolumeId)
 }
 
+/// Whether `s` looks like a host NVMe qualified name (`nqn.` prefix, at most 223 bytes,
+/// printable): what a CSI node id and an enrolled host NQN must be.
+pub fn is_host_nqn(s: &str) -> bool {
+    s.starts_with("nqn.")
+        && s.len() <= edgevol_core::limits::MAX_NQN_LEN
+        && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Namespace Globally Unique Identifier: 8 bytes of the pool UUID, then the volume id (BE).
 pub fn nguid(pool_uuid: [u8; 16], volume: VolumeId) -> [u8; 16] {
     let mut id = [0u8; 16];

@@ -85,13 +85,6 @@ pub fn delete_volume(state: &State, pool: &mut Core, op: &ById) -> Result<(), Er
     )
 }
 
-/// Whether `s` looks like an NVMe qualified name (`nqn.` prefix, at most 223 bytes, printable).
-fn is_host_nqn(s: &str) -> bool {
-    s.starts_with("nqn.")
-        && s.len() <= edgevol_core::limits::MAX_NQN_LEN
-        && s.bytes().all(|b| b.is_ascii_graphic())
-}
-
 /// ControllerPublishVolume: the node's host NQN joins the volume's durable publications (the
 /// target's ACL); the publish context says where to connect.
 pub fn publish(
@@ -100,7 +93,7 @@ pub fn publish(
     op: Publish,
     target: &TargetInfo,
 ) -> Result<HashMap<String, String>, Error> {
-    if !is_host_nqn(&op.node_id) {
+    if !crate::naming::is_host_nqn(&op.node_id) {
         return Err(Error::UnknownNode(op.node_id));
     }
     let id = ids(state).require_volume(&op.volume_id)?;

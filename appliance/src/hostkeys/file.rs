@@ -1,0 +1,391 @@
+//! The host-key file, `DATA_DIR/host-keys`: its encoding and its atomic replacement.
+//!
+//! Layout (integers little-endian):
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 8 | magic `EVHKEYS\n` |
+//! | 4 | format version, 1 |
+//! | 4 | payload length `n` |
+//! | n | the [`Table`], postcard |
+//! | 32 | SHA-256 of everything before it |
+//!
+//! The file is replaced, never edited: the new contents go to `host-keys.tmp` (mode 0600),
+//! which is fsynced, renamed over `host-keys`, and the directory fsynced, so a crash at any
+//! point leaves either the old or the new file whole. A file that does not read back exactly
+//! (short, long, another magic or version, a checksum or payload that does not match, a table
+//! that breaks its invariants) refuses the start: an appliance must never forget its nodes'
+//! keys quietly. A missing file is an appliance without enrolled nodes.
+
+use std::fmt;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use zeroize::Zeroizing;
+
+use super::table::Table;
+
+/// The file's name in the data directory.
+pub const FILE_NAME: &str = "host-keys";
+const TMP_NAME: &str = "host-keys.tmp";
+const MAGIC: &[u8; 8] = b"EVHKEYS\n";
+const VERSION: u32 = 1;
+const HEADER_LEN: usize = 16;
+const CHECKSUM_LEN: usize = 32;
+/// Largest payload accepted: far above any real table (a node takes about 250 bytes).
+const MAX_PAYLOAD: usize = 64 << 20;
+
+/// Why the key store could not be read or written. Names the file, never a secret.
+#[derive(Debug)]
+pub enum StoreError {
+    /// The OS refused an operation on the file or its directory.
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The file exists but does not hold a valid table.
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Io { path, op, source } => {
+                write!(f, "host key store {}: {op}: {source}", path.display())
+            }
+            StoreError::Corrupt { path, reason } => write!(
+                f,
+                "host key store {} is damaged ({reason}); refusing to start without the nodes' keys: restore it from a backup, or move it away to start with no enrolled node",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Where the file and its temporary twin live.
+#[derive(Debug, Clone)]
+pub struct StoreFile {
+    dir: PathBuf,
+    path: PathBuf,
+    tmp: PathBuf,
+}
+
+/// New contents written and fsynced beside the file, not yet in its place: [`Staged::commit`]
+/// puts them there. Dropped without a commit (a crash), the file is unchanged.
+#[derive(Debug)]
+#[must_use = "a staged write changes nothing until committed"]
+pub struct Staged<'a> {
+    file: &'a StoreFile,
+}
+
+impl StoreFile {
+    /// The file of data directory `dir`.
+    pub fn in_dir(dir: &Path) -> StoreFile {
+        StoreFile {
+            dir: dir.to_path_buf(),
+            path: dir.join(FILE_NAME),
+            tmp: dir.join(TMP_NAME),
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn io<'a>(&'a self, path: &'a Path, op: &'static str) -> impl Fn(io::Error) -> StoreError + 'a {
+        move |source| StoreError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        }
+    }
+
+    /// Reads the table: empty if there is no file. A leftover temporary file (a write that
+    /// crashed before its rename, so never acknowledged) is removed. A file others may read is
+    /// narrowed to 0600 with a warning.
+    pub fn load(&self) -> Result<Table, StoreError> {
+        match fs::remove_file(&self.tmp) {
+            Ok(()) => {
+                tracing::warn!(path = %self.tmp.display(), "removed an unfinished host key store write")
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(self.io(&self.tmp, "remove")(e)),
+        }
+        let bytes = match fs::read(&self.path) {
+            Ok(bytes) => Zeroizing::new(bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Table::default()),
+            Err(e) => return Err(self.io(&self.path, "read")(e)),
+        };
+        let mode = fs::metadata(&self.path)
+            .map_err(self.io(&self.path, "stat"))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(path = %self.path.display(), mode = format!("{:o}", mode & 0o777),
+                "host key store was readable by others: narrowed to 0600");
+            fs::set_permissions(&self.path, fs::Permissions::from_mode(0o600))
+                .map_err(self.io(&self.path, "chmod"))?;
+        }
+        decode(&bytes).map_err(|reason| StoreError::Corrupt {
+            path: self.path.clone(),
+            reason,
+        })
+    }
+
+    /// Writes `table` to the temporary file and fsyncs it.
+    pub fn stage(&self, table: &Table) -> Result<Staged<'_>, StoreError> {
+        let bytes = encode(table);
+        let io = self.io(&self.tmp, "write");
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&self.tmp)
+            .map_err(&io)?;
+        // An old temporary file keeps its mode through `open`: set it.
+        file.set_permissions(fs::Permissions::from_mode(0o600))
+            .map_err(&io)?;
+        file.write_all(&bytes).map_err(&io)?;
+        file.sync_all().map_err(&io)?;
+        Ok(Staged { file: self })
+    }
+
+    /// Replaces the file with `table`, durably: [`StoreFile::stage`] then [`Staged::commit`].
+    pub fn save(&self, table: &Table) -> Result<(), StoreError> {
+        self.stage(table)?.commit()
+    }
+}
+
+impl Staged<'_> {
+    /// Renames the staged contents over the file and fsyncs the directory: durable on return.
+    pub fn commit(self) -> Result<(), StoreError> {
+        let f = self.file;
+        fs::rename(&f.tmp, &f.path).map_err(f.io(&f.path, "rename"))?;
+        fs::File::open(&f.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(f.io(&f.dir, "fsync directory"))
+    }
+}
+
+/// The file's bytes for `table`.
+pub fn encode(table: &Table) -> Zeroizing<Vec<u8>> {
+    let payload = Zeroizing::new(postcard::to_allocvec(table).expect("a table always serializes"));
+    let len = u32::try_from(payload.len()).expect("a table is far below 4 GiB");
+    let mut out = Zeroizing::new(Vec::with_capacity(
+        HEADER_LEN + payload.len() + CHECKSUM_LEN,
+    ));
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&payload);
+    let sum = ring::digest::digest(&ring::digest::SHA256, &out);
+    out.extend_from_slice(sum.as_ref());
+    out
+}
+
+/// The table of a file's bytes, or what is wrong with them.
+pub fn decode(bytes: &[u8]) -> Result<Table, String> {
+    if bytes.len() < HEADER_LEN + CHECKSUM_LEN {
+        return Err(format!(
+            "{} bytes: shorter than any valid file",
+            bytes.len()
+        ));
+    }
+    if &bytes[..8] != MAGIC {
+        return Err("not a host key store (bad magic)".into());
+    }
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let version = word(8);
+    if version != VERSION {
+        return Err(format!(
+            "format version {version}, this edgevold reads {VERSION}"
+        ));
+    }
+    let len = usize::try_from(word(12)).unwrap_or(usize::MAX);
+    if len > MAX_PAYLOAD || HEADER_LEN + len + CHECKSUM_LEN != bytes.len() {
+        return Err(format!(
+            "{} bytes for a payload of {len}: torn or extended",
+            bytes.len()
+        ));
+    }
+    let (body, sum) = bytes.split_at(HEADER_LEN + len);
+    if ring::digest::digest(&ring::digest::SHA256, body).as_ref() != sum {
+        return Err("checksum mismatch".into());
+    }
+    let (table, rest): (Table, &[u8]) = postcard::take_from_bytes(&body[HEADER_LEN..])
+        .map_err(|e| format!("payload does not decode: {e}"))?;
+    if !rest.is_empty() {
+        return Err(format!("{} bytes after the table", rest.len()));
+    }
+    table.check()?;
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostkeys::secret::Secret;
+
+    const A: &str = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-0000-0000-000000000001";
+
+    fn table() -> Table {
+        let mut t = Table::default();
+        let mut n = 0u8;
+        let mut secret = || {
+            n += 1;
+            Ok(Secret::from_bytes([n; 32]))
+        };
+        t.enrol("node-a", [7; 32], A, 1_700_000_000, &mut secret)
+            .unwrap();
+        t.rotate("node-a", 1_700_000_100, &mut secret).unwrap();
+        t
+    }
+
+    fn same(a: &Table, b: &Table) -> bool {
+        encode(a) == encode(b)
+    }
+
+    #[test]
+    fn encode_decode_round_trips_and_the_layout_is_as_documented() {
+        let t = table();
+        let bytes = encode(&t);
+        assert_eq!(&bytes[..8], b"EVHKEYS\n");
+        assert_eq!(bytes[8..12], 1u32.to_le_bytes());
+        let len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        assert_eq!(bytes.len(), 16 + len + 32);
+        let back = decode(&bytes).unwrap();
+        assert!(same(&t, &back));
+        let node = back.node("node-a").unwrap();
+        assert_eq!(node.current.host.key(), &[1; 32]);
+        assert_eq!(node.pending.as_ref().unwrap().ctrl.key(), &[4; 32]);
+        assert!(decode(&encode(&Table::default())).is_ok());
+    }
+
+    #[test]
+    fn every_damage_is_refused_with_its_reason() {
+        let good = encode(&table());
+        let damaged = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = good.to_vec();
+            f(&mut b);
+            decode(&b).unwrap_err()
+        };
+        assert!(damaged(&|b| b.clear()).contains("shorter"));
+        assert!(damaged(&|b| b.truncate(b.len() - 1)).contains("torn"));
+        assert!(damaged(&|b| b.truncate(50)).contains("torn"));
+        assert!(damaged(&|b| b.push(0)).contains("torn"));
+        assert!(damaged(&|b| b[0] = b'X').contains("magic"));
+        assert!(damaged(&|b| b[8] = 2).contains("version 2"));
+        assert!(damaged(&|b| b[12] ^= 1).contains("torn"));
+        // Every single flipped bit of the payload or checksum is caught.
+        for i in 16..good.len() {
+            let e = damaged(&|b| b[i] ^= 0x10);
+            assert!(e.contains("checksum"), "byte {i}: {e}");
+        }
+        // A checksum that matches a payload that does not decode, or breaks the invariants.
+        let reseal = |payload: &[u8]| {
+            let mut b = MAGIC.to_vec();
+            b.extend_from_slice(&VERSION.to_le_bytes());
+            b.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
+            b.extend_from_slice(payload);
+            let sum = ring::digest::digest(&ring::digest::SHA256, &b);
+            b.extend_from_slice(sum.as_ref());
+            b
+        };
+        let e = decode(&reseal(&[0xff; 10])).unwrap_err();
+        assert!(e.contains("does not decode"), "{e}");
+        let mut payload = postcard::to_allocvec(&table()).unwrap();
+        payload.push(0);
+        assert!(decode(&reseal(&payload))
+            .unwrap_err()
+            .contains("after the table"));
+        let mut broken = table();
+        broken.next_generation = 1;
+        let e = decode(&reseal(&postcard::to_allocvec(&broken).unwrap())).unwrap_err();
+        assert!(e.contains("out of range"), "{e}");
+    }
+
+    #[test]
+    fn save_writes_0600_and_reopens_the_same_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StoreFile::in_dir(dir.path());
+        assert!(
+            same(&file.load().unwrap(), &Table::default()),
+            "no file: empty"
+        );
+        let t = table();
+        file.save(&t).unwrap();
+        let meta = fs::metadata(file.path()).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert!(same(&file.load().unwrap(), &t));
+        assert!(!dir.path().join(TMP_NAME).exists());
+    }
+
+    #[test]
+    fn a_crash_before_the_rename_leaves_the_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StoreFile::in_dir(dir.path());
+        let old = table();
+        file.save(&old).unwrap();
+        let mut new = old.clone();
+        new.revoke("node-a", 5).unwrap();
+        let staged = file.stage(&new).unwrap();
+        // The process dies here: the staged write is never committed.
+        drop(staged);
+        assert!(dir.path().join(TMP_NAME).exists());
+        let reopened = file.load().unwrap();
+        assert!(same(&reopened, &old), "the old state, whole");
+        assert!(
+            !dir.path().join(TMP_NAME).exists(),
+            "the leftover is removed"
+        );
+        // A torn temporary file is no obstacle either.
+        fs::write(dir.path().join(TMP_NAME), b"EVHK").unwrap();
+        assert!(same(&file.load().unwrap(), &old));
+        // Committed, the new state is what opens.
+        file.stage(&new).unwrap().commit().unwrap();
+        assert!(same(&file.load().unwrap(), &new));
+    }
+
+    #[test]
+    fn a_damaged_or_empty_file_refuses_to_load_and_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StoreFile::in_dir(dir.path());
+        file.save(&table()).unwrap();
+        let mut bytes = fs::read(file.path()).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 1;
+        fs::write(file.path(), &bytes).unwrap();
+        let e = file.load().unwrap_err().to_string();
+        assert!(e.contains("host-keys") && e.contains("checksum"), "{e}");
+        assert_eq!(fs::read(file.path()).unwrap(), bytes, "left as found");
+        fs::write(file.path(), b"").unwrap();
+        let e = file.load().unwrap_err();
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_file_others_can_read_is_narrowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StoreFile::in_dir(dir.path());
+        file.save(&table()).unwrap();
+        fs::set_permissions(file.path(), fs::Permissions::from_mode(0o644)).unwrap();
+        file.load().unwrap();
+        let mode = fs::metadata(file.path()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}
