@@ -14,19 +14,20 @@ use std::sync::{Arc, Mutex};
 
 use edgevol_pki::tls::{server_config, TlsFiles};
 use edgevol_pki::PkiError;
+use edgevol_proto::edgevol::v1::enrolment_server::EnrolmentServer;
+use edgevol_proto::edgevol::v1::host_keys_server::HostKeysServer;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::auth::AuthLayer;
 use crate::config::{self, Config, TOPOLOGY_KEY};
-use crate::hostkeys::service::HostKeysService;
+use crate::hostkeys::service::{EnrolmentService, HostKeysService};
 use crate::hostkeys::HostKeys;
 use crate::nvme::TargetInfo;
 use crate::pool;
 use crate::state::{PoolUnavailable, State};
 use crate::transport;
-use edgevol_proto::edgevol::v1::host_keys_server::HostKeysServer;
 
 /// Why the daemon could not start or had to stop. Each renders as one line.
 #[derive(Debug)]
@@ -225,7 +226,10 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         .layer(crate::metrics::csi::CsiMetricsLayer::new(registry))
         .layer(AuthLayer)
         .add_routes(crate::csi::routes(&state, Some(target_info.clone())))
-        .add_service(HostKeysServer::new(HostKeysService::new(host_keys.clone())));
+        .add_service(HostKeysServer::new(HostKeysService::new(host_keys.clone())))
+        .add_service(EnrolmentServer::new(EnrolmentService::new(
+            host_keys.clone(),
+        )));
     let incoming = transport::incoming(listener, tls);
     // The power-loss window: unflushed writes become durable every `sync_interval`.
     let stop_sync = Arc::new(Notify::new());

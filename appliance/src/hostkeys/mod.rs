@@ -8,7 +8,8 @@
 //! which pairs authenticate a host NQN and tells [`HostKeys::confirm`] which one a host used;
 //! an operator rotates and revokes pairs with an admin certificate.
 //!
-//! - [`secret`]: one secret (32 random bytes, SHA-256 key transform), never printed;
+//! - [`secret`]: making secrets (32 random bytes, SHA-256 key transform; the type and its
+//!   `DHHC-1` representation are nvmeof's) and keeping them in the store;
 //! - [`table`]: the nodes, their bindings and pairs, the revoked certificates: pure operations;
 //! - [`file`]: the table on disk (`DATA_DIR/host-keys`, 0600, checksummed, replaced atomically);
 //! - [`store`]: [`HostKeys`], each change durable before it is answered;
@@ -22,8 +23,8 @@ pub mod table;
 
 use std::fmt;
 
+pub use edgevol_nvmeof::auth::Secret;
 pub use file::StoreError;
-pub use secret::Secret;
 pub use store::{Enrolment, HostKey, HostKeys, Listing, NodeInfo, RevokeHook, RevokedHost};
 pub use table::{Confirmation, Fingerprint, Revocation, RevokedCert};
 

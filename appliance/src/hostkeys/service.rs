@@ -7,10 +7,11 @@
 
 use std::sync::Arc;
 
+use edgevol_pki::Role;
 use edgevol_proto::edgevol::v1 as pb;
 use tonic::{Request, Response, Status};
 
-use super::{HostKeys, KeyError, Listing};
+use super::{Fingerprint, HostKeys, KeyError, Listing};
 use crate::transport::PeerInfo;
 
 /// The one mapping from a key error to what a client is told. Exhaustive: a new error does not
@@ -65,6 +66,83 @@ fn timestamp(unix_seconds: u64) -> prost_types::Timestamp {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `edgevol.v1.Enrolment`.
+#[derive(Debug, Clone)]
+pub struct EnrolmentService {
+    keys: Arc<HostKeys>,
+}
+
+impl EnrolmentService {
+    /// Enrols nodes into `keys`.
+    pub fn new(keys: Arc<HostKeys>) -> Self {
+        EnrolmentService { keys }
+    }
+}
+
+/// The calling node: its name and certificate. Only a node certificate enrols (the auth layer
+/// lets an admin call anything, but an admin is not a node).
+fn node_caller(peer: Option<&PeerInfo>) -> Result<(String, Fingerprint), Status> {
+    let peer = peer.ok_or_else(|| Status::unauthenticated("no TLS peer information"))?;
+    let identity = peer
+        .identity
+        .as_ref()
+        .map_err(|e| Status::unauthenticated(e.to_string()))?;
+    if identity.role != Role::Node {
+        return Err(Status::permission_denied(format!(
+            "only a node certificate enrols; client {:?} has role {}",
+            identity.name, identity.role
+        )));
+    }
+    let cert = peer
+        .cert_sha256
+        .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+    Ok((identity.name.clone(), cert))
+}
+
+#[tonic::async_trait]
+impl pb::enrolment_server::Enrolment for EnrolmentService {
+    async fn enrol(
+        &self,
+        request: Request<pb::EnrolRequest>,
+    ) -> Result<Response<pb::EnrolResponse>, Status> {
+        let peer = request.extensions().get::<PeerInfo>().cloned();
+        let (node, cert) = node_caller(peer.as_ref())?;
+        let from = peer.map_or_else(String::new, |p| p.remote.to_string());
+        let host_nqn = request.into_inner().host_nqn;
+        let keys = self.keys.clone();
+        let (name, nqn) = (node.clone(), host_nqn.clone());
+        let enrolled = tokio::task::spawn_blocking(move || keys.enrol(&name, cert, &nqn))
+            .await
+            .map_err(|join| Status::internal(format!("host key task: {join}")))?;
+        match enrolled {
+            Ok(e) => {
+                let generation = e.key.generation;
+                if e.bound {
+                    tracing::info!(
+                        node,
+                        host_nqn,
+                        generation,
+                        from,
+                        "node enrolled: host NQN bound"
+                    );
+                } else {
+                    tracing::debug!(node, host_nqn, generation, from, "node enrolment repeated");
+                }
+                Ok(Response::new(pb::EnrolResponse {
+                    host_secret: e.key.host_secret.encode().to_string(),
+                    ctrl_secret: e.key.ctrl_secret.encode().to_string(),
+                    generation,
+                }))
+            }
+            Err(e) => {
+                // Here the owner of a claimed NQN is named; the claimant is only told it is taken.
+                tracing::warn!(node, host_nqn, from, reason = %e, "enrolment refused");
+                Err(status(&e))
+            }
+        }
+    }
 }
 
 /// `edgevol.v1.HostKeys`.
@@ -207,6 +285,38 @@ mod tests {
             "{}",
             s.message()
         );
+    }
+
+    #[test]
+    fn only_a_node_certificate_enrols() {
+        use edgevol_pki::{IdentityError, PeerIdentity};
+        let peer = |identity, cert_sha256| PeerInfo {
+            remote: "192.0.2.9:700".parse().unwrap(),
+            identity,
+            cert_sha256,
+        };
+        let id = |role| {
+            Ok(PeerIdentity {
+                name: "n1".into(),
+                role,
+            })
+        };
+        let ok = node_caller(Some(&peer(id(Role::Node), Some([5; 32])))).unwrap();
+        assert_eq!(ok, ("n1".to_owned(), [5; 32]));
+        for role in [Role::Admin, Role::Controller, Role::Observer] {
+            let e = node_caller(Some(&peer(id(role), Some([5; 32])))).unwrap_err();
+            assert_eq!(e.code(), Code::PermissionDenied, "{role}");
+            assert!(
+                e.message().contains(&format!("has role {role}")),
+                "{}",
+                e.message()
+            );
+        }
+        let e = node_caller(Some(&peer(id(Role::Node), None))).unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated);
+        let e = node_caller(Some(&peer(Err(IdentityError::NoRole), Some([5; 32])))).unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated);
+        assert_eq!(node_caller(None).unwrap_err().code(), Code::Unauthenticated);
     }
 
     #[test]

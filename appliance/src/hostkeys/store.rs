@@ -14,8 +14,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use edgevol_nvmeof::auth::{KeyPair as AuthKeyPair, Secret};
+
 use super::file::{StoreError, StoreFile};
-use super::secret::Secret;
+use super::secret;
 use super::table::{Confirmation, Fingerprint, KeyPair, Revocation, RevokedCert, Table};
 use super::KeyError;
 
@@ -28,6 +30,17 @@ pub struct HostKey {
     pub host_secret: Secret,
     /// The controller's secret (the target proves itself with it, when the host asks).
     pub ctrl_secret: Secret,
+}
+
+impl HostKey {
+    /// The pair as the target's authenticator takes it: bidirectional authentication is
+    /// always possible, since every node has a controller secret.
+    pub fn to_auth(&self) -> AuthKeyPair {
+        AuthKeyPair {
+            host: self.host_secret.clone(),
+            controller: Some(self.ctrl_secret.clone()),
+        }
+    }
 }
 
 impl From<&KeyPair> for HostKey {
@@ -243,7 +256,7 @@ impl HostKeys {
         }
         let at = now();
         self.change(|t| {
-            let e = t.enrol(node, cert, host_nqn, at, &mut Secret::generate)?;
+            let e = t.enrol(node, cert, host_nqn, at, &mut secret::generate)?;
             let answer = Enrolment {
                 key: HostKey::from(&e.pair),
                 bound: e.bound,
@@ -257,7 +270,7 @@ impl HostKeys {
     pub fn rotate(&self, node: &str) -> Result<u64, KeyError> {
         edgevol_pki::files::check_name(node).map_err(KeyError::InvalidNode)?;
         let at = now();
-        self.change(|t| Ok((t.rotate(node, at, &mut Secret::generate)?, true)))
+        self.change(|t| Ok((t.rotate(node, at, &mut secret::generate)?, true)))
     }
 
     /// Removes `node`'s keys and binding and revokes its certificates, durably, then tells the
@@ -336,13 +349,17 @@ mod tests {
         let again = keys.enrol("node-a", [1; 32], A).unwrap();
         assert!(!again.bound);
         assert_eq!(again.key.generation, first.key.generation);
-        assert_eq!(again.key.host_secret.key(), first.key.host_secret.key());
-        assert_eq!(again.key.ctrl_secret.key(), first.key.ctrl_secret.key());
-        assert_ne!(
-            first.key.host_secret.key(),
-            first.key.ctrl_secret.key(),
+        assert!(again.key.host_secret.ct_eq(&first.key.host_secret));
+        assert!(again.key.ctrl_secret.ct_eq(&first.key.ctrl_secret));
+        assert!(
+            !first.key.host_secret.ct_eq(&first.key.ctrl_secret),
             "two secrets, drawn apart"
         );
+        let pair = first.key.to_auth();
+        assert!(pair.host.ct_eq(&first.key.host_secret));
+        assert!(pair
+            .controller
+            .is_some_and(|c| c.ct_eq(&first.key.ctrl_secret)));
 
         // Rotation, pending.
         let g2 = keys.rotate("node-a").unwrap();
@@ -474,18 +491,20 @@ mod tests {
         let keys = reopen(dir.path());
         let e = keys.enrol("node-a", [1; 32], A).unwrap();
         let k = &e.key;
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         let texts = [
             format!("{keys:?}"),
             format!("{e:?}"),
             format!("{:?}", keys.keys_for(A)),
             format!("{:?}", keys.list()),
             format!("{:?}", keys.read()),
+            format!("{:?}", k.to_auth()),
         ];
         for text in texts {
-            for secret in [k.host_secret.key(), k.ctrl_secret.key()] {
-                assert!(!text.contains(&hex(secret)), "{text}");
-                assert!(!text.contains(&format!("{secret:?}")), "{text}");
+            assert!(!text.contains("DHHC"), "{text}");
+            for secret in [&k.host_secret, &k.ctrl_secret] {
+                let encoded = secret.encode();
+                let base64 = &encoded["DHHC-1:01:".len()..encoded.len() - 1];
+                assert!(!text.contains(base64), "{text}");
             }
         }
     }

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::secret::{RandomFailed, Secret};
+use edgevol_nvmeof::auth::Secret;
+
+use super::secret::{dhchap, RandomFailed};
 use super::KeyError;
 
 /// SHA-256 of a certificate (DER).
@@ -49,8 +51,10 @@ pub struct KeyPair {
     /// When it was made (Unix seconds).
     pub created: u64,
     /// The host's secret: the host proves itself with it.
+    #[serde(with = "dhchap")]
     pub host: Secret,
     /// The controller's secret: the appliance proves itself with it (bidirectional).
+    #[serde(with = "dhchap")]
     pub ctrl: Secret,
 }
 
@@ -342,18 +346,23 @@ impl Table {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const A: &str = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-0000-0000-000000000001";
     const B: &str = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-0000-0000-000000000002";
 
-    /// Secrets 1, 2, 3, ... (every byte the counter): tells pairs apart in assertions.
-    fn counter() -> impl FnMut() -> Result<Secret, RandomFailed> {
+    /// The secret whose 32 bytes are all `n`.
+    pub(crate) fn known(n: u8) -> Secret {
+        Secret::from_key(Some(edgevol_nvmeof::auth::HashId::Sha256), &[n; 32]).unwrap()
+    }
+
+    /// Secrets 1, 2, 3, ... (see [`known`]): tells pairs apart in assertions.
+    pub(crate) fn counter() -> impl FnMut() -> Result<Secret, RandomFailed> {
         let mut n = 0u8;
         move || {
             n += 1;
-            Ok(Secret::from_bytes([n; 32]))
+            Ok(known(n))
         }
     }
 
@@ -368,12 +377,12 @@ mod tests {
         let e = t.enrol("node-a", [1; 32], A, 100, &mut s).unwrap();
         assert!(e.bound && e.changed);
         assert_eq!(e.pair.generation, 1);
-        assert_eq!(e.pair.host.key(), &[1; 32]);
-        assert_eq!(e.pair.ctrl.key(), &[2; 32]);
+        assert!(e.pair.host.ct_eq(&known(1)));
+        assert!(e.pair.ctrl.ct_eq(&known(2)));
         let again = t.enrol("node-a", [1; 32], A, 200, &mut s).unwrap();
         assert!(!again.bound && !again.changed);
         assert_eq!(again.pair.generation, 1);
-        assert_eq!(again.pair.host.key(), &[1; 32], "same answer");
+        assert!(again.pair.host.ct_eq(&known(1)), "same answer");
         // A renewed certificate of the same node is recorded, same keys.
         let renewed = t.enrol("node-a", [9; 32], A, 300, &mut s).unwrap();
         assert!(!renewed.bound && renewed.changed);
@@ -414,7 +423,7 @@ mod tests {
         assert_eq!(generations(&t, A), [2, 1], "newest first");
         let e = t.enrol("node-a", [1; 32], A, 6, &mut s).unwrap();
         assert_eq!(e.pair.generation, 2, "enrol answers the newest");
-        assert_eq!(e.pair.host.key(), &[3; 32]);
+        assert!(e.pair.host.ct_eq(&known(3)));
         // The old pair still authenticates and changes nothing.
         assert_eq!(t.confirm(A, 1, 7), Confirmation::Current);
         assert_eq!(generations(&t, A), [2, 1]);
