@@ -1,7 +1,8 @@
-//! The `edgevol` admin CLI: PKI management, the CO-side proxy, and the operator's status
-//! listings.
+//! The `edgevol` admin CLI: PKI management, the CO-side proxy, the operator's status
+//! listings, and the nodes' data-path keys.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod keys;
 pub mod proxy;
 pub mod status;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use edgevol_cli::{proxy, status};
+use edgevol_cli::{keys, proxy, status};
 use edgevol_pki::files::{self, Pair, LEAF_DAYS};
 use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_pki::{Role, Validity};
@@ -59,18 +59,52 @@ enum Command {
         #[command(flatten)]
         conn: Connection,
     },
+    /// The nodes' NVMe data-path keys (DH-HMAC-CHAP): rotate, revoke, list. Needs an admin
+    /// certificate; no secret is ever shown.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
 }
 
-/// How `status`, `volumes` and `snapshots` reach the appliance.
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Give a node new keys. Its current keys keep working until its host has authenticated
+    /// with the new ones once; then they stop working.
+    Rotate {
+        /// The node's name (its certificate's common name).
+        #[arg(long)]
+        node: String,
+        #[command(flatten)]
+        appliance: Appliance,
+    },
+    /// Revoke a node's keys: its host NQN no longer authenticates and its connections close;
+    /// the certificates it enrolled with may not enrol again.
+    Revoke {
+        /// The node's name (its certificate's common name).
+        #[arg(long)]
+        node: String,
+        #[command(flatten)]
+        appliance: Appliance,
+    },
+    /// Every enrolled node (host NQN, key generation, pending rotation, times) and revoked
+    /// certificate.
+    List {
+        #[command(flatten)]
+        appliance: Appliance,
+    },
+}
+
+/// How a command reaches the appliance over mTLS.
 #[derive(Debug, clap::Args)]
-struct Connection {
+struct Appliance {
     /// The appliance's CSI endpoint, HOST:PORT.
     #[arg(long)]
     appliance: String,
     /// The appliance CA certificate.
     #[arg(long)]
     ca: PathBuf,
-    /// Our client certificate (an observer certificate is enough).
+    /// Our client certificate (observer is enough to read status; keys needs admin).
     #[arg(long)]
     cert: PathBuf,
     /// Our client key.
@@ -79,13 +113,9 @@ struct Connection {
     /// Name to verify in the appliance certificate (default: HOST).
     #[arg(long)]
     server_name: Option<String>,
-    /// The appliance's metrics exporter, HOST:PORT: pool usage, device health and connected
-    /// hosts, which CSI has no call for.
-    #[arg(long)]
-    metrics: Option<String>,
 }
 
-impl Connection {
+impl Appliance {
     async fn channel(&self) -> Result<tonic::transport::Channel, String> {
         let tls = client_config(TlsFiles {
             ca: &self.ca,
@@ -95,6 +125,17 @@ impl Connection {
         .map_err(|e| e.to_string())?;
         status::connect(&self.appliance, self.server_name.as_deref(), tls).await
     }
+}
+
+/// How `status`, `volumes` and `snapshots` reach the appliance.
+#[derive(Debug, clap::Args)]
+struct Connection {
+    #[command(flatten)]
+    appliance: Appliance,
+    /// The appliance's metrics exporter, HOST:PORT: pool usage, device health and connected
+    /// hosts, which CSI has no call for.
+    #[arg(long)]
+    metrics: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -203,13 +244,38 @@ fn run(command: Command) -> Result<(), String> {
         Command::Status { conn } => show(&conn, Show::Status),
         Command::Volumes { conn } => show(&conn, Show::Volumes),
         Command::Snapshots { conn } => show(&conn, Show::Snapshots),
+        Command::Keys { command } => manage_keys(command),
     }
+}
+
+fn manage_keys(command: KeysCommand) -> Result<(), String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let text = runtime.block_on(async {
+        match command {
+            KeysCommand::Rotate { node, appliance } => {
+                let channel = appliance.channel().await?;
+                let generation = keys::rotate(&channel, &node).await?;
+                Ok::<_, String>(keys::render_rotated(&node, generation))
+            }
+            KeysCommand::Revoke { node, appliance } => {
+                let channel = appliance.channel().await?;
+                let revoked = keys::revoke(&channel, &node).await?;
+                Ok(keys::render_revoked(&node, &revoked))
+            }
+            KeysCommand::List { appliance } => {
+                let channel = appliance.channel().await?;
+                Ok(keys::render_list(&keys::list(&channel).await?))
+            }
+        }
+    })?;
+    print!("{text}");
+    Ok(())
 }
 
 fn show(conn: &Connection, what: Show) -> Result<(), String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let text = runtime.block_on(async {
-        let channel = conn.channel().await?;
+        let channel = conn.appliance.channel().await?;
         match what {
             Show::Status => {
                 let report = status::status(&channel, conn.metrics.as_deref()).await?;

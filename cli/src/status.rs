@@ -69,7 +69,7 @@ fn source_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-fn call_err(what: &str) -> impl Fn(tonic::Status) -> String + '_ {
+pub(crate) fn call_err(what: &str) -> impl Fn(tonic::Status) -> String + '_ {
     move |s| format!("{what}: {:?}: {}", s.code(), s.message())
 }
 
