@@ -328,10 +328,12 @@ impl PrivateKey {
         }
         let y = BoxedUint::from_be_slice(peer, g.monty.bits_precision())
             .map_err(|_| DhError::ValueLength)?;
-        let z = BoxedMontyForm::new(y, &g.monty)
-            .pow_bounded_exp(&self.x, self.bits)
-            .retrieve();
+        let mut zm = BoxedMontyForm::new(y, &g.monty).pow_bounded_exp(&self.x, self.bits);
+        let mut z = zm.retrieve();
         let bytes = Zeroizing::new(z.to_be_bytes().into_vec());
+        // The secret's other copies go too.
+        zm.zeroize();
+        z.zeroize();
         let mut one = vec![0u8; bytes.len()];
         if let Some(last) = one.last_mut() {
             *last = 1;

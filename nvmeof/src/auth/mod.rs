@@ -46,9 +46,26 @@
 //!    and loses it only if the transaction fails. [`Authenticator::set_keys`] changes the
 //!    candidate pairs for the next one.
 //!
+//! A queue of a host that does not authenticate (Connect answered without ATR) has no
+//! `Authenticator`: answer AUTH_Send/Receive there with Invalid Opcode (a Linux host
+//! authenticates only when ATR asks it to).
+//!
 //! Randomness (challenges, sequence numbers, DH exponents) comes from the caller's
-//! [`rand_core::CryptoRng`]; time is a `Duration` since any monotonic origin. Secrets, session
+//! [`rand_core::CryptoRng`] (in edgevold, e.g. `rand::rng()`, a CSPRNG reseeded from the OS;
+//! tests use a seeded one); time is a `Duration` since any monotonic origin. Secrets, session
 //! keys and responses are zeroized when dropped and never shown by `Debug`.
+//!
+//! # Status summary
+//!
+//! | situation | answer |
+//! |---|---|
+//! | non-Fabrics command before authentication | Authentication Required (0x191), DNR |
+//! | AUTH command: SECP not E9h, SPSP not 01h/01h, TL/AL 0 | Invalid Field, DNR |
+//! | AUTH command: SGL length differs from TL/AL | Data SGL Length Invalid, DNR |
+//! | AUTH_Receive: AL too small for the message to send | Data SGL Length Invalid, DNR (step kept) |
+//! | AUTH_Receive: AL above [`target::MAX_ALLOCATION_LEN`] | Invalid Field, DNR |
+//! | AUTH command after a failed transaction | Command Sequence Error, DNR |
+//! | any protocol error (wrong message, t_id, key, hash, group) | success; FAILURE1 or `Failed` |
 
 pub mod command;
 pub mod dh;
