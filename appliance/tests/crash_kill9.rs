@@ -51,6 +51,9 @@ impl Daemon {
                 "test-box",
                 "--metrics-listen",
                 "off",
+                // The loopback host holds no DH-HMAC-CHAP keys.
+                "--nvme-allow-unauthenticated-hosts",
+                "true",
             ])
             .arg("--data-dir")
             .arg(dir)

@@ -99,6 +99,8 @@ impl Daemon {
             .args(["--nvme-listen", &format!("127.0.0.1:{}", self.nvme_port)])
             .args(["--nvme-advertise", "10.0.2.2"])
             .args(["--metrics-listen", &self.metrics.to_string()])
+            // The guest's 6.1 kernel has no NVMe authentication.
+            .args(["--nvme-allow-unauthenticated-hosts", "true"])
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

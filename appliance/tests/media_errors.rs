@@ -7,7 +7,9 @@ mod nvme_host;
 
 use std::sync::{Arc, Mutex};
 
-use edgevol_appliance::config::NvmeConfig;
+use edgevol_appliance::config::{HostAuthPolicy, NvmeConfig};
+use edgevol_appliance::hostkeys::HostKeys;
+use edgevol_appliance::nvme::auth::HostAuth;
 use edgevol_appliance::csi::controller::ControllerService;
 use edgevol_appliance::csi::ids::Ids;
 use edgevol_appliance::naming;
@@ -78,6 +80,12 @@ async fn media_errors_fail_their_commands_and_mark_only_that_volume() {
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: "127.0.0.1".parse().unwrap(),
         },
+        HostAuth::new(
+            Arc::new(HostKeys::open(dir.path()).unwrap()),
+            HostAuthPolicy {
+                allow_unauthenticated_hosts: true,
+            },
+        ),
     )
     .await
     .unwrap();

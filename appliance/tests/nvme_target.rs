@@ -731,18 +731,24 @@ async fn connect_before_the_pool_is_open_is_retryable() {
         "test-box".into(),
         Default::default(),
     ));
+    let dir = tempfile::tempdir().unwrap();
     let target = edgevol_appliance::nvme::start(
         state.clone(),
         &edgevol_appliance::config::NvmeConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: "127.0.0.1".parse().unwrap(),
         },
+        edgevol_appliance::nvme::auth::HostAuth::new(
+            std::sync::Arc::new(edgevol_appliance::hostkeys::HostKeys::open(dir.path()).unwrap()),
+            edgevol_appliance::config::HostAuthPolicy {
+                allow_unauthenticated_hosts: true,
+            },
+        ),
     )
     .await
     .unwrap();
     let addr = target.endpoint;
     // The pool exists (as on a restart) but the daemon has not opened it yet.
-    let dir = tempfile::tempdir().unwrap();
     let mut pool = edgevol_appliance::pool::open(&[dir.path().join("pool.img")], true).unwrap();
     let id = pool.create_volume(VolumeSpec::new("v", MIB)).unwrap();
     pool.publish(id, HOST, false).unwrap();

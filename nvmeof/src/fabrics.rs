@@ -1,9 +1,11 @@
 //! Command routing by queue state, as Linux `nvmet_req_init` does it: a queue without a
 //! controller accepts only Connect; qid 0 takes admin and Fabrics admin commands (Property
-//! Get/Set, Disconnect); other queues take I/O commands. Each parser checks fields and data
+//! Get/Set, Disconnect); other queues take I/O commands. Both kinds of connected queue take
+//! AUTH_Send/AUTH_Receive (in-band authentication, [`crate::auth`]). Each parser checks fields and data
 //! lengths and returns the command to execute, or the status (and CQE result) to complete with.
 
 use crate::admin::{parse_admin, AdminCommand};
+use crate::auth::AuthCommand;
 use crate::fabrics_cmd::{
     connect_data_offset, fctype, ConnectCmd, ConnectData, ConnectError, PropertyGet, PropertySet,
     CNTLID_DYNAMIC,
@@ -51,6 +53,8 @@ pub enum Command {
     PropertySet(PropertySet),
     /// Fabrics Disconnect (of this I/O queue).
     Disconnect,
+    /// Fabrics Authentication Send or Receive (SECP E9h, DH-HMAC-CHAP).
+    Auth(AuthCommand),
     /// An admin command.
     Admin(AdminCommand),
     /// An I/O command.
@@ -107,6 +111,10 @@ fn expect_no_data(sqe: &Sqe) -> Result<(), Rejected> {
     }
 }
 
+fn parse_auth(sqe: &Sqe) -> Result<Command, Rejected> {
+    Ok(Command::Auth(AuthCommand::parse(sqe)?))
+}
+
 /// Parses `sqe` (with its host-to-controller `data`) for a queue in `state`.
 pub fn parse(sqe: &Sqe, data: &[u8], state: &QueueState) -> Result<Command, Rejected> {
     match state {
@@ -126,6 +134,7 @@ pub fn parse(sqe: &Sqe, data: &[u8], state: &QueueState) -> Result<Command, Reje
                 expect_no_data(sqe)?;
                 Ok(Command::PropertySet(PropertySet::parse(sqe)?))
             }
+            fctype::AUTH_SEND | fctype::AUTH_RECEIVE => parse_auth(sqe),
             _ => Err(invalid_opcode()),
         },
         QueueState::Admin => Ok(Command::Admin(parse_admin(sqe)?)),
@@ -134,6 +143,7 @@ pub fn parse(sqe: &Sqe, data: &[u8], state: &QueueState) -> Result<Command, Reje
                 expect_no_data(sqe)?;
                 Ok(Command::Disconnect)
             }
+            fctype::AUTH_SEND | fctype::AUTH_RECEIVE => parse_auth(sqe),
             _ => Err(invalid_opcode()),
         },
         QueueState::Io { namespace } => {
@@ -282,5 +292,31 @@ mod tests {
             .set_fctype(fctype::DISCONNECT)
             .set_transport_data(0);
         assert_eq!(parse(&disconnect, &[], &IO), Ok(Command::Disconnect));
+    }
+
+    #[test]
+    fn connected_queues_take_auth_commands() {
+        let send = AuthCommand::Send { tl: 40 }.to_sqe(3);
+        let receive = AuthCommand::Receive { al: 4096 }.to_sqe(4);
+        for state in [QueueState::Admin, IO, QueueState::Io { namespace: None }] {
+            assert_eq!(
+                parse(&send, &[0; 40], &state),
+                Ok(Command::Auth(AuthCommand::Send { tl: 40 }))
+            );
+            assert_eq!(
+                parse(&receive, &[], &state),
+                Ok(Command::Auth(AuthCommand::Receive { al: 4096 }))
+            );
+        }
+        assert_eq!(
+            parse(&send, &[0; 40], &QueueState::Unconnected),
+            Err(invalid_opcode())
+        );
+        let mut wrong_protocol = send;
+        wrong_protocol.0[43] = 0;
+        assert_eq!(
+            parse(&wrong_protocol, &[0; 40], &QueueState::Admin),
+            Err(StatusCode::InvalidField.status().into())
+        );
     }
 }

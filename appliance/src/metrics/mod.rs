@@ -2,7 +2,8 @@
 //!
 //! Sources, gathered at each scrape (nothing is sampled in the background):
 //! - per-volume NVMe/TCP I/O counters and latency ([`crate::nvme::stats::IoStats`]) and live
-//!   controllers of the target, for connected hosts per volume (both from [`Subsystems`]);
+//!   controllers of the target, for connected hosts per volume, and in-band authentication
+//!   outcomes (all from [`Subsystems`]);
 //! - the pool's capacity and failure state (one short call under the pool lock);
 //! - the SMART / Health log of the pool device when it is an NVMe namespace ([`health`]);
 //! - CSI calls by method and code with latency ([`csi::CsiMetricsLayer`]);
@@ -271,6 +272,25 @@ fn io_metrics(e: &mut Exposition, sources: &Sources) {
         "Live NVMe/TCP controllers (I/O and discovery).",
     );
     e.sample("edgevol_nvme_controllers", &[], controllers);
+    if let Some(subs) = &sources.subsystems {
+        let c = &subs.auth.counters;
+        e.family(
+            "edgevol_nvme_auth_total",
+            Kind::Counter,
+            "In-band authentication (DH-HMAC-CHAP) by outcome: succeeded (queues, re-authentications included), failed (transactions failed or timed out), refused (Connects turned away before any transaction: no keys, or an address after repeated failures).",
+        );
+        for (outcome, n) in [
+            ("succeeded", &c.succeeded),
+            ("failed", &c.failed),
+            ("refused", &c.refused),
+        ] {
+            e.sample(
+                "edgevol_nvme_auth_total",
+                &[("outcome", outcome)],
+                n.load(Ordering::Relaxed),
+            );
+        }
+    }
     e.family(
         "edgevol_volume_connected_hosts",
         Kind::Gauge,

@@ -1,7 +1,12 @@
 //! Fabrics commands (Linux `fabrics-cmd.c`): Connect of admin and I/O queues, Property Get and
 //! Property Set over the controller's registers.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+
+use edgevol_nvmeof::auth::command::connect_result;
+use edgevol_nvmeof::auth::target::DEFAULT_TRANSACTION_TIMEOUT;
 
 use edgevol_nvmeof::fabrics::Rejected;
 use edgevol_nvmeof::fabrics_cmd::{
@@ -11,6 +16,7 @@ use edgevol_nvmeof::fabrics_cmd::{
 use edgevol_nvmeof::queue::Queue;
 use edgevol_nvmeof::status::StatusCode;
 
+use super::auth::{Admission, QueueAuth};
 use super::controller::{cap, reg, CcEffect, Controller, Kind, VERSION};
 use super::status::TargetStatus;
 use super::subsys::{Subsystems, Target};
@@ -37,14 +43,28 @@ fn sqsize_error() -> Rejected {
     ConnectError::sqe_field(connect_sqe_offset::SQSIZE).into()
 }
 
-/// Executes a Connect on `queue`: on success the queue is installed and the CQE result is the
-/// controller id (Linux `nvmet_execute_admin_connect` / `nvmet_execute_io_connect`).
+/// A queue after its Connect.
+#[derive(Debug)]
+pub struct Connected {
+    /// What it is bound to.
+    pub bound: Bound,
+    /// The CQE result: the controller id, with ATR when the queue must authenticate.
+    pub result: u64,
+    /// The queue's authentication, when it must authenticate before anything else runs.
+    pub auth: Option<Box<QueueAuth>>,
+}
+
+/// Executes a Connect on `queue` from `peer`: on success the queue is installed (Linux
+/// `nvmet_execute_admin_connect` / `nvmet_execute_io_connect`). The host must be allowed on the
+/// subsystem first (a volume's publications), then [`HostAuth::admit`] decides whether the
+/// queue authenticates.
 pub async fn connect(
     subs: &Subsystems,
     queue: &mut Queue,
     cmd: ConnectCmd,
     data: ConnectData,
-) -> Result<(Bound, u64), Rejected> {
+    peer: Option<SocketAddr>,
+) -> Result<Connected, Rejected> {
     let target = subs.resolve(&data.subsysnqn)?;
     if cmd.qid == 0 {
         let kind = match target {
@@ -54,16 +74,21 @@ pub async fn connect(
                 readonly: subs.admit(id, data.hostnqn.clone()).await?,
             },
         };
+        let kato = Duration::from_millis(u64::from(cmd.kato_ms));
+        let timeout = transaction_timeout(Some(kato));
+        let admission = subs
+            .auth
+            .admit(&data.hostnqn, &data.subsysnqn, peer, timeout)?;
         queue.install(0, cmd.sqsize).map_err(|_| sqsize_error())?;
         let ctrl = subs.create(&data.hostnqn, &data.subsysnqn, kind, cmd.kato_ms)?;
         tracing::info!(
             cntlid = ctrl.cntlid,
             host = %data.hostnqn,
             subsystem = %data.subsysnqn,
+            ?peer,
             "controller created"
         );
-        let result = u64::from(ctrl.cntlid);
-        return Ok((Bound::Admin(ctrl), result));
+        return Ok(connected(Bound::Admin(ctrl), admission));
     }
     let ctrl = subs.find(data.cntlid, &data.hostnqn, &data.subsysnqn)?;
     let qid_error = || -> Rejected {
@@ -77,13 +102,37 @@ pub async fn connect(
     if ctrl.regs().connected.contains(&cmd.qid) {
         return Err(StatusCode::CommandSequenceError.status().into());
     }
+    let admission = subs.auth.admit(
+        &data.hostnqn,
+        &data.subsysnqn,
+        peer,
+        transaction_timeout(ctrl.regs().kato),
+    )?;
     queue
         .install(cmd.qid, cmd.sqsize)
         .map_err(|_| sqsize_error())?;
     ctrl.regs().connected.insert(cmd.qid);
     ctrl.touch();
-    let result = u64::from(ctrl.cntlid);
-    Ok((Bound::Io(ctrl, cmd.qid), result))
+    Ok(connected(Bound::Io(ctrl, cmd.qid), admission))
+}
+
+/// Linux's transaction timeout: the controller's keep-alive timeout, else 120 s.
+fn transaction_timeout(kato: Option<Duration>) -> Duration {
+    kato.filter(|k| !k.is_zero())
+        .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT)
+}
+
+fn connected(bound: Bound, admission: Admission) -> Connected {
+    let cntlid = bound.controller().cntlid;
+    let auth = match admission {
+        Admission::Open => None,
+        Admission::Authenticate(a) => Some(a),
+    };
+    Connected {
+        result: connect_result(cntlid, auth.is_some()),
+        bound,
+        auth,
+    }
 }
 
 /// Property Get.

@@ -9,6 +9,8 @@
 //! - [`controller`]: one controller's registers (CC/CSTS), features, keep-alive, events.
 //! - [`errors`]: each controller's Error Information log, recorded at the transport's one
 //!   completion point.
+//! - [`auth`]: in-band authentication policy (who must authenticate, with which keys, what a
+//!   failure costs); the protocol itself is `edgevol_nvmeof::auth`.
 //! - [`fabrics`] (Connect, Property Get/Set), [`admin`] (Identify, logs, features),
 //!   [`identify`], [`log_page`], [`discovery`]: admin-side data structures.
 //! - [`io`]: Read/Write/Flush/Write Zeroes/DSM over core and hal (its docs say how the pool lock
@@ -20,6 +22,7 @@
 //! the target through [`TargetInfo`], which the daemon hands to the CSI services.
 
 pub mod admin;
+pub mod auth;
 pub mod controller;
 pub mod discovery;
 pub mod errors;
@@ -44,15 +47,17 @@ use std::sync::Arc;
 
 use edgevol_nvmeof::queue::QueueConfig;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use edgevol_core::VolumeId;
 
 use crate::config::NvmeConfig;
+use crate::hostkeys::RevokedHost;
 use crate::state::State;
 
+use self::auth::HostAuth;
 use self::controller::MAX_QUEUE_SIZE;
 use self::stats::IoStats;
 use self::subsys::{Access, Subsystems};
@@ -92,6 +97,8 @@ pub struct TargetInfo {
     pub access: Arc<dyn HostAccess>,
     /// Per-volume I/O counters (media health for the CSI volume condition).
     pub stats: IoStats,
+    /// Authentication outcomes (for the exporter).
+    pub auth: Arc<auth::AuthCounters>,
 }
 
 /// Why the target could not start.
@@ -123,7 +130,12 @@ pub struct Target {
 }
 
 /// Binds `config.listen` and starts accepting; [`Target::info`] is what the control plane needs.
-pub async fn start(state: Arc<State>, config: &NvmeConfig) -> Result<Target, BindError> {
+/// `auth` decides who authenticates; a revocation in its key store disconnects the host.
+pub async fn start(
+    state: Arc<State>,
+    config: &NvmeConfig,
+    auth: HostAuth,
+) -> Result<Target, BindError> {
     let bind_err = |error| BindError {
         addr: config.listen,
         error,
@@ -131,9 +143,15 @@ pub async fn start(state: Arc<State>, config: &NvmeConfig) -> Result<Target, Bin
     let listener = TcpListener::bind(config.listen).await.map_err(bind_err)?;
     let port = listener.local_addr().map_err(bind_err)?.port();
     let endpoint = SocketAddr::new(config.advertise, port);
-    let subsystems = Subsystems::new(state, endpoint);
+    // Revocations reach the accept loop through a channel: the store holds no reference to
+    // the target, so neither keeps the other alive.
+    let (revoked_tx, revoked) = mpsc::unbounded_channel();
+    auth.keys().on_revoke(Arc::new(move |r: &RevokedHost| {
+        let _ = revoked_tx.send(r.host_nqn.clone());
+    }));
+    let subsystems = Subsystems::new(state, endpoint, auth);
     let (stop, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(accept(listener, subsystems.clone(), stop_rx));
+    let task = tokio::spawn(accept(listener, subsystems.clone(), stop_rx, revoked));
     tracing::info!(listen = %config.listen, %endpoint, "NVMe/TCP target listening");
     Ok(Target {
         endpoint,
@@ -143,12 +161,18 @@ pub async fn start(state: Arc<State>, config: &NvmeConfig) -> Result<Target, Bin
     })
 }
 
-async fn accept(listener: TcpListener, subs: Arc<Subsystems>, mut stop: watch::Receiver<bool>) {
+async fn accept(
+    listener: TcpListener,
+    subs: Arc<Subsystems>,
+    mut stop: watch::Receiver<bool>,
+    mut revoked: mpsc::UnboundedReceiver<String>,
+) {
     let epoch = Instant::now();
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             _ = stop.changed() => break,
+            Some(host_nqn) = revoked.recv() => subs.shut_host(&host_nqn),
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
@@ -174,6 +198,7 @@ impl Target {
             endpoint: self.endpoint,
             access: Arc::new(Access(self.subsystems.clone())),
             stats: self.subsystems.stats.clone(),
+            auth: self.subsystems.auth.counters.clone(),
         }
     }
 

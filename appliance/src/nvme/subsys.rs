@@ -16,6 +16,7 @@ use edgevol_nvmeof::status::StatusCode;
 use crate::naming::{parse_subsystem_nqn, DISCOVERY_NQN};
 use crate::state::State;
 
+use super::auth::HostAuth;
 use super::controller::{Controller, Kind, DISCOVERY_KATO};
 use super::io::DataPath;
 use super::stats::IoStats;
@@ -43,6 +44,8 @@ pub struct Subsystems {
     /// I/O outside the pool lock, once opened (`None`: the second handle could not be opened,
     /// so every command runs under the lock).
     data: OnceLock<Option<Arc<DataPath>>>,
+    /// Who authenticates, with which keys.
+    pub auth: HostAuth,
 }
 
 /// Who a Connect wants, before the pool is asked.
@@ -54,7 +57,7 @@ pub enum Target {
     Volume(VolumeId),
 }
 
-fn connect_data_error(code: StatusCode, offset: u16) -> Rejected {
+pub(super) fn connect_data_error(code: StatusCode, offset: u16) -> Rejected {
     let mut e = ConnectError::data_field(offset);
     e.status = code.status();
     e.into()
@@ -62,8 +65,9 @@ fn connect_data_error(code: StatusCode, offset: u16) -> Rejected {
 
 impl Subsystems {
     /// An empty registry.
-    pub fn new(state: Arc<State>, endpoint: SocketAddr) -> Arc<Self> {
+    pub fn new(state: Arc<State>, endpoint: SocketAddr, auth: HostAuth) -> Arc<Self> {
         Arc::new(Subsystems {
+            auth,
             state,
             endpoint,
             stats: IoStats::default(),
@@ -220,6 +224,25 @@ impl Subsystems {
         let all: Vec<_> = std::mem::take(&mut *self.table()).into_values().collect();
         for c in all {
             c.shut();
+        }
+    }
+
+    /// Tears down every controller of `host_nqn` (its keys were revoked).
+    pub fn shut_host(&self, host_nqn: &str) {
+        let doomed: Vec<_> = self
+            .controllers()
+            .into_iter()
+            .filter(|c| c.host == host_nqn)
+            .collect();
+        if !doomed.is_empty() {
+            tracing::info!(
+                host_nqn,
+                controllers = doomed.len(),
+                "keys revoked: disconnecting the host"
+            );
+        }
+        for c in doomed {
+            self.remove(&c);
         }
     }
 

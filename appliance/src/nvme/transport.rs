@@ -4,19 +4,24 @@
 //! teardown, async events and the next timer. Work per pass is bounded by the queue's receive
 //! budget; I/O commands run concurrently (up to the queue's slots) on the blocking pool.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
 use edgevol_nvmeof::admin::AdminCommand;
+use edgevol_nvmeof::auth::{command, AuthCommand, Outcome};
 use edgevol_nvmeof::fabrics::{self as parse, Command, NamespaceInfo, QueueState};
 use edgevol_nvmeof::queue::{self, CommandTag, Completion, Event, Queue};
 use edgevol_nvmeof::status::{Status, StatusCode};
+use getrandom::SysRng;
+use rand_core::UnwrapErr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::auth::QueueAuth;
 use super::controller::{CcEffect, Controller, Kind, MAX_AERS};
 use super::errors::Origin;
 use super::fabrics::{self, Bound};
@@ -54,6 +59,9 @@ enum End {
     KeepAliveExpired,
     Disconnect,
     Stopped,
+    /// The queue did not authenticate (why, for the log; the failure itself is logged by
+    /// [`HostAuth::failed`](super::auth::HostAuth::failed)).
+    Unauthenticated(&'static str),
 }
 
 impl std::fmt::Debug for End {
@@ -66,13 +74,17 @@ impl std::fmt::Debug for End {
             End::KeepAliveExpired => f.write_str("keep-alive expired"),
             End::Disconnect => f.write_str("disconnect"),
             End::Stopped => f.write_str("target stopped"),
+            End::Unauthenticated(why) => write!(f, "not authenticated: {why}"),
         }
     }
 }
 
 struct Conn {
     subs: Arc<Subsystems>,
+    peer: Option<SocketAddr>,
     queue: Queue,
+    /// Present when the queue must authenticate (DH-HMAC-CHAP) before other commands run.
+    auth: Option<Box<QueueAuth>>,
     epoch: Instant,
     bound: Option<Bound>,
     lba_shift: u8,
@@ -101,7 +113,9 @@ pub async fn serve(
     };
     let mut conn = Conn {
         subs,
+        peer,
         queue,
+        auth: None,
         epoch,
         bound: None,
         lba_shift: 12,
@@ -173,6 +187,9 @@ pub async fn serve(
                 if conn.keep_alive_expired() {
                     break End::KeepAliveExpired;
                 }
+                if let Some(why) = conn.auth_expired() {
+                    break End::Unauthenticated(why);
+                }
             }
         }
     };
@@ -236,10 +253,20 @@ impl Conn {
             Some(Bound::Admin(c)) => c.regs().deadline(),
             _ => None,
         };
-        match (ic, ka) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let auth = self
+            .auth
+            .as_ref()
+            .and_then(|a| a.poll_timeout())
+            .map(|d| self.epoch + d);
+        [ic, ka, auth].into_iter().flatten().min()
+    }
+
+    /// Runs the authentication timers; `Some(why)` when the queue must close.
+    fn auth_expired(&mut self) -> Option<&'static str> {
+        let auth = self.auth.as_mut()?;
+        let why = auth.on_timer(self.epoch.elapsed())?;
+        self.subs.auth.failed(auth.host_nqn(), self.peer, &why);
+        Some(why)
     }
 
     fn keep_alive_expired(&self) -> bool {
@@ -292,10 +319,14 @@ impl Conn {
             Err(rejected) => return self.complete(issued, rejected.status, rejected.result, &[]),
         };
         if let Command::Connect { cmd, data } = cmd {
-            return match fabrics::connect(&self.subs, &mut self.queue, cmd, data).await {
-                Ok((bound, result)) => {
-                    self.bind(bound).await;
-                    self.complete(issued, Status::SUCCESS, result, &[]);
+            return match fabrics::connect(&self.subs, &mut self.queue, cmd, data, self.peer).await {
+                Ok(connected) => {
+                    self.auth = connected.auth;
+                    if let Some(auth) = &mut self.auth {
+                        auth.start(self.epoch.elapsed());
+                    }
+                    self.bind(connected.bound).await;
+                    self.complete(issued, Status::SUCCESS, connected.result, &[]);
                 }
                 Err(r) => self.complete(issued, r.status, r.result, &[]),
             };
@@ -303,18 +334,30 @@ impl Conn {
         let Some(ctrl) = self.controller() else {
             return self.fail(issued, StatusCode::CommandSequenceError.into());
         };
-        ctrl.touch();
+        if let Command::Auth(auth_cmd) = cmd {
+            return self.authenticate(issued, &ctrl, auth_cmd, &c.data);
+        }
         let fabrics_cmd = matches!(
             cmd,
             Command::PropertyGet(_) | Command::PropertySet(_) | Command::Disconnect
         );
+        // Linux `nvmet_check_auth_status`, before the controller-ready check: only Fabrics
+        // commands run on a queue that has yet to authenticate, and they do not count as
+        // keep-alive traffic.
+        if self.auth.as_ref().is_some_and(|a| !a.is_authenticated()) {
+            if !fabrics_cmd {
+                return self.complete(issued, command::authentication_required(), 0, &[]);
+            }
+        } else {
+            ctrl.touch();
+        }
         // Linux `nvmet_check_ctrl_status`: admin and I/O commands need an enabled, ready
         // controller.
         if !fabrics_cmd && !ctrl.regs().ready() {
             return self.fail(issued, StatusCode::CommandSequenceError.into());
         }
         match cmd {
-            Command::Connect { .. } => {}
+            Command::Connect { .. } | Command::Auth(_) => {}
             Command::PropertyGet(get) => match fabrics::property_get(&ctrl, get) {
                 Ok(v) => self.complete(issued, Status::SUCCESS, v, &[]),
                 Err(s) => self.fail(issued, s),
@@ -361,6 +404,54 @@ impl Conn {
             },
             Command::Io(io_cmd) => self.start_io(issued, &ctrl, io_cmd, c.data),
         }
+    }
+
+    /// AUTH_Send / AUTH_Receive: one step of the queue's DH-HMAC-CHAP transaction. A failure
+    /// on the admin queue fails the controller (every queue's connection closes, Linux
+    /// `nvmet_ctrl_fatal_error`); on an I/O queue it closes that queue. Either way the
+    /// command completes first, so the host reads its AUTH_Failure1.
+    fn authenticate(
+        &mut self,
+        issued: Issued,
+        ctrl: &Arc<Controller>,
+        cmd: AuthCommand,
+        data: &[u8],
+    ) {
+        let sqid = self.sqid();
+        let Some(auth) = self.auth.as_mut() else {
+            // The Connect did not ask this queue to authenticate.
+            return self.fail(issued, StatusCode::CommandSequenceError.into());
+        };
+        let now = self.epoch.elapsed();
+        let mut out = Vec::new();
+        let stepped = match cmd {
+            AuthCommand::Send { .. } => auth.authenticator.on_auth_send(&cmd, data, now),
+            AuthCommand::Receive { .. } => {
+                let mut rng = UnwrapErr(SysRng);
+                auth.authenticator
+                    .on_auth_receive(&cmd, now, &mut rng, &mut out)
+            }
+        };
+        let outcome = match stepped {
+            Ok(outcome) => outcome,
+            Err(status) => return self.complete(issued, status, 0, &[]),
+        };
+        match outcome {
+            Outcome::Continue => {}
+            Outcome::Authenticated(done) => {
+                ctrl.touch();
+                self.subs.auth.succeeded(auth, &done, self.peer);
+            }
+            Outcome::Failed(failed) => {
+                self.subs.auth.failed(auth.host_nqn(), self.peer, &failed);
+                if sqid == 0 {
+                    self.subs.remove(ctrl);
+                } else {
+                    self.end = Some(End::Unauthenticated("authentication failed"));
+                }
+            }
+        }
+        self.complete(issued, Status::SUCCESS, 0, &out);
     }
 
     /// The bound controller; parse routes only Connect to unconnected queues, so every other
@@ -546,6 +637,12 @@ mod tests {
                 listen: "127.0.0.1:0".parse().unwrap(),
                 advertise: "127.0.0.1".parse().unwrap(),
             },
+            super::super::auth::HostAuth::new(
+                Arc::new(crate::hostkeys::HostKeys::open(dir.path()).unwrap()),
+                crate::config::HostAuthPolicy {
+                    allow_unauthenticated_hosts: true,
+                },
+            ),
         )
         .await
         .unwrap();

@@ -22,10 +22,15 @@ pub struct DevAppliance {
 
 impl DevAppliance {
     pub async fn start() -> DevAppliance {
+        Self::start_with(|_| {}).await
+    }
+
+    /// A dev appliance whose configuration `change` adjusts first.
+    pub async fn start_with(change: impl FnOnce(&mut Config)) -> DevAppliance {
         let dir = tempfile::tempdir().unwrap();
-        let running = start(dev_config(dir.path(), "127.0.0.1:0".parse().unwrap()))
-            .await
-            .unwrap();
+        let mut config = dev_config(dir.path(), "127.0.0.1:0".parse().unwrap());
+        change(&mut config);
+        let running = start(config).await.unwrap();
         DevAppliance { dir, running }
     }
 
@@ -58,6 +63,8 @@ pub fn dev_config(dir: &Path, listen: SocketAddr) -> Config {
         listen: Some(listen),
         nvme_listen: Some("127.0.0.1:0".parse().unwrap()),
         appliance_id: Some("test-box".into()),
+        // These tests' hosts hold no DH-HMAC-CHAP keys; tests/host_auth.rs runs the default.
+        nvme_allow_unauthenticated_hosts: Some(true),
         ..Args::default()
     })
     .unwrap()

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use edgevol_nvmeof::admin::opcode as admin_op;
+use edgevol_nvmeof::auth::host::{Host as AuthHost, HostError, TestRng};
+use edgevol_nvmeof::auth::AuthCommand;
 use edgevol_nvmeof::fabrics_cmd::{
     ConnectCmd, ConnectData, PropertyGet, PropertySet, PropertySize, CNTLID_DYNAMIC,
 };
@@ -186,6 +188,74 @@ impl Queue {
             )
             .unwrap();
         self.wait(cid).await
+    }
+}
+
+/// How a host's DH-HMAC-CHAP transaction ended, when it did not succeed.
+#[derive(Debug)]
+pub enum AuthEnd {
+    /// An AUTH command itself failed with this status.
+    Command(Completed),
+    /// The host stopped or refused (it sent its AUTH_Failure2 when it refused).
+    Host(HostError),
+}
+
+impl Queue {
+    async fn auth_send(&mut self, message: Vec<u8>) -> Result<(), AuthEnd> {
+        let len = u32::try_from(message.len()).unwrap();
+        let c = self
+            .cmd(
+                AuthCommand::Send { tl: len }.to_sqe(0),
+                Data::Write(message),
+            )
+            .await;
+        if c.cqe.status().is_success() {
+            Ok(())
+        } else {
+            Err(AuthEnd::Command(c))
+        }
+    }
+
+    async fn auth_receive(&mut self) -> Result<Vec<u8>, AuthEnd> {
+        // Linux's host reads every message with a 4 KiB allocation length.
+        let c = self
+            .cmd(
+                AuthCommand::Receive { al: 4096 }.to_sqe(0),
+                Data::Read(4096),
+            )
+            .await;
+        if c.cqe.status().is_success() {
+            Ok(c.data)
+        } else {
+            Err(AuthEnd::Command(c))
+        }
+    }
+
+    async fn refused(&mut self, e: HostError) -> AuthEnd {
+        if let HostError::Refused { failure2, .. } = &e {
+            // Linux sends its AUTH_Failure2 and stops; the answer does not matter.
+            let _ = self.auth_send(failure2.clone()).await;
+        }
+        AuthEnd::Host(e)
+    }
+
+    /// Runs one DH-HMAC-CHAP transaction `t_id` on this queue as Linux's host does
+    /// (Negotiate, Challenge, Reply, Success1 and, when bidirectional, Success2).
+    pub async fn authenticate(&mut self, host: &mut AuthHost, t_id: u16) -> Result<(), AuthEnd> {
+        let mut rng = TestRng::new(u64::from(t_id) + 0x5eed);
+        self.auth_send(host.negotiate(t_id)).await?;
+        let challenge = self.auth_receive().await?;
+        let reply = match host.handle_challenge(&challenge, &mut rng) {
+            Ok(reply) => reply,
+            Err(e) => return Err(self.refused(e).await),
+        };
+        self.auth_send(reply).await?;
+        let success1 = self.auth_receive().await?;
+        match host.handle_success1(&success1) {
+            Ok(Some(success2)) => self.auth_send(success2).await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(self.refused(e).await),
+        }
     }
 }
 
