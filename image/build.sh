@@ -2,7 +2,8 @@
 # Build the edgevol appliance firmware image, in one command:
 #   image/out/vmlinuz        the pinned Debian cloud kernel (qemu/versions.env)
 #   image/out/initramfs.gz   busybox (pinned busybox-static .deb), static musl edgevold + edgevol
-#                            (for `edgevol pki` on first boot), virtio modules, image/init
+#                            (for `edgevol pki` on first boot), virtio modules, image/init and the
+#                            guest helpers it sources (qemu/guest-lib.sh)
 #   image/out/edgevol.img    raw disk, MBR: p1 FAT "EDGEVOLBOOT" (syslinux from the pinned
 #                            syslinux-common .deb, BIOS boot: kernel + initramfs + syslinux.cfg),
 #                            p2 ext4 "EDGEVOL-PERSIST" (edgevold.toml, network.conf; PKI and
@@ -15,45 +16,21 @@
 #   partition. Prints the artifact sizes. Needs: scripts/setup-qemu.sh (kernel), apt packages
 #   from image/versions.env (installed when missing).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-. "$ROOT/qemu/versions.env"
-. "$ROOT/image/versions.env"
-. "$ROOT/scripts/lib.sh"
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 out="$ROOT/image/out" config="$ROOT/image/defaults/edgevold.toml" network="$ROOT/image/defaults/network.conf"
-while (($#)); do
-    case "$1" in
-    --out) out="$2"; shift 2 ;;
-    --config) config="$2"; shift 2 ;;
-    --network) network="$2"; shift 2 ;;
-    *) echo "build.sh: unknown option $1" >&2; exit 2 ;;
-    esac
-done
+opts_parse 'out config network' "$@"
 t0=$SECONDS
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
+# shellcheck disable=SC2086 # a list of package names
 apt_need $EDGEVOL_IMAGE_APT_PACKAGES
-CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
-KDIR="$CACHE/kernel/$EDGEVOL_KERNEL_RELEASE"
-MODDIR="$KDIR/lib/modules/$EDGEVOL_KERNEL_RELEASE"
+kernel_select default
 
 # --- pinned Debian packages, unpacked once ------------------------------------------------------
 debs="$CACHE/image-debs"
-mkdir -p "$debs"
-chmod 0755 "$debs"
 for spec in $EDGEVOL_IMAGE_DEBS; do
-    pkg="${spec%%=*}" ver="${spec#*=}"
-    dir="$debs/$pkg"
-    if [[ ! -f "$dir/.version" || "$(cat "$dir/.version")" != "$ver" ]]; then
-        log "fetching $pkg=$ver"
-        tmp="$(mktemp -d "$debs/dl.XXXXXX")"
-        chmod 0755 "$tmp"
-        (cd "$tmp" && apt-get download "$pkg=$ver" >&2) ||
-            { apt-get update -qq && (cd "$tmp" && apt-get download "$pkg=$ver" >&2); }
-        rm -rf "$dir"
-        dpkg-deb -x "$tmp"/*.deb "$dir"
-        echo "$ver" >"$dir/.version"
-        rm -rf "$tmp"
-    fi
+    deb_unpack "${spec%%=*}" "${spec#*=}" "$debs/${spec%%=*}"
 done
 BUSYBOX="$debs/busybox-static/bin/busybox"
 SYSLINUX_DIR="$debs/syslinux-common/usr/lib/syslinux"
@@ -76,38 +53,16 @@ mkdir -p "$out"
 work="$(mktemp -d "$out/.work.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 rootfs="$work/rootfs"
-mkdir -p "$rootfs"/{bin,sbin,etc,proc,sys,dev,tmp,run,persist,lib/modules,usr/bin,usr/sbin}
+mkdir -p "$rootfs"/{bin,sbin,etc,proc,sys,dev,tmp,run,persist,lib/modules,lib/edgevol,usr/bin,usr/sbin}
 install -m 0755 "$BUSYBOX" "$rootfs/bin/busybox"
 install -m 0755 "$BIN/edgevold" "$BIN/edgevol" "$rootfs/bin/"
 install -m 0755 "$ROOT/image/init" "$rootfs/init"
+install -m 0644 "$ROOT/qemu/guest-lib.sh" "$rootfs/lib/edgevol/guest-lib.sh"
 # The cloud kernel has NVMe PCI, ext4 and TCP built in; virtio transport, disk and NIC are modules.
-declare -A seen=()
-order=()
-add_mod() { # path relative to MODDIR, dependencies first
-    local p="$1" d
-    [[ -n "${seen[$p]:-}" ]] && return 0
-    seen[$p]=1
-    for d in $(grep -m1 "^$p:" "$MODDIR/modules.dep" | cut -d: -f2); do add_mod "$d"; done
-    order+=("$p")
-}
-for m in virtio_pci virtio_blk virtio_net; do
-    p="$(grep -E "/$m\.ko(\.[a-z]+)?:" "$MODDIR/modules.dep" | head -1 | cut -d: -f1)"
-    [[ -n "$p" ]] || { echo "build.sh: module $m not in $MODDIR" >&2; exit 1; }
-    add_mod "$p"
-done
-: >"$rootfs/lib/modules/load.list"
-for p in "${order[@]}"; do
-    b="$(basename "$p")"
-    case "$p" in
-    *.xz) xz -dc "$MODDIR/$p" >"$rootfs/lib/modules/${b%.xz}"; b="${b%.xz}" ;;
-    *.zst) zstd -qdc "$MODDIR/$p" >"$rootfs/lib/modules/${b%.zst}"; b="${b%.zst}" ;;
-    *) cp "$MODDIR/$p" "$rootfs/lib/modules/$b" ;;
-    esac
-    echo "$b" >>"$rootfs/lib/modules/load.list"
-done
+modules_install "$MODDIR" "$rootfs" virtio_pci virtio_blk virtio_net || exit 1
 (cd "$rootfs" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) |
     gzip -9 -n >"$out/initramfs.gz"
-cp "$KDIR/boot/vmlinuz-$EDGEVOL_KERNEL_RELEASE" "$out/vmlinuz"
+cp "$KERNEL" "$out/vmlinuz"
 
 # --- boot partition: FAT + syslinux ------------------------------------------------------------
 boot="$work/boot.fat"

@@ -18,38 +18,17 @@
 #   --mem MB (default 512), --smp N (default 1), --log FILE, --pidfile FILE
 # Exit: 0 as expected, 1 otherwise, 124 timeout, 2 usage. The log keeps the whole console.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 name=appliance disk="" csi_port="" nvme_port="" link="" wait_for="EDGEVOL-APPLIANCE READY"
-fail_marker="EDGEVOL-APPLIANCE FAILED" expect_fail=0 stop=0 timeout_s=180 lifetime=900
+fail_marker="EDGEVOL-APPLIANCE FAILED" expect_fail=0 stop=0 timeout=180 lifetime=900
 mem=512 smp=1 log="" pidfile=""
-nvmes=()
-die() { echo "appliance-vm: $*" >&2; exit 2; }
-while (($#)); do
-    case "$1" in
-    --name) name="$2"; shift 2 ;;
-    --disk) disk="$2"; shift 2 ;;
-    --nvme) nvmes+=("$2"); shift 2 ;;
-    --csi-port) csi_port="$2"; shift 2 ;;
-    --nvme-port) nvme_port="$2"; shift 2 ;;
-    --link) link="$2"; shift 2 ;;
-    --wait-for) wait_for="$2"; shift 2 ;;
-    --fail-marker) fail_marker="$2"; shift 2 ;;
-    --expect-fail) expect_fail=1; shift ;;
-    --stop) stop=1; shift ;;
-    --timeout) timeout_s="$2"; shift 2 ;;
-    --lifetime) lifetime="$2"; shift 2 ;;
-    --mem) mem="$2"; shift 2 ;;
-    --smp) smp="$2"; shift 2 ;;
-    --log) log="$2"; shift 2 ;;
-    --pidfile) pidfile="$2"; shift 2 ;;
-    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown option $1 (see --help)" ;;
-    esac
-done
+nvme=()
+opts_parse 'name disk nvme+ csi-port nvme-port link wait-for fail-marker expect-fail! stop! timeout
+    lifetime mem smp log pidfile' "$@"
 [[ -f "$disk" ]] || die "--disk: no such file '$disk' (build it with image/build.sh)"
-((${#nvmes[@]})) || die "at least one --nvme FILE"
+((${#nvme[@]})) || die "at least one --nvme FILE"
 mkdir -p "$CACHE/logs" "$CACHE/run"
 log="${log:-$CACHE/logs/$name.log}"
 pidfile="${pidfile:-$CACHE/run/$name.pid}"
@@ -60,15 +39,14 @@ fwd=""
 args=(qemu-system-x86_64 -accel tcg -m "$mem" -smp "$smp" -nodefaults -no-reboot
     -display none -monitor none -serial "file:$log"
     -drive "file=$disk,if=none,id=boot,format=raw,cache=writeback"
-    -device virtio-blk-pci,drive=boot,bootindex=0
+    -device "virtio-blk-pci,drive=boot,bootindex=0"
     -netdev "user,id=mgmt,restrict=on$fwd"
-    -device virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:01)
+    -device "virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:01")
 if [[ -n "$link" ]]; then
-    args+=(-netdev "dgram,id=storage,local.type=inet,local.host=127.0.0.1,local.port=${link%%:*},remote.type=inet,remote.host=127.0.0.1,remote.port=${link#*:}"
-        -device virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:01)
+    args+=(-netdev "$(link_netdev "$link")" -device "virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:01")
 fi
 i=0
-for f in "${nvmes[@]}"; do
+for f in "${nvme[@]}"; do
     [[ -f "$f" ]] || die "--nvme: no such file '$f'"
     args+=(-drive "file=$f,if=none,id=nvm$i,format=raw,cache=writeback"
         -device "nvme,serial=EDGEVOLNVME$i,drive=nvm$i")
@@ -89,7 +67,7 @@ while :; do
     if grep -qF -- "$fail_marker" "$log"; then verdict=failmarker; break; fi
     if grep -qF -- "$wait_for" "$log"; then verdict=marker; break; fi
     if ! kill -0 "$pid" 2>/dev/null; then verdict=exited; break; fi
-    if (($(date +%s) - start >= timeout_s)); then verdict=timeout; break; fi
+    if (($(date +%s) - start >= timeout)); then verdict=timeout; break; fi
     sleep 0.5
 done
 elapsed=$(($(date +%s) - start))
@@ -104,7 +82,7 @@ failmarker/1)
     exit 0 ;;
 timeout/*)
     stop_vm
-    echo "appliance-vm: $name: TIMEOUT after ${timeout_s}s (log: $log); last lines:" >&2
+    echo "appliance-vm: $name: TIMEOUT after ${timeout}s (log: $log); last lines:" >&2
     tail -n 20 "$log" >&2
     exit 124 ;;
 *)

@@ -6,25 +6,14 @@
 #   edgevold: CSI over mTLS on :9500 (host PKI in /etc/edgevol-pki), NVMe/TCP on :4420
 #   nvmet-tcp: NQN from edgevol.nvmet_nqn, port 4421, allow_any_host
 # Markers: EDGEVOL-BENCH-APPLIANCE READY | EDGEVOL-BENCH-APPLIANCE FAILED <why>
-arg() { sed -n "s/.*edgevol\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-fail() { echo "EDGEVOL-BENCH-APPLIANCE FAILED $*"; exit 1; }
-iface_of() {
-    for n in /sys/class/net/*; do
-        [ "$(cat "$n/address" 2>/dev/null)" = "$1" ] && { basename "$n"; return 0; }
-    done
-    return 1
-}
-disk_of() { # virtio-blk serial -> /dev/vdX
-    for b in /sys/block/vd*; do
-        [ "$(cat "$b/serial" 2>/dev/null)" = "$1" ] && { echo "/dev/$(basename "$b")"; return 0; }
-    done
-    return 1
-}
-for i in $(seq 1 50); do iface_of 52:54:00:ed:01:01 >/dev/null && disk_of EVBENCHNVMET >/dev/null && break; sleep 0.1; done
-mgmt="$(iface_of 52:54:00:ed:00:01)" || fail "no management NIC"
-storage="$(iface_of 52:54:00:ed:01:01)" || fail "no storage NIC"
-ip link set "$mgmt" up && ip addr add 10.0.2.15/24 dev "$mgmt" || fail "management network"
-ip link set "$storage" up && ip addr add 192.168.77.1/24 dev "$storage" || fail "storage network"
+# shellcheck source=qemu/guest-lib.sh
+. /lib/edgevol/guest-lib.sh
+GUEST_MARKER=EDGEVOL-BENCH-APPLIANCE
+# shellcheck disable=SC2317 # run by retry
+devices() { iface_of 52:54:00:ed:01:01 && disk_of EVBENCHNVMET; }
+retry 50 devices
+net_up 52:54:00:ed:00:01 10.0.2.15/24 || fail "management network"
+net_up 52:54:00:ed:01:01 192.168.77.1/24 || fail "storage network"
 pool="$(disk_of EVBENCHPOOL)" || fail "no pool disk (serial EVBENCHPOOL)"
 other="$(disk_of EVBENCHNVMET)" || fail "no nvmet disk (serial EVBENCHNVMET)"
 echo "edgevol-bench: pool on $pool, nvmet on $other"

@@ -135,13 +135,10 @@ fi
 self=$0 port=$1 ctl=$2 host=$3 ow=$4 alloc=$5 unpub=$6 fast=$7
 fabric="-t tcp -a 10.0.2.2 -s $port"
 
-step() { # NAME BUDGET_SECS COMMAND...
-    name=$1 budget=$2
-    shift 2
-    echo "EVF-BEGIN $name"
-    timeout "$budget" "$@" 2>&1
-    echo "EVF-END $name rc=$?"
-}
+# step NAME BUDGET_SECS COMMAND... (qemu/guest-lib.sh) prints the EVF-BEGIN/EVF-END lines.
+# shellcheck source=qemu/guest-lib.sh
+. /lib/edgevol/guest-lib.sh
+STEP_TAG=EVF
 ns() { sh "$self" --wait-ns "$1" | tail -n 1; }
 
 step net 10 sh -c 'ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0'

@@ -43,6 +43,22 @@ zeros() {
     done
     echo "$z of $n 4 KiB blocks all zero"
 }
+# verify_blocks LOG BLOCKS STRIDE WHAT: each "N md5" of LOG read back with O_DIRECT, BLOCKS 4 KiB
+# blocks at N * STRIDE blocks into the device.
+verify_blocks() {
+    ok=0 bad=0
+    while read -r n sum; do
+        dd if="$target" of=/tmp/pc-vbuf bs=4096 count="$2" skip=$((n * $3)) iflag=direct 2>/dev/null
+        got=$(md5sum </tmp/pc-vbuf | cut -d' ' -f1)
+        if [ "$got" = "$sum" ]; then
+            ok=$((ok + 1))
+        else
+            bad=$((bad + 1))
+            [ $bad -le 5 ] && echo "bad: $4 $n want $sum got $got: $(zeros /tmp/pc-vbuf)"
+        fi
+    done <"$1"
+    echo "verified $ok bad $bad"
+}
 
 case "$mode" in
 fs)
@@ -123,32 +139,10 @@ verify-fs)
     echo "verified $ok bad $bad"
     ;;
 verify-raw)
-    ok=0 bad=0
-    while read -r n sum; do
-        dd if="$target" of=/tmp/pc-vbuf bs=4096 count=32 skip=$((n * 32)) iflag=direct 2>/dev/null
-        got=$(md5sum </tmp/pc-vbuf | cut -d' ' -f1)
-        if [ "$got" = "$sum" ]; then
-            ok=$((ok + 1))
-        else
-            bad=$((bad + 1))
-            [ $bad -le 5 ] && echo "bad: batch $n want $sum got $got: $(zeros /tmp/pc-vbuf)"
-        fi
-    done </tmp/pc-raw.log
-    echo "verified $ok bad $bad"
+    verify_blocks /tmp/pc-raw.log 32 32 batch
     ;;
 verify-hold)
-    ok=0 bad=0
-    while read -r n sum; do
-        dd if="$target" of=/tmp/pc-vbuf bs=4096 count=1 skip=$((n * 256)) iflag=direct 2>/dev/null
-        got=$(md5sum </tmp/pc-vbuf | cut -d' ' -f1)
-        if [ "$got" = "$sum" ]; then
-            ok=$((ok + 1))
-        else
-            bad=$((bad + 1))
-            [ $bad -le 5 ] && echo "bad: held write $n want $sum got $got: $(zeros /tmp/pc-vbuf)"
-        fi
-    done </tmp/pc-hold.log
-    echo "verified $ok bad $bad"
+    verify_blocks /tmp/pc-hold.log 1 256 "held write"
     ;;
 *)
     echo "usage: pc.sh fs DIR | raw DEV | hold DEV | counts | verify-fs DIR | verify-raw DEV | verify-hold DEV" >&2

@@ -9,8 +9,9 @@
 #                                      with the same flags plus FLAG..; returns once the new
 #                                      process serves its socket. Prints "restarted OLD -> NEW".
 # Markers: EDGEVOL-NODE READY | EDGEVOL-NODE FAILED <why>
-arg() { sed -n "s/.*edgevol\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-fail() { echo "EDGEVOL-NODE FAILED $*"; exit 1; }
+# shellcheck source=qemu/guest-lib.sh
+. /lib/edgevol/guest-lib.sh
+GUEST_MARKER=EDGEVOL-NODE
 sock=/run/csi/csi.sock pidfile=/run/edgevol-node.pid
 start_node() { # extra flags...; the process's output goes to the console (the VM's log)
     topology=""
@@ -45,17 +46,9 @@ if [ "${1:-}" = restart ]; then
     exit 0
 fi
 
-iface_of() {
-    for n in /sys/class/net/*; do
-        [ "$(cat "$n/address" 2>/dev/null)" = "$1" ] && { basename "$n"; return 0; }
-    done
-    return 1
-}
-for i in $(seq 1 50); do iface_of 52:54:00:ed:00:02 >/dev/null && break; sleep 0.1; done
-mgmt="$(iface_of 52:54:00:ed:00:02)" || fail "no management NIC"
-storage="$(iface_of 52:54:00:ed:01:02)" || fail "no storage NIC"
-ip link set "$mgmt" up && ip addr add 10.0.2.15/24 dev "$mgmt" || fail "management network"
-ip link set "$storage" up && ip addr add "$(arg addr)/24" dev "$storage" || fail "storage network"
+retry 50 iface_of 52:54:00:ed:00:02
+net_up 52:54:00:ed:00:02 10.0.2.15/24 || fail "management network"
+net_up 52:54:00:ed:01:02 "$(arg addr)/24" || fail "storage network"
 mkdir -p /run/csi /var/lib/edgevol-node /etc/nvme /var/lib/kubelet
 start_node
 wait_socket none || fail "edgevol-node did not create its socket"

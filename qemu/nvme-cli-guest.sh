@@ -99,13 +99,10 @@ fi
 self=$0 port=$1 ctl=$2 nqn=$3 other=$4 host=$5 stranger=$6
 fabric="-t tcp -a 10.0.2.2 -s $port"
 
-step() { # NAME BUDGET_SECS COMMAND...
-    name=$1 budget=$2
-    shift 2
-    echo "EVCLI-BEGIN $name"
-    timeout "$budget" "$@" 2>&1
-    echo "EVCLI-END $name rc=$?"
-}
+# step NAME BUDGET_SECS COMMAND... (qemu/guest-lib.sh) prints the EVCLI-BEGIN/EVCLI-END lines.
+# shellcheck source=qemu/guest-lib.sh
+. /lib/edgevol/guest-lib.sh
+STEP_TAG=EVCLI
 ctrl() { for c in /sys/class/nvme/nvme*; do [ -e "$c" ] && echo "/dev/${c##*/}"; done; }
 ns() { ls /sys/block/ | grep -E '^nvme[0-9]+n[0-9]+$' | sed 's|^|/dev/|'; }
 

@@ -31,49 +31,23 @@
 #
 # The guest prints 'EDGEVOL-GUEST-START' before the command and 'EDGEVOL-GUEST-EXIT rc=N' after
 # it, then powers off. Give steps inside the command their own budget with busybox `timeout`.
+# Every guest holds qemu/guest-lib.sh as /lib/edgevol/guest-lib.sh (its init runs guest_init;
+# scripts in the guest source it for the NIC and disk lookups and the other helpers).
 # Example (one emulated NVMe drive):
 #   qemu/run-guest.sh --name nvme --bin target/x86_64-unknown-linux-musl/release/hal-guest-check \
 #     --cmd 'hal-guest-check /dev/nvme0n1 EDGEVOLTEST01' --timeout 90 -- \
 #     -drive file=disk.img,if=none,id=d0,format=raw -device nvme,serial=EDGEVOLTEST01,drive=d0
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=versions.env
-. "$ROOT/qemu/versions.env"
-CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
-KDIR="$CACHE/kernel/$EDGEVOL_KERNEL_RELEASE"
-KERNEL="$KDIR/boot/vmlinuz-$EDGEVOL_KERNEL_RELEASE"
-MODDIR="$KDIR/lib/modules/$EDGEVOL_KERNEL_RELEASE"
-
-name=guest cmd=true timeout_s=120 log="" pass_marker="" fail_marker="Kernel panic"
+name=guest cmd=true timeout=120 log="" pass_marker="" fail_marker="Kernel panic"
 mem=512 smp=1 append="" accel=tcg detach_on="" pidfile="" lifetime=""
-bins=() host_bins=() files=() modules=() qemu_extra=()
-
-die() { echo "run-guest: $*" >&2; exit 2; }
-while (($#)); do
-    case "$1" in
-    --name) name="$2"; shift 2 ;;
-    --cmd) cmd="$2"; shift 2 ;;
-    --bin) bins+=("$2"); shift 2 ;;
-    --file) files+=("$2"); shift 2 ;;
-    --host-bin) host_bins+=("$2"); shift 2 ;;
-    --module) modules+=("$2"); shift 2 ;;
-    --timeout) timeout_s="$2"; shift 2 ;;
-    --log) log="$2"; shift 2 ;;
-    --pass-marker) pass_marker="$2"; shift 2 ;;
-    --fail-marker) fail_marker="$2"; shift 2 ;;
-    --mem) mem="$2"; shift 2 ;;
-    --smp) smp="$2"; shift 2 ;;
-    --append) append="$2"; shift 2 ;;
-    --accel) accel="$2"; shift 2 ;;
-    --detach-on) detach_on="$2"; shift 2 ;;
-    --pidfile) pidfile="$2"; shift 2 ;;
-    --lifetime) lifetime="$2"; shift 2 ;;
-    --) shift; qemu_extra=("$@"); break ;;
-    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown option $1 (see --help)" ;;
-    esac
-done
+bin=() host_bin=() file=() module=()
+opts_parse 'name cmd bin+ file+ host-bin+ module+ timeout log pass-marker fail-marker mem smp
+    append accel detach-on pidfile lifetime' "$@"
+qemu_extra=("${OPTS_REST[@]}")
+kernel_select default
 
 [[ -f "$KERNEL" ]] || die "kernel $KERNEL missing: run scripts/setup-qemu.sh first"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run scripts/setup-qemu.sh"
@@ -88,79 +62,36 @@ trap cleanup EXIT
 
 # --- initramfs -------------------------------------------------------------------------------
 rootfs="$work/rootfs"
-mkdir -p "$rootfs"/{bin,sbin,etc,proc,sys,dev,tmp,run,mnt,lib/modules,usr/bin,usr/sbin}
+mkdir -p "$rootfs"/{bin,sbin,etc,proc,sys,dev,tmp,run,mnt,lib/modules,lib/edgevol,usr/bin,usr/sbin}
 cp /bin/busybox "$rootfs/bin/busybox"
-for b in "${bins[@]}"; do
+cp "$ROOT/qemu/guest-lib.sh" "$rootfs/lib/edgevol/guest-lib.sh"
+for b in "${bin[@]}"; do
     [[ -f "$b" ]] || die "--bin $b: no such file"
     install -m 0755 "$b" "$rootfs/bin/$(basename "$b")"
 done
-# Host executables with their libraries (as qemu/node-vm.sh copies util-linux and e2fsprogs):
-# the name is kept (some tools read argv[0]), libraries and loader land at the paths ldd prints.
+# Host executables with their libraries: the name is kept (some tools read argv[0], e.g.
+# mkfs.ext4 is mke2fs), libraries and loader land at the paths ldd prints.
 declare -A host_libs=()
-for b in "${host_bins[@]}"; do
+for b in "${host_bin[@]}"; do
     [[ -x "$b" ]] || die "--host-bin $b: no such executable"
-    files+=("$(readlink -f "$b"):/bin/$(basename "$b")")
+    file+=("$(readlink -f "$b"):/bin/$(basename "$b")")
     while read -r lib; do host_libs[$lib]=1; done < <(ldd "$b" | grep -o '/[^ ]*\.so[^ ]*')
 done
-for lib in "${!host_libs[@]}"; do files+=("$(readlink -f "$lib"):$lib"); done
-for f in "${files[@]}"; do
+for lib in "${!host_libs[@]}"; do file+=("$(readlink -f "$lib"):$lib"); done
+for f in "${file[@]}"; do
     src="${f%%:*}" dst="${f#*:}"
     [[ -e "$src" && "$dst" == /* ]] || die "--file $f: want an existing SRC and an absolute DST"
     mkdir -p "$rootfs$(dirname "$dst")"
     cp -a "$src" "$rootfs$dst"
 done
-
-# Resolve modules with their dependencies (modules.dep built by setup-qemu.sh), load order first.
-declare -A seen=()
-order=()
-mod_path() {
-    local want="${1//-/_}" line
-    while IFS= read -r line; do
-        local p="${line%%:*}" b
-        b="$(basename "$p")"; b="${b%%.ko*}"
-        if [[ "${b//-/_}" == "$want" ]]; then echo "$p"; return 0; fi
-    done <"$MODDIR/modules.dep"
-    return 1
-}
-add_mod() { # $1 = path relative to MODDIR
-    local p="$1" deps d
-    [[ -n "${seen[$p]:-}" ]] && return 0
-    seen[$p]=1
-    deps="$(grep -m1 "^$p:" "$MODDIR/modules.dep" | cut -d: -f2)"
-    for d in $deps; do add_mod "$d"; done
-    order+=("$p")
-}
-for m in "${modules[@]}"; do
-    p="$(mod_path "$m")" || die "module $m not found in $MODDIR (built-in or absent; see the kernel config in $KDIR/boot)"
-    add_mod "$p"
-done
-: >"$rootfs/lib/modules/load.list"
-for p in "${order[@]}"; do
-    b="$(basename "$p")"
-    case "$p" in
-    *.xz) xz -dc "$MODDIR/$p" >"$rootfs/lib/modules/${b%.xz}"; b="${b%.xz}" ;;
-    *.zst) zstd -qdc "$MODDIR/$p" >"$rootfs/lib/modules/${b%.zst}"; b="${b%.zst}" ;;
-    *) cp "$MODDIR/$p" "$rootfs/lib/modules/$b" ;;
-    esac
-    echo "$b" >>"$rootfs/lib/modules/load.list"
-done
+# Modules with their dependencies (modules.dep built by setup-qemu.sh), loaded by guest_init.
+modules_install "$MODDIR" "$rootfs" "${module[@]}" || exit 2
 
 printf '%s\n' "$cmd" >"$rootfs/etc/edgevol-cmd.sh"
 cat >"$rootfs/init" <<'INIT'
 #!/bin/busybox sh
-/bin/busybox --install -s /bin
-export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-mkdir -p /dev/pts /dev/shm /root
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /dev/shm
-ip link set lo up 2>/dev/null
-while read -r m; do
-    [ -n "$m" ] || continue
-    insmod "/lib/modules/$m" || echo "EDGEVOL-GUEST: insmod $m failed"
-done </lib/modules/load.list
+. /lib/edgevol/guest-lib.sh
+guest_init
 echo "EDGEVOL-GUEST-START"
 sh /etc/edgevol-cmd.sh
 rc=$?
@@ -193,9 +124,9 @@ if [[ -n "$detach_on" ]]; then
         if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
             echo "run-guest: $name: VM exited before '$detach_on' (log: $log)" >&2; exit 1
         fi
-        if (($(date +%s) - start >= timeout_s)); then
+        if (($(date +%s) - start >= timeout)); then
             kill "$(cat "$pidfile")" 2>/dev/null || true
-            echo "run-guest: $name: TIMEOUT after ${timeout_s}s waiting for '$detach_on' (log: $log)" >&2
+            echo "run-guest: $name: TIMEOUT after ${timeout}s waiting for '$detach_on' (log: $log)" >&2
             exit 124
         fi
         sleep 0.5
@@ -205,12 +136,12 @@ if [[ -n "$detach_on" ]]; then
 fi
 
 set +e
-timeout --kill-after=5 "$timeout_s" "${qemu_cmd[@]}"
+timeout --kill-after=5 "$timeout" "${qemu_cmd[@]}"
 qrc=$?
 set -e
 elapsed=$(($(date +%s) - start))
 if ((qrc == 124 || qrc == 137)); then
-    echo "run-guest: $name: TIMEOUT after ${timeout_s}s (log: $log); last lines:" >&2
+    echo "run-guest: $name: TIMEOUT after ${timeout}s (log: $log); last lines:" >&2
     tail -n 20 "$log" >&2
     exit 124
 fi

@@ -4,7 +4,7 @@
 # 1. Data path: an appliance VM (qemu/run-guest.sh + qemu/bench-appliance-guest.sh: static musl
 #    edgevold, nvmet + nvmet-tcp modules) with two identical raw virtio-blk backing files:
 #    edgevold's pool on one (NVMe/TCP :4420), the kernel's nvmet-tcp exporting the other (:4421).
-#    A node VM (qemu/bench-node-vm.sh: edgevol-node, e2e-agent, the host's fio) on the dgram
+#    A node VM (qemu/node-vm.sh --bench: edgevol-node, e2e-agent, the host's fio) on the dgram
 #    storage link. tests/e2e/tests/bench_qemu.rs creates and publishes a volume through CSI over
 #    mTLS from the host (PKI made on the host), connects both targets in the node VM and runs fio
 #    (4k randread/randwrite QD1 and QD16, 128k seq read/write QD8) RUNS times each per target.
@@ -16,32 +16,20 @@
 # usage: scripts/bench-qemu.sh [--secs N] [--runs N] [--skip-data-path] [--skip-boot]
 #   --secs  fio runtime per run (default 10)    --runs  runs per workload and target (default 3)
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-. "$ROOT/qemu/versions.env"
 cd "$ROOT"
-secs=10 runs=3 do_data=1 do_boot=1 failed=0
-while (($#)); do
-    case "$1" in
-    --secs) secs="$2"; shift 2 ;;
-    --runs) runs="$2"; shift 2 ;;
-    --skip-data-path) do_data=0; shift ;;
-    --skip-boot) do_boot=0; shift ;;
-    *) echo "usage: $0 [--secs N] [--runs N] [--skip-data-path] [--skip-boot]" >&2; exit 2 ;;
-    esac
-done
+secs=10 runs=3 skip_data_path=0 skip_boot=0 failed=0
+opts_parse 'secs runs skip-data-path! skip-boot!' "$@"
+do_data=$((!skip_data_path)) do_boot=$((!skip_boot))
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
-CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
 run="$CACHE/bench-qemu"
 rm -rf "$run"
 mkdir -p "$run" "$CACHE/logs" "$CACHE/run"
 say() { echo "==> bench-qemu: $*" >&2; }
 t0=$SECONDS
-
-pids=()
-cleanup() { for p in "${pids[@]}"; do [[ -f "$p" ]] && kill "$(cat "$p")" 2>/dev/null || true; done; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET, getattr(socket, sys.argv[1])); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' "$1"; }
+trap vms_stop EXIT
 
 # --- builds (the image build also builds static edgevold + edgevol) ---------------------------
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
@@ -73,7 +61,7 @@ if ((do_data)); then
     for f in ca.pem server.pem server.key; do pfiles+=(--file "$run/pki/$f:/etc/edgevol-pki/$f"); done
 
     say "booting the appliance VM (edgevold + nvmet-tcp)"
-    pids+=("$CACHE/run/bench-appliance.pid")
+    vm_track "$CACHE/run/bench-appliance.pid"
     "$ROOT/qemu/run-guest.sh" --name bench-appliance --pidfile "$CACHE/run/bench-appliance.pid" \
         --timeout 180 --lifetime "$((budget + 300))" --mem 1024 --smp 1 \
         --append "edgevol.nvmet_nqn=$nqn" \
@@ -84,7 +72,7 @@ if ((do_data)); then
         --detach-on 'EDGEVOL-BENCH-APPLIANCE READY' --fail-marker 'EDGEVOL-BENCH-APPLIANCE FAILED' -- \
         -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$csi_port-:9500" \
         -device virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:01 \
-        -netdev "dgram,id=storage,local.type=inet,local.host=127.0.0.1,local.port=$link_a,remote.type=inet,remote.host=127.0.0.1,remote.port=$link_n" \
+        -netdev "$(link_netdev "$link_a:$link_n")" \
         -device virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:01,event_idx=off,rx_queue_size=1024 \
         -drive "file=$run/pool.img,if=none,id=pool,format=raw,cache=writeback" \
         -device virtio-blk-pci,drive=pool,serial=EVBENCHPOOL \
@@ -92,8 +80,8 @@ if ((do_data)); then
         -device virtio-blk-pci,drive=other,serial=EVBENCHNVMET
 
     say "booting the node VM (fio)"
-    pids+=("$CACHE/run/bench-node.pid")
-    "$ROOT/qemu/bench-node-vm.sh" --name bench-node --bin-dir "$BIN" --link "$link_n:$link_a" \
+    vm_track "$CACHE/run/bench-node.pid"
+    "$ROOT/qemu/node-vm.sh" --bench --name bench-node --bin-dir "$BIN" --link "$link_n:$link_a" \
         --csi-port "$node_csi" --exec-port "$node_exec" --timeout 240 --lifetime "$((budget + 300))"
 
     say "fio: $runs runs x ${secs} s per workload and target (budget ${budget} s)"
@@ -103,8 +91,7 @@ if ((do_data)); then
         EDGEVOL_BENCH_SECS="$secs" EDGEVOL_BENCH_RUNS="$runs" \
         timeout --kill-after=10 "$budget" cargo test -q --locked -p edgevol-e2e --test bench_qemu -- \
         --ignored --test-threads=1 --nocapture >&2 || { say "data path FAILED (per-run figures above)"; failed=1; }
-    cleanup
-    pids=()
+    vms_stop
     echo "Data path in QEMU: fio in the node VM, median of $runs runs of ${secs} s (TCG: compare the ratio)"
     echo
     cat "$run/data-path.md" 2>/dev/null || echo "(no table: the fio matrix did not complete; see the log)"
@@ -125,7 +112,7 @@ if ((do_boot)); then
     truncate -s 256M "$run/boot-nvme.img"
     boots=()
     for i in 0 1 2 3; do
-        pids=("$CACHE/run/bench-boot.pid")
+        vm_track "$CACHE/run/bench-boot.pid"
         "$ROOT/qemu/appliance-vm.sh" --name bench-boot --pidfile "$CACHE/run/bench-boot.pid" \
             --disk "$run/boot-disk.img" --nvme "$run/boot-nvme.img" --timeout 180 --lifetime 240 --stop
         sleep 1

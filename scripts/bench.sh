@@ -12,6 +12,7 @@
 #            reuses the test build and no release build happens; its figures are not
 #            meaningful, it only proves every bench still runs.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 

@@ -3,6 +3,7 @@
 # generated dev PKI under ./edgevol-dev (override with EDGEVOL_DEV_DIR), CSI on 127.0.0.1:9500.
 # Extra arguments go to edgevold (e.g. --listen 0.0.0.0:9500).
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 rust_setup

@@ -3,6 +3,7 @@
 # Uses the nightly toolchain when rustup has one; otherwise the stable compiler with
 # RUSTC_BOOTSTRAP=1 (cargo-fuzz needs nightly-only sanitizer flags). Installs cargo-fuzz if missing.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 target=${1:?target}

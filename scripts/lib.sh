@@ -1,23 +1,76 @@
-# Shared helpers of the project scripts: toolchain set-up that a fresh Debian 12 machine lacks.
+# Shared helpers of the project scripts (sourced, never run): logging, options, Debian packages,
+# the Rust toolchain, and the host side of the QEMU harness (pinned kernels and .debs, kernel
+# modules for an initramfs, VM links, ports and pidfiles, the firmware's persistent partition).
+# What runs inside the guests is qemu/guest-lib.sh.
 # shellcheck shell=bash
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Pinned inputs: the harness (kernel, host packages, guest target) and the firmware image.
+# shellcheck source=qemu/versions.env
+. "$ROOT/qemu/versions.env"
+# shellcheck source=image/versions.env
+. "$ROOT/image/versions.env"
+CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
+PROG="$(basename "$0" .sh)"
 
 log() { echo "==> $*" >&2; }
+# A usage or setup error: exit 2.
+die() {
+    echo "$PROG: $*" >&2
+    exit 2
+}
+# The script's header comment (line 2 up to `set -euo pipefail`), as its --help.
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+# Command-line options from one declaration: opts_parse 'SPEC...' "$@". A SPEC word NAME takes a
+# value (`--NAME V` sets $NAME; dashes in NAME become underscores), NAME+ repeats (each value is
+# appended to the array NAME), NAME! is a flag (sets $NAME to 1). The caller sets the defaults
+# before. -h/--help prints usage; `--` ends the options and leaves the rest in OPTS_REST; an
+# unknown option, a missing value or a stray argument exits 2.
+# shellcheck disable=SC2034 # OPTS_REST is the caller's
+opts_parse() {
+    local spec=" ${1//[$'\n\t']/ } " opt var
+    shift
+    OPTS_REST=()
+    while (($#)); do
+        case "$1" in
+        --) shift; OPTS_REST=("$@"); return 0 ;;
+        -h | --help) usage; exit 0 ;;
+        --?*) ;;
+        *) die "unexpected argument '$1' (see --help)" ;;
+        esac
+        opt="${1#--}" var="${1#--}"
+        var="${var//-/_}"
+        if [[ "$spec" == *" $opt! "* ]]; then
+            printf -v "$var" 1
+            shift
+            continue
+        fi
+        [[ "$spec" == *" $opt "* || "$spec" == *" $opt+ "* ]] || die "unknown option $1 (see --help)"
+        (($# >= 2)) || die "$1 needs a value"
+        if [[ "$spec" == *" $opt+ "* ]]; then
+            eval "$var+=(\"\$2\")"
+        else
+            printf -v "$var" '%s' "$2"
+        fi
+        shift 2
+    done
+}
+
+# Runs a command as root (sudo when not root).
+as_root() { if ((EUID)); then sudo "$@"; else "$@"; fi; }
 
 # apt packages, installed only when missing.
 apt_need() {
-    local missing=()
+    local missing=() p
     for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
     if ((${#missing[@]})); then
         log "installing Debian packages: ${missing[*]}"
-        local sudo=""
-        [[ $(id -u) -eq 0 ]] || sudo="sudo"
         export DEBIAN_FRONTEND=noninteractive
-        $sudo apt-get update -qq
-        $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        as_root apt-get update -qq
+        as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
 }
 
@@ -37,4 +90,151 @@ rust_setup() {
         rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
         rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
     fi
+}
+
+# --- pinned Debian packages ----------------------------------------------------------------------
+
+# deb_unpack PKG VERSION DIR: the Debian package PKG at exactly VERSION (apt-get download, the
+# .deb cached in $CACHE/debs) unpacked into DIR. Once: DIR/.extracted-VERSION marks it done, and
+# another pin replaces DIR whole (unpacked beside it, then renamed in).
+deb_unpack() {
+    local pkg=$1 ver=$2 dir=$3 deb tmp
+    [[ -f "$dir/.extracted-$ver" ]] && return 0
+    mkdir -p "$CACHE/debs" "$(dirname "$dir")"
+    chmod 0755 "$CACHE/debs" # apt's _apt user writes the download (no sandbox warning)
+    deb="$CACHE/debs/${pkg}_${ver//:/%3a}.deb"
+    if [[ ! -s "$deb" ]]; then
+        log "fetching $pkg=$ver"
+        tmp="$(mktemp -d "$CACHE/debs/dl.XXXXXX")"
+        chmod 0755 "$tmp"
+        # A stale package list may not know the pinned version yet: update once and retry.
+        if ! (cd "$tmp" && apt-get download "$pkg=$ver" >&2); then
+            as_root apt-get update -qq
+            (cd "$tmp" && apt-get download "$pkg=$ver" >&2) || { rm -rf "$tmp"; return 1; }
+        fi
+        mv "$tmp"/*.deb "$deb"
+        rmdir "$tmp"
+    fi
+    tmp="$(mktemp -d "$dir.new.XXXXXX")"
+    dpkg-deb -x "$deb" "$tmp"
+    chmod 0755 "$tmp"
+    touch "$tmp/.extracted-$ver"
+    rm -rf "$dir"
+    mv "$tmp" "$dir"
+}
+
+# --- kernels and modules -------------------------------------------------------------------------
+
+# kernel_select [default]: the pinned kernel of qemu/versions.env. Sets KERNEL_PKG,
+# KERNEL_VERSION, KERNEL_RELEASE and where scripts/setup-qemu.sh unpacks it: KDIR, KERNEL (the
+# vmlinuz), MODDIR (its modules, with modules.dep).
+# shellcheck disable=SC2034 # KERNEL, MODDIR are the caller's
+kernel_select() {
+    case "${1:-default}" in
+    default)
+        KERNEL_PKG=$EDGEVOL_KERNEL_PKG KERNEL_VERSION=$EDGEVOL_KERNEL_VERSION
+        KERNEL_RELEASE=$EDGEVOL_KERNEL_RELEASE
+        ;;
+    *) die "unknown kernel '$1' (default)" ;;
+    esac
+    KDIR="$CACHE/kernel/$KERNEL_RELEASE"
+    KERNEL="$KDIR/boot/vmlinuz-$KERNEL_RELEASE"
+    MODDIR="$KDIR/lib/modules/$KERNEL_RELEASE"
+}
+
+# kernel_fetch [FLAVOUR]: kernel_select, then the kernel's .deb unpacked into KDIR, with the
+# modules.dep the package leaves to its postinst (depmod) built here.
+kernel_fetch() {
+    kernel_select "$@"
+    deb_unpack "$KERNEL_PKG" "$KERNEL_VERSION" "$KDIR"
+    [[ -f "$MODDIR/modules.dep" ]] || depmod -b "$KDIR" "$KERNEL_RELEASE"
+}
+
+# modules_install MODDIR ROOTFS NAME...: the kernel modules NAME (dashes or underscores) and their
+# dependencies (MODDIR/modules.dep) decompressed into ROOTFS/lib/modules, and their load order,
+# dependencies first, in ROOTFS/lib/modules/load.list (guest_init of qemu/guest-lib.sh insmods
+# it). A module that is not there (absent, or built in) is an error.
+modules_install() {
+    local moddir=$1 rootfs=$2 m p b
+    shift 2
+    local -A seen=()
+    local order=()
+    for m in "$@"; do
+        p="$(awk -F: -v want="${m//-/_}" '{ b = $1; sub(/.*\//, "", b); sub(/\.ko.*/, "", b);
+            gsub(/-/, "_", b); if (b == want) { print $1; exit } }' "$moddir/modules.dep")"
+        [[ -n "$p" ]] || { echo "$PROG: module $m not in $moddir (built in or absent; see the kernel config)" >&2; return 1; }
+        _modules_add "$p"
+    done
+    mkdir -p "$rootfs/lib/modules"
+    : >"$rootfs/lib/modules/load.list"
+    for p in "${order[@]}"; do
+        b="$(basename "$p")"
+        case "$p" in
+        *.xz) b="${b%.xz}"; xz -dc "$moddir/$p" >"$rootfs/lib/modules/$b" ;;
+        *.zst) b="${b%.zst}"; zstd -qdc "$moddir/$p" >"$rootfs/lib/modules/$b" ;;
+        *) cp "$moddir/$p" "$rootfs/lib/modules/$b" ;;
+        esac
+        echo "$b" >>"$rootfs/lib/modules/load.list"
+    done
+}
+# One module (path relative to moddir) after its dependencies, into modules_install's order.
+_modules_add() {
+    local p=$1 d deps
+    [[ -n "${seen[$p]:-}" ]] && return 0
+    seen[$p]=1
+    read -ra deps <<<"$(awk -F: -v p="$p" '$1 == p { print $2; exit }' "$moddir/modules.dep")"
+    for d in "${deps[@]}"; do _modules_add "$d"; done
+    order+=("$p")
+}
+
+# --- VMs: links, ports, pidfiles, the firmware's persistent partition ------------------------------
+
+# The QEMU -netdev of a storage link between two VMs: UDP datagrams between LOCAL and REMOTE
+# ports on 127.0.0.1 (`link_netdev LOCAL:REMOTE`).
+link_netdev() {
+    echo "dgram,id=storage,local.type=inet,local.host=127.0.0.1,local.port=${1%%:*},remote.type=inet,remote.host=127.0.0.1,remote.port=${1#*:}"
+}
+
+# A free port on 127.0.0.1: free_port SOCK_STREAM (TCP) or SOCK_DGRAM (UDP).
+free_port() {
+    python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET, getattr(socket, sys.argv[1])); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' "$1"
+}
+
+# wait_log FILE TEXT [SECS]: waits up to SECS (default 15) for TEXT in a VM's log. The consoles
+# copy daemon logs with `tail -f`, so a line may land just after a marker.
+wait_log() {
+    local _
+    for _ in $(seq 1 $((2 * ${3:-15}))); do
+        grep -q -- "$2" "$1" && return 0
+        sleep 0.5
+    done
+    return 1
+}
+
+# Detached VMs a script started (their pidfiles): vm_track PIDFILE, and vms_stop kills them all
+# (call it from the script's EXIT trap).
+VM_PIDFILES=()
+vm_track() { VM_PIDFILES+=("$1"); }
+vms_stop() {
+    local p
+    for p in "${VM_PIDFILES[@]}"; do
+        if [[ -f "$p" ]]; then kill "$(cat "$p" 2>/dev/null)" 2>/dev/null || true; fi # gone is fine
+    done
+    VM_PIDFILES=()
+}
+
+# persist_read DISK DIR: the client PKI from the persistent partition of a firmware disk, as an
+# operator takes it off the box, into DIR/pki; prints the appliance id. A copy of the (possibly
+# live) ext4 partition is made consistent (journal replayed) by e2fsck, then read by debugfs.
+persist_read() {
+    local disk=$1 dir=$2 part id
+    mkdir -p "$dir"
+    part="$(mktemp "$dir/persist.XXXXXX")"
+    dd if="$disk" of="$part" bs=1M skip=$((1 + EDGEVOL_BOOT_MIB)) count="$EDGEVOL_PERSIST_MIB" status=none
+    e2fsck -fy "$part" >/dev/null 2>&1 || (($? <= 1)) || { echo "$PROG: e2fsck of the persistent partition failed" >&2; rm -f "$part"; return 1; }
+    debugfs -R "rdump /pki $dir" "$part" 2>/dev/null
+    id="$(debugfs -R "cat /state/appliance-id" "$part" 2>/dev/null | tr -d '[:space:]')"
+    rm -f "$part"
+    [[ -f "$dir/pki/controller.key" && -n "$id" ]] || { echo "$PROG: no PKI or appliance id on the persistent partition" >&2; return 1; }
+    echo "$id"
 }

@@ -24,13 +24,11 @@
 #
 # usage: scripts/test-e2e-qemu.sh [--keep]   (--keep: leave the VMs running at the end)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-. "$ROOT/qemu/versions.env"
-. "$ROOT/image/versions.env"
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 keep=0
-[[ "${1:-}" == --keep ]] && keep=1
+opts_parse 'keep!' "$@"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
 run="$CACHE/e2e"
 rm -rf "$run"
 mkdir -p "$run" "$CACHE/logs"
@@ -49,28 +47,30 @@ cargo test --locked -p edgevol-e2e --test lifecycle --test node_conformance --te
 BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
 say "builds done in $((SECONDS - t0)) s"
 
-free_port() { python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET, getattr(socket, sys.argv[1])); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' "$1"; }
 csi_port=$(free_port SOCK_STREAM) node_csi=$(free_port SOCK_STREAM) node_exec=$(free_port SOCK_STREAM)
 link_a=$(free_port SOCK_DGRAM) link_n=$(free_port SOCK_DGRAM)
+# Where the host tests (tests/e2e) find the VMs; the PKI is taken off the appliance in step 2.
+export EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/out/pki"
+export EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec"
 
-# The console copies the daemon's log with `tail -f`: a line may land just after a marker.
-wait_log() { # FILE TEXT: up to 15 s
-    local i
-    for i in $(seq 1 30); do grep -q -- "$2" "$1" && return 0; sleep 0.5; done
-    return 1
-}
-pids=()
 cleanup() {
-    ((keep)) && { say "VMs left running: ${pids[*]:-}"; return; }
-    for p in "${pids[@]}"; do [[ -f "$p" ]] && kill "$(cat "$p")" 2>/dev/null || true; done
+    ((keep)) && { say "VMs left running: ${VM_PIDFILES[*]:-}"; return; }
+    vms_stop
 }
 trap cleanup EXIT
 appliance() { # NAME DISK NVME [appliance-vm args...]
     local name=$1 disk=$2 nvme=$3
     shift 3
-    pids+=("$CACHE/run/$name.pid")
+    vm_track "$CACHE/run/$name.pid"
     "$ROOT/qemu/appliance-vm.sh" --name "$name" --disk "$disk" --nvme "$nvme" \
         --pidfile "$CACHE/run/$name.pid" --mem 512 "$@"
+}
+# e2e_test BUDGET TEST [ARGS...]: one test binary of tests/e2e against the VMs, ARGS to libtest.
+e2e_test() {
+    local budget=$1 test=$2
+    shift 2
+    timeout --kill-after=10 "$budget" cargo test --locked -p edgevol-e2e --test "$test" -- \
+        --ignored --test-threads=1 --nocapture "$@"
 }
 
 # --- 1. foreign data on the drive: refused, untouched -----------------------------------------
@@ -103,58 +103,37 @@ done
 if grep -q "BEGIN .*PRIVATE KEY" "$alog"; then say "FAIL: key material in the console log"; exit 1; fi
 say "ok: first boot formatted (and deallocated) the drive; ready after ${boot_s} s ($(grep -o 'READY boot_ms=[0-9]*' "$alog"))"
 
-# The client PKI from the persistent partition, as an operator would take it off the box. A copy
-# of the live ext4 partition is made consistent (journal replayed) by e2fsck, then read by debugfs.
-persist="$run/persist.ext4"
-dd if="$run/disk.img" of="$persist" bs=1M skip=$((1 + EDGEVOL_BOOT_MIB)) count="$EDGEVOL_PERSIST_MIB" status=none
-e2fsck -fy "$persist" >/dev/null 2>&1 || (($? <= 1)) || { say "FAIL: e2fsck of the persist copy"; exit 1; }
-mkdir -p "$run/out"
-debugfs -R "rdump /pki $run/out" "$persist" 2>/dev/null
-appliance_id=$(debugfs -R "cat /state/appliance-id" "$persist" 2>/dev/null | tr -d '[:space:]')
-[[ -f "$run/out/pki/controller.key" && -n "$appliance_id" ]] || { say "FAIL: no PKI/appliance id on the persistent partition"; exit 1; }
-rm -f "$persist"
+# The client PKI from the persistent partition, as an operator would take it off the box.
+appliance_id=$(persist_read "$run/disk.img" "$run/out") || { say "FAIL: no PKI/appliance id on the persistent partition"; exit 1; }
 
 # --- node VM ---------------------------------------------------------------------------------
 say "booting the node VM"
-pids+=("$CACHE/run/e2e-node.pid")
+vm_track "$CACHE/run/e2e-node.pid"
 "$ROOT/qemu/node-vm.sh" --name e2e-node --bin-dir "$BIN" --link "$link_n:$link_a" \
     --csi-port "$node_csi" --exec-port "$node_exec" --appliance "$appliance_id" \
     --timeout 120 --lifetime 1800
 
-node_faults() { # BUDGET TEST: one test of tests/e2e/tests/node_faults.rs
-    EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/out/pki" \
-        EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
-        timeout --kill-after=10 "$1" cargo test --locked -p edgevol-e2e --test node_faults -- \
-        --ignored --exact "$2" --test-threads=1 --nocapture
-}
-
 # --- 3. the life cycle -----------------------------------------------------------------------
 say "3. volume life cycle (mount + block), driven from the host"
 life_t=$SECONDS
-EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/out/pki" \
-    EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
-    timeout --kill-after=10 420 cargo test --locked -p edgevol-e2e --test lifecycle -- \
-    --ignored --test-threads=1 --nocapture
+e2e_test 420 lifecycle
 say "ok: life cycle in $((SECONDS - life_t)) s"
 
 say "3b. CSI Node conformance (spec error rows, idempotency, ext4 + xfs grown online)"
 conf_t=$SECONDS
-EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/out/pki" \
-    EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
-    timeout --kill-after=10 480 cargo test --locked -p edgevol-e2e --test node_conformance -- \
-    --ignored --test-threads=1 --nocapture
+e2e_test 480 node_conformance
 say "ok: node conformance in $((SECONDS - conf_t)) s"
 
 say "3c. edgevol-node restarted with a volume staged and published"
 fault_t=$SECONDS
-node_faults 240 restart_keeps_staged_and_published_volumes_serviceable
+e2e_test 240 node_faults --exact restart_keeps_staged_and_published_volumes_serviceable
 say "ok: node restart in $((SECONDS - fault_t)) s"
 
 # --- 4. power cut and a later boot -------------------------------------------------------------
 say "4. power cut with a volume staged on the node, then a later boot opens the pool"
 fault_t=$SECONDS
 EDGEVOL_E2E_APPLIANCE_PIDFILE="$CACHE/run/e2e-appliance.pid" \
-    node_faults 240 appliance_gone_unpublish_and_unstage_complete_within_the_bound
+    e2e_test 240 node_faults --exact appliance_gone_unpublish_and_unstage_complete_within_the_bound
 say "ok: node detached from a vanished appliance in $((SECONDS - fault_t)) s"
 # The test killed the VM's QEMU; make sure it is gone before its ports are reused.
 kill "$(cat "$CACHE/run/e2e-appliance.pid")" 2>/dev/null || true
@@ -169,6 +148,6 @@ done
 grep -q "\"$appliance_id\"" "$alog2" || { say "FAIL: appliance id changed across boots"; exit 1; }
 say "ok: later boot opened the pool ($(grep -o 'READY boot_ms=[0-9]*' "$alog2"))"
 fault_t=$SECONDS
-node_faults 180 once_the_appliance_is_back_the_co_finishes_the_detach
+e2e_test 180 node_faults --exact once_the_appliance_is_back_the_co_finishes_the_detach
 say "ok: detach finished against the rebooted appliance in $((SECONDS - fault_t)) s"
 say "PASS in $((SECONDS - t0)) s"

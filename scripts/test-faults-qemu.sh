@@ -24,20 +24,13 @@
 #
 # usage: scripts/test-faults-qemu.sh [--skip-power-cut] [--only-power-cut]
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
-. "$ROOT/qemu/versions.env"
-. "$ROOT/image/versions.env"
-do_kill=1 do_cut=1
-while (($#)); do
-    case "$1" in
-    --skip-power-cut) do_cut=0; shift ;;
-    --only-power-cut) do_kill=0; shift ;;
-    *) echo "usage: $0 [--skip-power-cut] [--only-power-cut]" >&2; exit 2 ;;
-    esac
-done
+skip_power_cut=0 only_power_cut=0
+opts_parse 'skip-power-cut! only-power-cut!' "$@"
+do_kill=$((!only_power_cut)) do_cut=$((!skip_power_cut))
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-CACHE="${EDGEVOL_QEMU_CACHE:-$ROOT/qemu/.cache}"
 say() { echo "==> faults: $*" >&2; }
 t0=$SECONDS
 
@@ -70,17 +63,7 @@ if ((do_kill)); then
 fi
 
 # --- 3: power cut of the appliance VM under a node VM's fsynced writes --------------------------
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do [[ -f "$p" ]] && kill "$(cat "$p" 2>/dev/null)" 2>/dev/null || true; done
-    pids=()
-}
-trap cleanup EXIT
-wait_log() { # FILE TEXT: up to 30 s (the console copies the daemon's log with tail -f)
-    local i
-    for i in $(seq 1 60); do grep -q -- "$2" "$1" && return 0; sleep 0.5; done
-    return 1
-}
+trap vms_stop EXIT
 power_cut() {
     local run="$CACHE/faults-pc" image="$CACHE/faults-image"
     rm -rf "$run"
@@ -93,31 +76,24 @@ power_cut() {
             -p edgevol-e2e --bins &&
         cargo test --locked -p edgevol-e2e --test powercut --no-run" || return 1
     local bin="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
-    free_port() { python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET, getattr(socket, sys.argv[1])); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' "$1"; }
     local csi_port node_csi node_exec link_a link_n
     csi_port=$(free_port SOCK_STREAM) node_csi=$(free_port SOCK_STREAM) node_exec=$(free_port SOCK_STREAM)
     link_a=$(free_port SOCK_DGRAM) link_n=$(free_port SOCK_DGRAM)
     cp "$image/edgevol.img" "$run/disk.img"
     truncate -s 1G "$run/nvme0.img"
     local apid="$CACHE/run/faults-pc-appliance.pid" npid="$CACHE/run/faults-pc-node.pid"
-    pids+=("$apid" "$npid")
+    vm_track "$apid"
+    vm_track "$npid"
     # The same disks, ports and pidfile for the boot after the cut (the test runs it).
     local boot=("$ROOT/qemu/appliance-vm.sh" --disk "$run/disk.img" --nvme "$run/nvme0.img"
         --csi-port "$csi_port" --link "$link_a:$link_n" --pidfile "$apid" --mem 512 --timeout 150)
     step 180 "power cut: first boot of the appliance VM (blank drive: PKI, format)" \
         "${boot[@]}" --name faults-pc-appliance --lifetime 900 || return 1
-    wait_log "$CACHE/logs/faults-pc-appliance.log" "pool open: ready" ||
+    wait_log "$CACHE/logs/faults-pc-appliance.log" "pool open: ready" 30 ||
         { say "FAIL: the appliance VM's pool did not open"; return 1; }
-    # The client PKI from the persistent partition (as scripts/test-e2e-qemu.sh takes it): a copy
-    # of the live ext4 partition made consistent by e2fsck, read by debugfs.
-    local persist="$run/persist.ext4" appliance_id
-    dd if="$run/disk.img" of="$persist" bs=1M skip=$((1 + EDGEVOL_BOOT_MIB)) \
-        count="$EDGEVOL_PERSIST_MIB" status=none
-    e2fsck -fy "$persist" >/dev/null 2>&1 || (($? <= 1)) || { say "FAIL: e2fsck of the persist copy"; return 1; }
-    debugfs -R "rdump /pki $run" "$persist" 2>/dev/null
-    appliance_id=$(debugfs -R "cat /state/appliance-id" "$persist" 2>/dev/null | tr -d '[:space:]')
-    [[ -f "$run/pki/controller.key" && -n "$appliance_id" ]] ||
-        { say "FAIL: no PKI or appliance id on the persistent partition"; return 1; }
+    # The client PKI from the persistent partition, as scripts/test-e2e-qemu.sh takes it.
+    local appliance_id
+    appliance_id=$(persist_read "$run/disk.img" "$run") || { say "FAIL: no PKI or appliance id"; return 1; }
     step 150 "power cut: boot the node VM" \
         "$ROOT/qemu/node-vm.sh" --name faults-pc-node --bin-dir "$bin" --link "$link_n:$link_a" \
         --csi-port "$node_csi" --exec-port "$node_exec" --appliance "$appliance_id" \
@@ -137,7 +113,7 @@ if ((do_cut)); then
         say "FAIL 3 power cut (logs: $CACHE/logs/faults-pc-*.log)"
         status=1
     fi
-    cleanup
+    vms_stop
 fi
 
 if ((status)); then

@@ -7,16 +7,10 @@
 #
 # usage: scripts/test-hal-qemu.sh [--bench] [--timeout SECS]
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-. "$ROOT/qemu/versions.env"
-bench=0 timeout_s=120
-while (($#)); do
-    case "$1" in
-    --bench) bench=1; shift ;;
-    --timeout) timeout_s="$2"; shift 2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-    esac
-done
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench=0 timeout=120
+opts_parse 'bench! timeout' "$@"
 
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -24,7 +18,6 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-hal --bins >&2
 BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
 
-CACHE="$ROOT/qemu/.cache"
 mkdir -p "$CACHE/disks"
 disk="$CACHE/disks/hal-nvme.img"
 rm -f "$disk"
@@ -38,15 +31,15 @@ marker="HAL-GUEST-CHECK PASS"
 if ((bench)); then
     cmd="$cmd && timeout 150 hal-bench /dev/nvme0n1 --size-mib 256 --secs ${HAL_BENCH_SECS:-1} && echo HAL-BENCH-DONE"
     marker="HAL-BENCH-DONE"
-    timeout_s=$((timeout_s + 150))
+    timeout=$((timeout + 150))
 fi
-"$ROOT/qemu/run-guest.sh" --name hal-nvme --timeout "$timeout_s" --mem 512 --smp 2 \
+rc=0
+"$ROOT/qemu/run-guest.sh" --name hal-nvme --timeout "$timeout" --mem 512 --smp 2 \
     --bin "$BIN/hal-guest-check" --bin "$BIN/hal-bench" \
     --cmd "$cmd" --pass-marker "$marker" --fail-marker "HAL-GUEST-CHECK FAIL" -- \
     -drive "file=$disk,if=none,id=d0,format=raw,discard=unmap,cache=none,aio=threads" \
     -device "nvme,id=nvme0,serial=$SERIAL" \
-    -device "nvme-ns,drive=d0,bus=nvme0,nsid=1,eui64=0x$EUI64,uuid=$UUID"
-rc=$?
+    -device "nvme-ns,drive=d0,bus=nvme0,nsid=1,eui64=0x$EUI64,uuid=$UUID" || rc=$?
 grep -E '^(controller|namespace|  lbaf|sync|discard|data handle|smart after|HAL-|\|)' "$CACHE/logs/hal-nvme.log" || true
 if ((bench)); then
     echo "--- host tmpfs (/dev/shm) ---"

@@ -12,26 +12,13 @@
 #
 # usage: scripts/test-nvme-qemu.sh [--timeout SECS]   (default 300: build + two boots + runs)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-timeout_s=300
-while (($#)); do
-    case "$1" in
-    --timeout) timeout_s="$2"; shift 2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-    esac
-done
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+timeout=300
+opts_parse 'timeout' "$@"
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
-missing=()
-for pkg in nvme-cli fio e2fsprogs; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-    echo "test-nvme-qemu: installing Debian packages ${missing[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
-fi
+apt_need nvme-cli fio e2fsprogs
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 cd "$ROOT"
-exec timeout --kill-after=10 "$timeout_s" \
+exec timeout --kill-after=10 "$timeout" \
     cargo test --locked -p edgevol-appliance --test nvme_linux --test nvme_cli -- --ignored --nocapture

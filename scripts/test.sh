@@ -3,6 +3,7 @@
 # integration and crash tests, fuzz smoke runs and the QEMU guest tests.
 # Every step has a time budget; the first failure stops the run.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 
