@@ -52,6 +52,8 @@ key = "/etc/edgevol-pki/server.key"
 [nvme]
 listen = "0.0.0.0:4420"
 advertise = "192.168.77.1"
+# The node VM's 6.1 kernel has no NVMe authentication (and nvmet-tcp, the baseline, runs none).
+allow_unauthenticated_hosts = true
 CFG
 log=/tmp/edgevold.log
 : >"$log"

@@ -70,7 +70,8 @@ power_cut() {
     mkdir -p "$run" "$CACHE/logs" "$CACHE/run"
     # A private image output: scripts/test-e2e-qemu.sh may be building image/out concurrently.
     step 1800 "build the image, static edgevol-node and e2e-agent, the host test" bash -c "
-        '$ROOT/image/build.sh' --out '$image' >'$run/image-sizes.txt' &&
+        '$ROOT/image/build.sh' --out '$image' \
+            --config '$ROOT/tests/e2e/edgevold-unauthenticated.toml' >'$run/image-sizes.txt' &&
         CC_x86_64_unknown_linux_musl=\${CC_x86_64_unknown_linux_musl:-musl-gcc} \
             cargo build --release --locked --target $EDGEVOL_GUEST_TARGET -p edgevol-node \
             -p edgevol-e2e --bins &&
