@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One benchmark command: control plane over mTLS, core, hal (raw-device baseline), the data path
-# (appliance/benches/data_path.rs), and footprint (daemon RSS at 0 / 1,000 / 10,000
+# (appliance/benches/data_path.rs), a DH-HMAC-CHAP transaction per DH group (nvmeof/benches/auth.rs),
+# and footprint (daemon RSS at 0 / 1,000 / 10,000
 # volumes, static binary size, firmware image size), and in full mode the data path in QEMU (fio in
 # a node VM: edgevol vs the kernel's nvmet-tcp) with the image's boot-to-ready (scripts/bench-qemu.sh).
 # Prints every table and writes them as JSON
@@ -103,6 +104,8 @@ run "hal" cargo run -q "${profile[@]}" -p edgevol-hal --bin hal-bench -- "$hal_f
 rm -f "$hal_file"
 
 run "data path" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench data_path -- "${qarg[@]}"
+run "DH-HMAC-CHAP transaction (target side)" cargo bench -q "${bench_profile[@]}" -p edgevol-nvmeof \
+    --features test-initiator --bench auth -- "${qarg[@]}"
 
 # Data path in QEMU and the image's boot-to-ready (scripts/bench-qemu.sh: two TCG VMs, fio, minutes
 # of runtime): full mode only. A failure there is reported and does not stop the other benches.

@@ -35,6 +35,7 @@ step 1800 "cargo test --workspace" cargo test --workspace --locked
 step 600 "benchmarks, short mode" ./scripts/bench.sh --quick
 step 900 "fuzz smoke: core metadata decoder" ./scripts/fuzz.sh metadata_decode 30
 step 900 "fuzz smoke: NVMe/TCP PDU decoder" ./scripts/fuzz.sh pdu_decode 30
+step 900 "fuzz smoke: DH-HMAC-CHAP message decoder" ./scripts/fuzz.sh auth_decode 30
 step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMART)" \
     ./scripts/test-hal-qemu.sh
 step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target" \
