@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Boot the pinned Debian cloud kernel with a busybox initramfs under QEMU (TCG by default), run one
+# Boot a pinned Debian cloud kernel with a busybox initramfs under QEMU (TCG by default), run one
 # shell command as the guest's job, stream the serial console to a log file, and report pass/fail.
 #
 # usage: qemu/run-guest.sh [options] [-- extra qemu args...]
+#   --kernel KERNEL      default (the pinned 6.1 cloud kernel) or auth (the pinned 6.12 cloud
+#                        kernel with NVMe in-band authentication); both in qemu/versions.env
 #   --name NAME          label for logs and temp files (default: guest)
 #   --cmd 'SHELL'        command run by the guest's init (busybox sh -c), after mounts and modules
 #   --bin PATH           copy an executable into the guest's /bin (repeatable; static musl expected)
@@ -41,13 +43,13 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-name=guest cmd=true timeout=120 log="" pass_marker="" fail_marker="Kernel panic"
+kernel=default name=guest cmd=true timeout=120 log="" pass_marker="" fail_marker="Kernel panic"
 mem=512 smp=1 append="" accel=tcg detach_on="" pidfile="" lifetime=""
 bin=() host_bin=() file=() module=()
-opts_parse 'name cmd bin+ file+ host-bin+ module+ timeout log pass-marker fail-marker mem smp
+opts_parse 'kernel name cmd bin+ file+ host-bin+ module+ timeout log pass-marker fail-marker mem smp
     append accel detach-on pidfile lifetime' "$@"
 qemu_extra=("${OPTS_REST[@]}")
-kernel_select default
+kernel_select "$kernel"
 
 [[ -f "$KERNEL" ]] || die "kernel $KERNEL missing: run scripts/setup-qemu.sh first"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run scripts/setup-qemu.sh"

@@ -125,9 +125,10 @@ deb_unpack() {
 
 # --- kernels and modules -------------------------------------------------------------------------
 
-# kernel_select [default]: the pinned kernel of qemu/versions.env. Sets KERNEL_PKG,
-# KERNEL_VERSION, KERNEL_RELEASE and where scripts/setup-qemu.sh unpacks it: KDIR, KERNEL (the
-# vmlinuz), MODDIR (its modules, with modules.dep).
+# kernel_select [default|auth]: one of the pinned kernels of qemu/versions.env, the default one
+# or the one with NVMe in-band authentication. Sets KERNEL_PKG, KERNEL_VERSION, KERNEL_RELEASE
+# and where scripts/setup-qemu.sh unpacks it: KDIR, KERNEL (the vmlinuz), MODDIR (its modules,
+# with modules.dep).
 # shellcheck disable=SC2034 # KERNEL, MODDIR are the caller's
 kernel_select() {
     case "${1:-default}" in
@@ -135,7 +136,11 @@ kernel_select() {
         KERNEL_PKG=$EDGEVOL_KERNEL_PKG KERNEL_VERSION=$EDGEVOL_KERNEL_VERSION
         KERNEL_RELEASE=$EDGEVOL_KERNEL_RELEASE
         ;;
-    *) die "unknown kernel '$1' (default)" ;;
+    auth)
+        KERNEL_PKG=$EDGEVOL_AUTH_KERNEL_PKG KERNEL_VERSION=$EDGEVOL_AUTH_KERNEL_VERSION
+        KERNEL_RELEASE=$EDGEVOL_AUTH_KERNEL_RELEASE
+        ;;
+    *) die "unknown kernel '$1' (default, auth)" ;;
     esac
     KDIR="$CACHE/kernel/$KERNEL_RELEASE"
     KERNEL="$KDIR/boot/vmlinuz-$KERNEL_RELEASE"
@@ -153,17 +158,21 @@ kernel_fetch() {
 # modules_install MODDIR ROOTFS NAME...: the kernel modules NAME (dashes or underscores) and their
 # dependencies (MODDIR/modules.dep) decompressed into ROOTFS/lib/modules, and their load order,
 # dependencies first, in ROOTFS/lib/modules/load.list (guest_init of qemu/guest-lib.sh insmods
-# it). A module that is not there (absent, or built in) is an error.
+# it). A module the kernel has built in (modules.builtin; e.g. virtio_pci in 6.12, a module in
+# 6.1) needs nothing; one it does not have at all is an error.
 modules_install() {
     local moddir=$1 rootfs=$2 m p b
     shift 2
     local -A seen=()
     local order=()
     for m in "$@"; do
-        p="$(awk -F: -v want="${m//-/_}" '{ b = $1; sub(/.*\//, "", b); sub(/\.ko.*/, "", b);
-            gsub(/-/, "_", b); if (b == want) { print $1; exit } }' "$moddir/modules.dep")"
-        [[ -n "$p" ]] || { echo "$PROG: module $m not in $moddir (built in or absent; see the kernel config)" >&2; return 1; }
-        _modules_add "$p"
+        p="$(_modules_match "$m" <"$moddir/modules.dep")"
+        if [[ -n "$p" ]]; then
+            _modules_add "$p"
+        elif ! _modules_builtin "$moddir" "$m"; then
+            echo "$PROG: module $m is not in $moddir (see the kernel config)" >&2
+            return 1
+        fi
     done
     mkdir -p "$rootfs/lib/modules"
     : >"$rootfs/lib/modules/load.list"
@@ -176,6 +185,15 @@ modules_install() {
         esac
         echo "$b" >>"$rootfs/lib/modules/load.list"
     done
+}
+# Whether the kernel has module NAME built in: _modules_builtin MODDIR NAME.
+_modules_builtin() {
+    [[ -n "$(_modules_match "$2" <"$1/modules.builtin")" ]]
+}
+# The first path (up to a colon) on stdin whose module name is NAME, dashes and underscores alike.
+_modules_match() {
+    awk -F: -v want="${1//-/_}" '{ b = $1; sub(/.*\//, "", b); sub(/\.ko.*/, "", b);
+        gsub(/-/, "_", b); if (b == want) { print $1; exit } }'
 }
 # One module (path relative to moddir) after its dependencies, into modules_install's order.
 _modules_add() {

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Install and cache everything the QEMU harness (qemu/run-guest.sh) needs. Idempotent: a second
 # run only checks. Safe on a fresh clone (CI): installs Debian packages, the musl Rust target,
-# and downloads + extracts the pinned Debian cloud kernel into qemu/.cache/ (gitignored).
+# and downloads + extracts the two pinned Debian cloud kernels (qemu/versions.env: the default
+# one, and the one with NVMe in-band authentication for run-guest.sh --kernel auth) into
+# qemu/.cache/ (gitignored).
 #
 # Output (stdout, last lines): the paths it prepared, e.g.
 #   EDGEVOL_KERNEL=/…/qemu/.cache/kernel/6.1.0-48-cloud-amd64/boot/vmlinuz-6.1.0-48-cloud-amd64
+#   EDGEVOL_AUTH_KERNEL=/…/qemu/.cache/kernel/6.12.117+deb12-cloud-amd64/boot/vmlinuz-6.12…
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -21,9 +24,16 @@ else
     log "warning: rustup not found; guest binaries need the $EDGEVOL_GUEST_TARGET target"
 fi
 
-kernel_fetch default
-for f in "$KERNEL" "$MODDIR/modules.dep" /usr/bin/qemu-system-x86_64 /bin/busybox; do
+for f in /usr/bin/qemu-system-x86_64 /bin/busybox; do
     [[ -e "$f" ]] || { log "missing after setup: $f"; exit 1; }
 done
-echo "EDGEVOL_KERNEL=$KERNEL"
-echo "EDGEVOL_MODULES=$MODDIR"
+for flavour in default auth; do
+    kernel_fetch "$flavour"
+    for f in "$KERNEL" "$MODDIR/modules.dep"; do
+        [[ -e "$f" ]] || { log "missing after setup: $f"; exit 1; }
+    done
+    prefix=EDGEVOL
+    [[ $flavour == auth ]] && prefix=EDGEVOL_AUTH
+    echo "${prefix}_KERNEL=$KERNEL"
+    echo "${prefix}_MODULES=$MODDIR"
+done
