@@ -21,6 +21,7 @@ use std::net::IpAddr;
 
 use crate::error::{Error, Result};
 use crate::host::Host;
+use crate::keys::DhchapKeys;
 use crate::sysfs::{self, Controller, FailFast};
 
 /// Tunables of the connection (flags of the binary), as the kernel's fabrics options
@@ -194,8 +195,31 @@ impl Target {
     }
 }
 
+/// How a connect authenticates: the node's keys (bidirectional DH-HMAC-CHAP), or none (an
+/// appliance that allows unauthenticated hosts). `kernel_checked` is false when the plugin could
+/// not tell whether the kernel does NVMe authentication (see [`crate::auth_support`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Auth<'a> {
+    /// No keys.
+    None,
+    /// These keys.
+    Keys {
+        /// The pair.
+        keys: &'a DhchapKeys,
+        /// Whether the kernel was found to support authentication.
+        kernel_checked: bool,
+    },
+}
+
 /// The option string written to `/dev/nvme-fabrics` (tokens of drivers/nvme/host/fabrics.c).
-pub fn connect_options(target: &Target, host: &HostIdentity, cfg: &FabricsConfig) -> String {
+/// With keys it carries secrets: it goes to the kernel and nowhere else (never a log line or an
+/// error message).
+pub fn connect_options(
+    target: &Target,
+    host: &HostIdentity,
+    cfg: &FabricsConfig,
+    keys: Option<&DhchapKeys>,
+) -> String {
     let mut opts = format!(
         "nqn={},transport={},traddr={},trsvcid={},hostnqn={}",
         target.subsysnqn, target.transport, target.traddr, target.trsvcid, host.nqn
@@ -210,6 +234,14 @@ pub fn connect_options(target: &Target, host: &HostIdentity, cfg: &FabricsConfig
         ",keep_alive_tmo={},reconnect_delay={},ctrl_loss_tmo={},fast_io_fail_tmo={}",
         cfg.keep_alive_tmo, cfg.reconnect_delay, cfg.ctrl_loss_tmo, cfg.fast_io_fail_tmo
     ));
+    if let Some(k) = keys {
+        // Bidirectional: the host proves itself with its secret, the appliance with the
+        // controller secret.
+        opts.push_str(",dhchap_secret=");
+        opts.push_str(k.host.expose());
+        opts.push_str(",dhchap_ctrl_secret=");
+        opts.push_str(k.ctrl.expose());
+    }
     opts
 }
 
@@ -241,16 +273,28 @@ pub fn ensure_connected<H: Host + ?Sized>(
     target: &Target,
     ident: &HostIdentity,
     cfg: &FabricsConfig,
+    auth: Auth<'_>,
 ) -> Result<String> {
     if let Some(c) = find_controller(host, target, ident)? {
         return Ok(c.name);
     }
-    let options = connect_options(target, ident, cfg);
+    let keys = match auth {
+        Auth::None => None,
+        Auth::Keys { keys, .. } => Some(keys),
+    };
+    // Wiped when dropped, on every path: with keys it holds secrets.
+    let options = zeroize::Zeroizing::new(connect_options(target, ident, cfg, keys));
+    // One line per connect, saying whether keys were used (never the keys, nor `options`).
+    let authentication = match keys {
+        Some(_) => "DH-HMAC-CHAP bidirectional",
+        None => "none",
+    };
     tracing::info!(subsysnqn = %target.subsysnqn, traddr = %target.traddr,
-        trsvcid = target.trsvcid, "connecting NVMe/TCP controller");
+        trsvcid = target.trsvcid, authentication,
+        key_generation = keys.map(|k| k.generation), "connecting NVMe/TCP controller");
     let answer = host
         .connect_fabrics(&options)
-        .map_err(|e| connect_error(target, ident, &e))?;
+        .map_err(|e| connect_error(target, ident, &e, auth))?;
     parse_connect_answer(&answer).ok_or_else(|| {
         Error::Internal(format!(
             "unexpected answer from /dev/nvme-fabrics: {answer:?}"
@@ -265,12 +309,35 @@ pub fn ensure_connected<H: Host + ?Sized>(
 /// not exist" from this node's view (NOT_FOUND: the CO checks the volume and its
 /// ControllerPublishVolume). Everything else (refused or unreachable port, timeouts, resets)
 /// means the target could not be asked: UNAVAILABLE, a retry may succeed.
-pub fn connect_error(target: &Target, ident: &HostIdentity, err: &std::io::Error) -> Error {
+///
+/// With keys, EIO also covers a failed authentication (the appliance's log says why), and, when
+/// the plugin could not check the kernel, a kernel without NVMe authentication.
+pub fn connect_error(
+    target: &Target,
+    ident: &HostIdentity,
+    err: &std::io::Error,
+    auth: Auth<'_>,
+) -> Error {
     const EIO: i32 = 5;
     if err.raw_os_error() == Some(EIO) {
+        let more = match auth {
+            Auth::None => "",
+            Auth::Keys {
+                kernel_checked: true,
+                ..
+            } => ", or DH-HMAC-CHAP authentication failed (the appliance's log names the reason)",
+            Auth::Keys {
+                kernel_checked: false,
+                ..
+            } => {
+                ", or DH-HMAC-CHAP authentication failed (the appliance's log names the reason), \
+                 or this kernel lacks NVMe in-band authentication (CONFIG_NVME_AUTH; the plugin \
+                 could not check: mount /lib/modules into its container)"
+            }
+        };
         Error::NotFound(format!(
             "the target at {}:{} refused to connect host {} to subsystem {} ({err}): the volume \
-             does not exist there, or is not published to this node",
+             does not exist there, or is not published to this node{more}",
             target.traddr, target.trsvcid, ident.nqn, target.subsysnqn
         ))
     } else {
@@ -305,6 +372,59 @@ pub fn apply_fail_fast<H: Host + ?Sized>(
     host.write_attr(&attr, &cfg.fast_io_fail_tmo.to_string())
         .map_err(|e| Error::io(format!("setting {}", attr.display()), &e))?;
     Ok(true)
+}
+
+/// What [`apply_keys`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyUpdate {
+    /// The controller took the keys (and re-authenticates with them).
+    Updated,
+    /// It holds these keys already.
+    Unchanged,
+    /// It was connected without keys: the kernel takes none for it.
+    NoKeys,
+    /// The kernel has no NVMe authentication (no `dhchap_secret` attribute).
+    Unsupported,
+}
+
+/// Gives controller `c` the secrets of `keys` when it holds others, through its sysfs
+/// `dhchap_ctrl_secret` and `dhchap_secret`. Each write makes the kernel re-authenticate every
+/// queue of the controller, and it keeps the secrets for its reconnects. The controller secret
+/// goes first: the re-authentication in between still presents the old host secret, which the
+/// appliance accepts until the host has used the new pair, so the rotation completes only with
+/// the whole new pair. Secrets are read and compared in memory only.
+pub fn apply_keys<H: Host + ?Sized>(
+    host: &H,
+    c: &Controller,
+    keys: &DhchapKeys,
+) -> Result<KeyUpdate> {
+    let dir = sysfs::controller_dir(host, &c.name);
+    let read = |attr: &str| -> Result<Option<zeroize::Zeroizing<String>>> {
+        match std::fs::read_to_string(dir.join(attr)) {
+            Ok(v) => Ok(Some(zeroize::Zeroizing::new(v.trim().to_owned()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(format!("reading {}'s {attr}", c.name), &e)),
+        }
+    };
+    let (Some(have_host), Some(have_ctrl)) = (read("dhchap_secret")?, read("dhchap_ctrl_secret")?)
+    else {
+        return Ok(KeyUpdate::Unsupported);
+    };
+    if have_host.as_str() == "none" {
+        return Ok(KeyUpdate::NoKeys);
+    }
+    if have_host.as_str() == keys.host.expose() && have_ctrl.as_str() == keys.ctrl.expose() {
+        return Ok(KeyUpdate::Unchanged);
+    }
+    for (attr, secret) in [
+        ("dhchap_ctrl_secret", &keys.ctrl),
+        ("dhchap_secret", &keys.host),
+    ] {
+        // The error names the attribute, never the value.
+        host.write_attr(&dir.join(attr), secret.expose())
+            .map_err(|e| Error::io(format!("giving {} its new {attr}", c.name), &e))?;
+    }
+    Ok(KeyUpdate::Updated)
 }
 
 /// Deletes controller `name` (write `1` to its `delete_controller`). A controller that no
@@ -351,7 +471,7 @@ mod tests {
             nr_io_queues: 4,
         };
         assert_eq!(
-            connect_options(&target(), &ident(), &cfg),
+            connect_options(&target(), &ident(), &cfg, None),
             "nqn=nqn.2024-01.io.edgevol:app1:vol1,transport=tcp,traddr=10.0.0.2,trsvcid=4420,\
              hostnqn=nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555,\
              hostid=11111111-2222-3333-4444-555555555555,nr_io_queues=4,keep_alive_tmo=7,\
@@ -361,7 +481,7 @@ mod tests {
             nqn: "nqn.h".into(),
             id: None,
         };
-        let s = connect_options(&target(), &no_id, &FabricsConfig::default());
+        let s = connect_options(&target(), &no_id, &FabricsConfig::default(), None);
         assert!(!s.contains("hostid="), "{s}");
         assert!(
             !s.contains("nr_io_queues"),
@@ -387,10 +507,76 @@ mod tests {
             "ctrl_loss_tmo",
             "fast_io_fail_tmo",
         ];
-        for kv in connect_options(&target(), &ident(), &cfg).split(',') {
+        for kv in connect_options(&target(), &ident(), &cfg, None).split(',') {
             let key = kv.split_once('=').map_or(kv, |(k, _)| k);
             assert!(known.contains(&key), "{key}");
         }
+    }
+
+    #[test]
+    fn keys_end_the_option_string_as_tokens_the_kernel_knows() {
+        let keys = DhchapKeys::validated(
+            "DHHC-1:01:aGhoaGhoaGhoaGhoaGhoaGhoaGhoaGhoaGhoaGhoaGg2Cw==:".into(),
+            "DHHC-1:01:Y2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2N5Ag==:".into(),
+            4,
+        )
+        .unwrap();
+        let s = connect_options(&target(), &ident(), &FabricsConfig::default(), Some(&keys));
+        assert!(
+            s.ends_with(
+                ",fast_io_fail_tmo=90,\
+                 dhchap_secret=DHHC-1:01:aGhoaGhoaGhoaGhoaGhoaGhoaGhoaGhoaGhoaGhoaGg2Cw==:,\
+                 dhchap_ctrl_secret=DHHC-1:01:Y2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2N5Ag==:"
+            ),
+            "{s}"
+        );
+        // The kernel splits at commas only: each secret stays one token.
+        let tokens: Vec<&str> = s.split(',').collect();
+        assert_eq!(tokens.len(), 12, "{s}");
+        let no_keys = connect_options(&target(), &ident(), &FabricsConfig::default(), None);
+        assert!(!no_keys.contains("dhchap"), "{no_keys}");
+    }
+
+    #[test]
+    fn apply_keys_tells_a_kernel_without_auth_and_a_controller_without_keys() {
+        let host = FakeHost::new();
+        let keys =
+            DhchapKeys::validated("DHHC-1:01:bmV3:".into(), "DHHC-1:01:Y3Ry:".into(), 2).unwrap();
+        host.add_controller(
+            "nvme0",
+            "tcp",
+            "traddr=10.0.0.2,trsvcid=4420",
+            "nqn.s",
+            "nqn.h",
+            "live",
+        );
+        let c = |name: &str| Controller {
+            name: name.into(),
+            transport: "tcp".into(),
+            traddr: "10.0.0.2".into(),
+            trsvcid: "4420".into(),
+            subsysnqn: "nqn.s".into(),
+            hostnqn: "nqn.h".into(),
+            state: "live".into(),
+        };
+        assert_eq!(
+            apply_keys(&host, &c("nvme0"), &keys).unwrap(),
+            KeyUpdate::Unsupported
+        );
+        host.set_kernel_auth(true);
+        host.add_controller(
+            "nvme1",
+            "tcp",
+            "traddr=10.0.0.2,trsvcid=4420",
+            "nqn.s",
+            "nqn.h",
+            "live",
+        );
+        assert_eq!(
+            apply_keys(&host, &c("nvme1"), &keys).unwrap(),
+            KeyUpdate::NoKeys
+        );
+        assert!(host.attr_writes().is_empty(), "nothing written to either");
     }
 
     #[test]
@@ -470,10 +656,10 @@ mod tests {
         );
         assert!(!apply_fail_fast(&host, &c, &cfg).unwrap());
         // A controller connected by this plugin carries the options as the kernel shows them.
-        let name = ensure_connected(&host, &target(), &id, &cfg);
+        let name = ensure_connected(&host, &target(), &id, &cfg, Auth::None);
         assert!(matches!(name, Ok(n) if n == "nvme3"), "reused");
         host.remove_controller_named("nvme3");
-        let name = ensure_connected(&host, &target(), &id, &cfg).unwrap();
+        let name = ensure_connected(&host, &target(), &id, &cfg, Auth::None).unwrap();
         assert_eq!(
             sysfs::controller_fail_fast(&host, &name).unwrap(),
             FailFast::After(90)
@@ -539,7 +725,8 @@ mod tests {
             &id.nqn,
             "connecting",
         );
-        let name = ensure_connected(&host, &target(), &id, &FabricsConfig::default()).unwrap();
+        let name =
+            ensure_connected(&host, &target(), &id, &FabricsConfig::default(), Auth::None).unwrap();
         assert_eq!(name, "nvme4");
         assert!(
             host.fabrics_writes().is_empty(),
@@ -551,7 +738,8 @@ mod tests {
     fn connects_when_none_and_disconnect_is_idempotent() {
         let host = FakeHost::new();
         let id = ident();
-        let name = ensure_connected(&host, &target(), &id, &FabricsConfig::default()).unwrap();
+        let name =
+            ensure_connected(&host, &target(), &id, &FabricsConfig::default(), Auth::None).unwrap();
         assert_eq!(host.fabrics_writes().len(), 1);
         assert!(host.fabrics_writes()[0].starts_with("nqn=nqn.2024-01.io.edgevol:app1:vol1,"));
         assert_eq!(
@@ -570,10 +758,23 @@ mod tests {
     fn connect_and_disconnect_failures_are_errors() {
         let host = FakeHost::new();
         host.fail_next("connect");
-        let err =
-            ensure_connected(&host, &target(), &ident(), &FabricsConfig::default()).unwrap_err();
+        let err = ensure_connected(
+            &host,
+            &target(),
+            &ident(),
+            &FabricsConfig::default(),
+            Auth::None,
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::Unavailable(_)), "{err}");
-        let name = ensure_connected(&host, &target(), &ident(), &FabricsConfig::default()).unwrap();
+        let name = ensure_connected(
+            &host,
+            &target(),
+            &ident(),
+            &FabricsConfig::default(),
+            Auth::None,
+        )
+        .unwrap();
         host.fail_next("delete_controller");
         assert!(disconnect(&host, &name).is_err());
     }

@@ -1,6 +1,6 @@
 //! Every access to the host goes through [`Host`]: the sysfs and /dev roots, the fabrics control
-//! device, sysfs attribute writes, external commands, the mount table, statvfs, device flushes
-//! and sleeping.
+//! device, sysfs attribute writes, external commands, the mount table, statvfs, device flushes,
+//! sleeping, and the kernel's release and module indexes (what it was built with).
 //!
 //! The rest of the crate reads sysfs and /dev with plain `std::fs` under [`Host::sys_root`] and
 //! [`Host::dev_root`], so unit tests point those at a temp dir holding a fake tree, and a fake
@@ -70,6 +70,10 @@ pub trait Host: Send + Sync + fmt::Debug + 'static {
     fn sync_device(&self, device: &Path) -> io::Result<()>;
     /// Sleeps (bounded waits for the kernel and udev).
     fn sleep(&self, duration: Duration);
+    /// The running kernel's release (`uname -r`).
+    fn kernel_release(&self) -> io::Result<String>;
+    /// Where the kernels' module trees live (`/lib/modules`).
+    fn modules_root(&self) -> &Path;
 }
 
 /// The real Linux host.
@@ -78,6 +82,7 @@ pub struct LinuxHost {
     sys_root: PathBuf,
     dev_root: PathBuf,
     mountinfo: PathBuf,
+    modules_root: PathBuf,
 }
 
 impl Default for LinuxHost {
@@ -93,6 +98,7 @@ impl LinuxHost {
             sys_root: sys_root.into(),
             dev_root: dev_root.into(),
             mountinfo: PathBuf::from("/proc/self/mountinfo"),
+            modules_root: PathBuf::from("/lib/modules"),
         }
     }
 }
@@ -167,5 +173,15 @@ impl Host for LinuxHost {
 
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
+    }
+
+    fn kernel_release(&self) -> io::Result<String> {
+        Ok(std::fs::read_to_string("/proc/sys/kernel/osrelease")?
+            .trim()
+            .to_owned())
+    }
+
+    fn modules_root(&self) -> &Path {
+        &self.modules_root
     }
 }

@@ -9,19 +9,25 @@
 //! * [`fs`]: signature probe, mkfs, grow;
 //! * [`state`]: records of staged volumes;
 //! * [`volume`]: the operations, composed from the above, idempotent;
+//! * [`keys`]: the node's DH-HMAC-CHAP keys, by enrolment with the appliance over mTLS;
+//!   [`auth_support`]: whether the kernel can use them;
 //! * [`csi`]: thin gRPC handlers; [`hostnqn`]: the node id.
 
+pub mod auth_support;
 pub mod csi;
 pub mod error;
 pub mod fabrics;
 pub mod fs;
 pub mod host;
 pub mod hostnqn;
+pub mod keys;
 pub mod mount;
 pub mod state;
 pub mod sysfs;
 pub mod volume;
 
+#[cfg(test)]
+mod auth_tests;
 #[cfg(test)]
 mod fault_tests;
 #[cfg(test)]
@@ -46,6 +52,7 @@ use crate::csi::identity::IdentityService;
 use crate::csi::node::{NodeInfo, NodeService};
 use crate::fabrics::FabricsConfig;
 use crate::host::{Host, LinuxHost};
+use crate::keys::{EnrolConfig, GrpcEnroller, KeySource};
 use crate::state::StateStore;
 use crate::volume::{VolumeConfig, Volumes};
 
@@ -92,6 +99,47 @@ pub struct Args {
     /// Seconds to wait for a namespace and its device node after connecting.
     #[arg(long, default_value_t = 30)]
     pub device_wait_secs: u64,
+    /// The appliance's control endpoint, HOST:PORT of edgevold's mTLS listener: the node enrols
+    /// there with its host NQN and gets its DH-HMAC-CHAP keys, and connects every volume with
+    /// bidirectional authentication. Needs --appliance-ca, --node-cert and --node-key. Without
+    /// it volumes connect without keys, which only an appliance that allows unauthenticated
+    /// hosts accepts.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        help_heading = "Data-path authentication"
+    )]
+    pub appliance: Option<String>,
+    /// The appliance's CA certificate (PEM).
+    #[arg(long, value_name = "FILE", help_heading = "Data-path authentication")]
+    pub appliance_ca: Option<PathBuf>,
+    /// This node's certificate (PEM), role node: `edgevol pki issue --role node --name NODE`.
+    #[arg(long, value_name = "FILE", help_heading = "Data-path authentication")]
+    pub node_cert: Option<PathBuf>,
+    /// The node certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", help_heading = "Data-path authentication")]
+    pub node_key: Option<PathBuf>,
+    /// Name the appliance's certificate must carry (default: HOST of --appliance).
+    #[arg(long, value_name = "NAME", help_heading = "Data-path authentication")]
+    pub appliance_server_name: Option<String>,
+    /// Seconds between enrolments that look for rotated keys (an operator's
+    /// `edgevol keys rotate`); NodeStageVolume enrols too. New keys go to every connected
+    /// controller of a staged volume, so the old ones can retire.
+    #[arg(
+        long,
+        default_value_t = 60,
+        value_name = "SECS",
+        help_heading = "Data-path authentication"
+    )]
+    pub key_refresh_secs: u64,
+    /// Seconds allowed to reach the appliance and enrol.
+    #[arg(
+        long,
+        default_value_t = 10,
+        value_name = "SECS",
+        help_heading = "Data-path authentication"
+    )]
+    pub enrol_timeout_secs: u64,
     /// sysfs root (tests).
     #[arg(long, default_value = "/sys", hide = true)]
     pub sys_root: PathBuf,
@@ -133,6 +181,47 @@ pub fn parse_topology(flags: &[String]) -> Result<HashMap<String, String>, Strin
     Ok(out)
 }
 
+/// Reads the data-path authentication flags: `None` when none is given, an error when only
+/// some are.
+pub fn enrol_config(args: &Args) -> Result<Option<EnrolConfig>, String> {
+    let given = [
+        ("--appliance", args.appliance.is_some()),
+        ("--appliance-ca", args.appliance_ca.is_some()),
+        ("--node-cert", args.node_cert.is_some()),
+        ("--node-key", args.node_key.is_some()),
+    ];
+    let (Some(address), Some(ca), Some(cert), Some(key)) = (
+        &args.appliance,
+        &args.appliance_ca,
+        &args.node_cert,
+        &args.node_key,
+    ) else {
+        let missing: Vec<&str> = given.iter().filter(|g| !g.1).map(|g| g.0).collect();
+        if missing.len() == given.len() {
+            if args.appliance_server_name.is_some() {
+                return Err("--appliance-server-name needs --appliance".to_owned());
+            }
+            return Ok(None);
+        }
+        return Err(format!(
+            "data-path authentication needs --appliance, --appliance-ca, --node-cert and \
+             --node-key together; missing: {}",
+            missing.join(", ")
+        ));
+    };
+    if args.key_refresh_secs == 0 || args.enrol_timeout_secs == 0 {
+        return Err("--key-refresh-secs and --enrol-timeout-secs must be at least 1".to_owned());
+    }
+    Ok(Some(EnrolConfig {
+        address: address.clone(),
+        server_name: args.appliance_server_name.clone(),
+        ca: ca.clone(),
+        cert: cert.clone(),
+        key: key.clone(),
+        timeout: Duration::from_secs(args.enrol_timeout_secs),
+    }))
+}
+
 /// A ready-to-serve plugin.
 #[derive(Debug)]
 pub struct Plugin {
@@ -140,6 +229,8 @@ pub struct Plugin {
     pub socket: PathBuf,
     /// Node service.
     pub node: NodeService,
+    /// The volumes and how often to look for rotated keys, when the node enrols.
+    pub key_refresh: Option<(Arc<Volumes>, Duration)>,
 }
 
 /// Builds the plugin from flags on a given host: checks the connection flags, reads (or
@@ -147,6 +238,32 @@ pub struct Plugin {
 /// staged before (a restart) to the configured `fast_io_fail_tmo`. Every later call works from
 /// the state records and what the kernel shows: nothing of a previous run is kept in memory.
 pub fn build(args: &Args, host: Arc<dyn Host>) -> Result<Plugin, String> {
+    let source = match enrol_config(args)? {
+        Some(cfg) => {
+            let enroller = GrpcEnroller::new(&cfg)?;
+            tracing::info!(appliance = %cfg.address, "data-path authentication: DH-HMAC-CHAP \
+                keys by enrolment with the appliance");
+            Some(Arc::new(enroller) as Arc<dyn KeySource>)
+        }
+        None => {
+            tracing::warn!(
+                "no --appliance: volumes connect without DH-HMAC-CHAP keys, which \
+                only an appliance that allows unauthenticated hosts accepts \
+                (nvme.allow_unauthenticated_hosts); anyone on the storage network who sends \
+                this node's host NQN gets its volumes"
+            );
+            None
+        }
+    };
+    build_with_keys(args, host, source)
+}
+
+/// [`build`] with the key source given (tests).
+pub fn build_with_keys(
+    args: &Args,
+    host: Arc<dyn Host>,
+    source: Option<Arc<dyn KeySource>>,
+) -> Result<Plugin, String> {
     let socket = socket_path(&args.endpoint)?;
     let topology = parse_topology(&args.topology)?;
     if args.max_volumes_per_node < 0 {
@@ -172,7 +289,14 @@ pub fn build(args: &Args, host: Arc<dyn Host>) -> Result<Plugin, String> {
         device_wait: Duration::from_secs(args.device_wait_secs),
         poll: Duration::from_millis(100),
     };
-    let volumes = Arc::new(Volumes::new(host, store, cfg));
+    let mut volumes = Volumes::new(host, store, cfg);
+    if let Some(source) = source {
+        volumes = volumes.with_keys(source);
+    }
+    let volumes = Arc::new(volumes);
+    let key_refresh = volumes
+        .uses_keys()
+        .then(|| (volumes.clone(), Duration::from_secs(args.key_refresh_secs)));
     let adopted = volumes.adopt();
     if adopted > 0 {
         tracing::info!(
@@ -188,6 +312,7 @@ pub fn build(args: &Args, host: Arc<dyn Host>) -> Result<Plugin, String> {
     Ok(Plugin {
         socket,
         node: NodeService::new(volumes, info),
+        key_refresh,
     })
 }
 
@@ -214,13 +339,36 @@ pub async fn serve(
     }
     let listener = UnixListener::bind(&plugin.socket)
         .map_err(|e| format!("binding {}: {e}", plugin.socket.display()))?;
+    let refresher = plugin
+        .key_refresh
+        .map(|(volumes, every)| tokio::spawn(refresh_keys(volumes, every)));
     tracing::info!(socket = %plugin.socket.display(), "serving CSI Identity + Node");
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .add_service(IdentityServer::new(IdentityService))
         .add_service(NodeServer::new(plugin.node))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await
-        .map_err(|e| format!("gRPC server: {e}"))
+        .map_err(|e| format!("gRPC server: {e}"));
+    if let Some(task) = refresher {
+        task.abort();
+    }
+    served
+}
+
+/// Enrols every `every` (the first time at once) and hands rotated keys to the controllers
+/// ([`Volumes::refresh_keys`]). A failure is logged and retried at the next tick.
+pub async fn refresh_keys(volumes: Arc<Volumes>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let v = volumes.clone();
+        match tokio::task::spawn_blocking(move || v.refresh_keys()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "enrolment to look for rotated keys failed"),
+            Err(e) => tracing::error!(error = %e, "key refresh task failed"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -243,5 +391,43 @@ mod tests {
         assert_eq!(t["edgevol.io/appliance"], "box1");
         assert!(parse_topology(&["novalue=".into()]).is_err());
         assert!(parse_topology(&["a=1".into(), "a=2".into()]).is_err());
+    }
+
+    #[test]
+    fn enrolment_flags_come_all_together_or_not_at_all() {
+        use clap::Parser;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["edgevol-node"];
+            argv.extend_from_slice(extra);
+            enrol_config(&Args::parse_from(argv))
+        };
+        assert!(parse(&[]).unwrap().is_none());
+        let all = [
+            "--appliance=10.0.0.1:9500",
+            "--appliance-ca=/ca.pem",
+            "--node-cert=/n.pem",
+            "--node-key=/n.key",
+        ];
+        let cfg = parse(&all).unwrap().unwrap();
+        assert_eq!(cfg.address, "10.0.0.1:9500");
+        assert_eq!(cfg.timeout, Duration::from_secs(10));
+        let e = parse(&all[..2]).unwrap_err();
+        assert!(e.contains("missing: --node-cert, --node-key"), "{e}");
+        let e = parse(&["--appliance-server-name=box"]).unwrap_err();
+        assert!(e.contains("needs --appliance"), "{e}");
+        let mut zero = all.to_vec();
+        zero.push("--key-refresh-secs=0");
+        assert!(parse(&zero).is_err());
+        let help = {
+            use clap::CommandFactory;
+            Args::command().render_long_help().to_string()
+        };
+        for flag in [
+            "--appliance <HOST:PORT>",
+            "--node-cert",
+            "--key-refresh-secs",
+        ] {
+            assert!(help.contains(flag), "{flag}: {help}");
+        }
     }
 }

@@ -46,6 +46,8 @@ struct FakeState {
     attr_writes: Vec<(PathBuf, String)>,
     ops: Vec<String>,
     state_changes: Vec<(String, String, u32)>,
+    kernel_auth: bool,
+    release: Option<String>,
 }
 
 /// The fake host.
@@ -54,6 +56,7 @@ pub struct FakeHost {
     _dir: tempfile::TempDir,
     sys: PathBuf,
     dev: PathBuf,
+    modules: PathBuf,
     /// A scratch directory for staging and target paths.
     pub work: PathBuf,
     state: Mutex<FakeState>,
@@ -94,13 +97,15 @@ impl FakeHost {
         let sys = dir.path().join("sys");
         let dev = dir.path().join("dev");
         let work = dir.path().join("work");
-        for d in [&sys, &dev, &work] {
+        let modules = dir.path().join("lib/modules");
+        for d in [&sys, &dev, &work, &modules] {
             fs::create_dir_all(d).unwrap();
         }
         FakeHost {
             _dir: dir,
             sys,
             dev,
+            modules,
             work,
             state: Mutex::new(FakeState::default()),
         }
@@ -142,6 +147,33 @@ impl FakeHost {
         write(&dir.join("ctrl_loss_tmo"), "600");
         write(&dir.join("reconnect_delay"), "10");
         write(&dir.join("kato"), "5");
+        if self.st().kernel_auth && !hostnqn.is_empty() {
+            // What the kernel shows for a controller connected without keys.
+            write(&dir.join("dhchap_secret"), "none");
+            write(&dir.join("dhchap_ctrl_secret"), "none");
+        }
+    }
+
+    /// The kernel is built with NVMe in-band authentication (CONFIG_NVME_AUTH): fabrics
+    /// controllers get `dhchap_secret` / `dhchap_ctrl_secret`, and a connect with keys works.
+    /// Without it (the default) a connect with keys fails with EIO, as the target asks for an
+    /// authentication the kernel cannot do.
+    pub fn set_kernel_auth(&self, on: bool) {
+        self.st().kernel_auth = on;
+    }
+
+    /// The running kernel is `release`, with these `modules.dep` and `modules.builtin`.
+    pub fn set_modules(&self, release: &str, dep: &str, builtin: &str) {
+        let dir = self.modules.join(release);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("modules.dep"), dep).unwrap();
+        fs::write(dir.join("modules.builtin"), builtin).unwrap();
+        self.st().release = Some(release.to_owned());
+    }
+
+    /// Module `name` is loaded (`/sys/module/NAME`).
+    pub fn load_module(&self, name: &str) {
+        fs::create_dir_all(self.sys.join("module").join(name)).unwrap();
     }
 
     /// Removes a controller attribute (a kernel that does not have it).
@@ -438,6 +470,11 @@ impl Host for FakeHost {
             return Err(io::Error::from_raw_os_error(errno));
         }
         let o = Self::parse_options(options);
+        let kernel_auth = self.st().kernel_auth;
+        if o.contains_key("dhchap_secret") && !kernel_auth {
+            // The target asks for authentication the kernel cannot do: the Connect fails.
+            return Err(io::Error::from_raw_os_error(5)); // EIO
+        }
         let address = format!("traddr={},trsvcid={}", o["traddr"], o["trsvcid"]);
         for c in crate::sysfs::controllers(self)? {
             if c.subsysnqn == o["nqn"]
@@ -479,6 +516,11 @@ impl Host for FakeHost {
         ] {
             if let Some(v) = o.get(opt) {
                 write(&dir.join(attr), &off_if_negative(v));
+            }
+        }
+        for opt in ["dhchap_secret", "dhchap_ctrl_secret"] {
+            if let Some(v) = o.get(opt) {
+                write(&dir.join(opt), v);
             }
         }
         let namespaces = self
@@ -548,6 +590,14 @@ impl Host for FakeHost {
                     v.to_string()
                 };
                 fs::write(path, format!("{shown}\n"))?;
+            }
+            "dhchap_secret" | "dhchap_ctrl_secret" => {
+                // The kernel refuses a key for a controller connected without one, and
+                // anything but a DHHC-1 string.
+                if fs::read_to_string(path)?.trim() == "none" || !value.starts_with("DHHC-1:") {
+                    return Err(io::Error::from_raw_os_error(22)); // EINVAL
+                }
+                fs::write(path, format!("{value}\n"))?;
             }
             _ => fs::write(path, value)?,
         }
@@ -670,5 +720,16 @@ impl Host for FakeHost {
             }
         }
         st.pending_nodes.retain(|(_, left)| *left > 0);
+    }
+
+    fn kernel_release(&self) -> io::Result<String> {
+        self.st()
+            .release
+            .clone()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+
+    fn modules_root(&self) -> &Path {
+        &self.modules
     }
 }

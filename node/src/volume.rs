@@ -14,10 +14,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth_support::{self, AuthSupport};
 use crate::error::{Error, Result};
-use crate::fabrics::{self, FabricsConfig, HostIdentity, Target};
+use crate::fabrics::{self, Auth, FabricsConfig, HostIdentity, KeyUpdate, Target};
 use crate::fs as filesystem;
 use crate::host::{FsUsage, Host};
+use crate::keys::{DhchapKeys, KeySource};
 use crate::mount::{self, MountEntry};
 use crate::state::{Publication, StagedVolume, StateStore};
 use crate::sysfs::{self, Controller, FailFast, Namespace, NamespaceId};
@@ -159,6 +161,11 @@ pub struct Volumes {
     store: StateStore,
     cfg: VolumeConfig,
     lock: Mutex<()>,
+    /// Where the node's DH-HMAC-CHAP keys come from; `None`: connect without keys.
+    keys: Option<Arc<dyn KeySource>>,
+    /// The key generation every controller of a staged volume was last given (in memory only:
+    /// after a restart the first enrolment checks them all).
+    generation: Mutex<Option<u64>>,
 }
 
 fn path_str(p: &Path) -> String {
@@ -173,7 +180,102 @@ impl Volumes {
             store,
             cfg,
             lock: Mutex::new(()),
+            keys: None,
+            generation: Mutex::new(None),
         }
+    }
+
+    /// Connects with the keys `source` gives (enrolment with the appliance) from now on.
+    pub fn with_keys(mut self, source: Arc<dyn KeySource>) -> Self {
+        self.keys = Some(source);
+        self
+    }
+
+    /// True when connects authenticate.
+    pub fn uses_keys(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    /// Enrols (when keys are configured) and hands a new generation to the controllers of the
+    /// staged volumes. Call with the operation lock held.
+    fn enrol(&self) -> Result<Option<DhchapKeys>> {
+        let Some(source) = &self.keys else {
+            return Ok(None);
+        };
+        let keys = source.enrol(&self.cfg.host.nqn)?;
+        self.roll_keys(&keys)?;
+        Ok(Some(keys))
+    }
+
+    /// When `keys` are of another generation than the controllers were last given (or none
+    /// since the start), writes them to every controller of a staged volume that holds other
+    /// secrets: the kernel re-authenticates each of its queues with them, and uses them for
+    /// its reconnects, so live volumes keep working after a rotation and the appliance can
+    /// drop the old pair. Returns how many controllers it updated. The generation is noted
+    /// only when every controller has it: a failure is retried at the next enrolment.
+    fn roll_keys(&self, keys: &DhchapKeys) -> Result<usize> {
+        let mut known = self
+            .generation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *known == Some(keys.generation) {
+            return Ok(0);
+        }
+        let mut seen = Vec::new();
+        let (mut updated, mut failed) = (0, 0);
+        for rec in self.store.all()? {
+            let Some(c) = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)?
+            else {
+                continue;
+            };
+            if seen.contains(&c.name) {
+                continue;
+            }
+            seen.push(c.name.clone());
+            match fabrics::apply_keys(&*self.host, &c, keys) {
+                Ok(KeyUpdate::Updated) => {
+                    tracing::info!(controller = %c.name, generation = keys.generation,
+                        "new DH-HMAC-CHAP keys given to the controller (it re-authenticates)");
+                    updated += 1;
+                }
+                Ok(KeyUpdate::Unchanged) => {}
+                Ok(KeyUpdate::NoKeys) => tracing::warn!(controller = %c.name,
+                    volume_id = %rec.volume_id,
+                    "controller connected without DH-HMAC-CHAP keys: the kernel takes no keys \
+                    for it, and its reconnects fail once the appliance requires them; unstage \
+                    and stage the volume to connect it with keys"),
+                Ok(KeyUpdate::Unsupported) => tracing::warn!(controller = %c.name,
+                    "this kernel has no NVMe authentication: the controller cannot take keys"),
+                Err(e) => {
+                    tracing::warn!(controller = %c.name, error = %e,
+                        "could not give the controller the new DH-HMAC-CHAP keys; retried at \
+                        the next enrolment");
+                    failed += 1;
+                }
+            }
+        }
+        if failed == 0 {
+            if known.is_some_and(|g| g != keys.generation) {
+                tracing::info!(
+                    generation = keys.generation,
+                    controllers = updated,
+                    "DH-HMAC-CHAP keys rotated"
+                );
+            }
+            *known = Some(keys.generation);
+        }
+        Ok(updated)
+    }
+
+    /// Enrols again and, on a new key generation, gives the new keys to every controller of a
+    /// staged volume (the periodic refresh). Returns how many controllers took new keys.
+    pub fn refresh_keys(&self) -> Result<usize> {
+        let _guard = self.guard();
+        let Some(source) = &self.keys else {
+            return Ok(0);
+        };
+        let keys = source.enrol(&self.cfg.host.nqn)?;
+        self.roll_keys(&keys)
     }
 
     /// The configuration.
@@ -285,23 +387,61 @@ impl Volumes {
             }
         };
 
+        // Nothing was connected for a new record: its intent goes with a refusal, so a volume
+        // that does not exist (or cannot be reached with keys) leaves nothing behind.
+        let forget = |e: Error| -> Result<()> {
+            if rec.controller.is_none() {
+                self.store.remove(&req.volume_id)?;
+            }
+            Err(e)
+        };
+        let connected = fabrics::find_controller(&*self.host, &req.target, &self.cfg.host)?;
+        let keys = match self.enrol() {
+            Ok(k) => k,
+            Err(e) if connected.is_none() => return forget(e),
+            Err(e) => {
+                // The controller is there already: no connect needs the keys.
+                tracing::warn!(volume_id = %req.volume_id, error = %e,
+                    "enrolment failed; staging goes on with the connected controller");
+                None
+            }
+        };
+        let auth = match &keys {
+            None => Auth::None,
+            Some(keys) if connected.is_some() => Auth::Keys {
+                keys,
+                kernel_checked: true,
+            },
+            Some(keys) => match auth_support::detect(&*self.host) {
+                AuthSupport::No(how) => {
+                    return forget(Error::FailedPrecondition(format!(
+                        "volume {}: {}",
+                        req.volume_id,
+                        auth_support::missing_message(&*self.host, &how)
+                    )))
+                }
+                AuthSupport::Yes(_) => Auth::Keys {
+                    keys,
+                    kernel_checked: true,
+                },
+                AuthSupport::Unknown => Auth::Keys {
+                    keys,
+                    kernel_checked: false,
+                },
+            },
+        };
         let controller = match fabrics::ensure_connected(
             &*self.host,
             &req.target,
             &self.cfg.host,
             &self.cfg.fabrics,
+            auth,
         ) {
             Ok(c) => c,
-            Err(e @ Error::NotFound(_)) => {
-                // Nothing was connected for this record: the intent goes with the refusal,
-                // so a volume that does not exist leaves nothing behind on this node.
-                if rec.controller.is_none() {
-                    self.store.remove(&req.volume_id)?;
-                }
-                return Err(e);
-            }
+            Err(e @ Error::NotFound(_)) => return forget(e),
             Err(e) => return Err(e),
         };
+        drop(keys);
         let ns = self.wait_for_namespace(&req.namespace, &controller)?;
         if rec.controller.as_deref() != Some(&controller) || rec.disk.as_deref() != Some(&ns.disk) {
             rec.controller = Some(controller);
