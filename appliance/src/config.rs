@@ -1,6 +1,7 @@
 //! The daemon's configuration: a TOML file (`--config`) overridden by flags, resolved once at
 //! start into a [`Config`] whose every path and value has been checked.
 
+use edgevol_nvmeof::auth::{DhGroup, HashId, TargetConfig};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -166,6 +167,8 @@ struct FileNvme {
     listen: Option<SocketAddr>,
     advertise: Option<IpAddr>,
     allow_unauthenticated_hosts: Option<bool>,
+    auth_hashes: Option<Vec<String>>,
+    auth_dh_groups: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -225,13 +228,54 @@ pub struct Config {
     pub host_auth: HostAuthPolicy,
 }
 
-/// Who must authenticate (DH-HMAC-CHAP) on the NVMe/TCP data path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Who must authenticate (DH-HMAC-CHAP) on the NVMe/TCP data path, and with what.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostAuthPolicy {
     /// Whether a host whose NQN holds no keys (never enrolled, or revoked) may connect without
     /// authenticating. Off by default: every host authenticates. A host that holds keys always
     /// authenticates, whatever this says.
     pub allow_unauthenticated_hosts: bool,
+    /// Hashes the target accepts, most preferred first (`nvme.auth_hashes`).
+    pub hashes: Vec<HashId>,
+    /// DH groups the target accepts, most preferred first (`nvme.auth_dh_groups`).
+    pub dh_groups: Vec<DhGroup>,
+}
+
+impl Default for HostAuthPolicy {
+    /// Authentication required; every hash (SHA-256 first) and every DH group (ffdhe2048 first,
+    /// null last: a host that offers a group gets its forward secrecy).
+    fn default() -> Self {
+        let defaults = TargetConfig::new("-", "-", Vec::new());
+        HostAuthPolicy {
+            allow_unauthenticated_hosts: false,
+            hashes: defaults.hashes,
+            dh_groups: defaults.dh_groups,
+        }
+    }
+}
+
+/// Parses a non-empty list of names from `names` against the known `(name, value)`s.
+fn parse_names<T: Copy>(
+    key: &str,
+    names: &[String],
+    known: impl Iterator<Item = (&'static str, T)> + Clone,
+) -> Result<Vec<T>, ConfigError> {
+    if names.is_empty() {
+        return Err(ConfigError(format!("{key} is empty")));
+    }
+    names
+        .iter()
+        .map(|n| {
+            known
+                .clone()
+                .find(|(name, _)| name == n)
+                .map(|(_, v)| v)
+                .ok_or_else(|| {
+                    let all: Vec<_> = known.clone().map(|(name, _)| name).collect();
+                    ConfigError(format!("{key}: unknown {n:?} (known: {})", all.join(", ")))
+                })
+        })
+        .collect()
 }
 
 impl HostAuthPolicy {
@@ -359,11 +403,28 @@ impl Config {
                 SYNC_INTERVAL_MS.end()
             )));
         }
+        let defaults = HostAuthPolicy::default();
         let host_auth = HostAuthPolicy {
             allow_unauthenticated_hosts: args
                 .nvme_allow_unauthenticated_hosts
                 .or(file_nvme.allow_unauthenticated_hosts)
                 .unwrap_or(false),
+            hashes: match &file_nvme.auth_hashes {
+                Some(names) => parse_names(
+                    "nvme.auth_hashes",
+                    names,
+                    HashId::ALL.into_iter().map(|h| (h.name(), h)),
+                )?,
+                None => defaults.hashes,
+            },
+            dh_groups: match &file_nvme.auth_dh_groups {
+                Some(names) => parse_names(
+                    "nvme.auth_dh_groups",
+                    names,
+                    DhGroup::ALL.into_iter().map(|g| (g.name(), g)),
+                )?,
+                None => defaults.dh_groups,
+            },
         };
         let file_metrics = match file.metrics.and_then(|m| m.listen) {
             Some(text) => Some(parse_metrics_listen(&text).map_err(ConfigError)?),
@@ -730,10 +791,41 @@ ca = "pki/ca.pem"
         assert!(e.contains("at line 2") && e.contains("bool"), "{e}");
         let allowed = HostAuthPolicy {
             allow_unauthenticated_hosts: true,
+            ..HostAuthPolicy::default()
         };
         assert!(allowed
             .warning()
             .is_some_and(|w| w.contains("nvme.allow_unauthenticated_hosts")));
+    }
+
+    #[test]
+    fn hashes_and_dh_groups_are_chosen_by_name_in_preference_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |text: &str| {
+            Config::from_args(Args {
+                config: Some(write(dir.path(), text)),
+                dev: true,
+                ..Args::default()
+            })
+            .map(|c| c.host_auth)
+        };
+        let p = with(
+            "[nvme]\nauth_hashes = [\"sha512\", \"sha256\"]\nauth_dh_groups = [\"ffdhe4096\"]\n",
+        )
+        .unwrap();
+        assert_eq!(p.hashes, [HashId::Sha512, HashId::Sha256]);
+        assert_eq!(p.dh_groups, [DhGroup::Ffdhe4096]);
+        let d = with("").unwrap();
+        assert_eq!(d.hashes, HashId::ALL);
+        assert_eq!(d.dh_groups.first(), Some(&DhGroup::Ffdhe2048));
+        assert_eq!(d.dh_groups.len(), DhGroup::ALL.len());
+        let e = with("[nvme]\nauth_hashes = [\"md5\"]\n").unwrap_err().0;
+        assert!(
+            e.contains("nvme.auth_hashes: unknown \"md5\"") && e.contains("sha384"),
+            "{e}"
+        );
+        let e = with("[nvme]\nauth_dh_groups = []\n").unwrap_err().0;
+        assert!(e.contains("nvme.auth_dh_groups is empty"), "{e}");
     }
 
     #[test]

@@ -167,7 +167,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let mut topology = config.topology.clone();
     topology.insert(TOPOLOGY_KEY.to_owned(), appliance_id.clone());
     let state = Arc::new(State::new(appliance_id, topology));
-    let host_auth = crate::nvme::auth::HostAuth::new(host_keys.clone(), config.host_auth);
+    let host_auth = crate::nvme::auth::HostAuth::new(host_keys.clone(), config.host_auth.clone());
     let target = crate::nvme::start(state.clone(), &config.nvme, host_auth)
         .await
         .map_err(|e| DaemonError::Listen {

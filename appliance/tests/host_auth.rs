@@ -10,12 +10,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::DevAppliance;
+use edgevol_appliance::config::HostAuthPolicy;
 use edgevol_appliance::hostkeys::{HostKey, Secret};
 use edgevol_appliance::naming;
 use edgevol_core::{VolumeId, VolumeSpec};
 use edgevol_nvmeof::auth::host::{Host, HostConfig, HostError};
 use edgevol_nvmeof::auth::messages::Reason;
-use edgevol_nvmeof::auth::HashId;
+use edgevol_nvmeof::auth::{DhGroup, HashId};
 use edgevol_nvmeof::fabrics_cmd::CNTLID_DYNAMIC;
 use edgevol_nvmeof::pdu::Digests;
 use nvme_host::{io, ok, status, Admin, AuthEnd, Ended, Queue, WAIT};
@@ -34,8 +35,16 @@ struct Fixture {
 impl Fixture {
     /// The default policy: authentication required.
     async fn start() -> Fixture {
-        let app =
-            DevAppliance::start_with(|c| c.host_auth.allow_unauthenticated_hosts = false).await;
+        Self::start_with(|_| {}).await
+    }
+
+    /// Authentication required, with `change` applied to the policy.
+    async fn start_with(change: impl FnOnce(&mut HostAuthPolicy)) -> Fixture {
+        let app = DevAppliance::start_with(|c| {
+            c.host_auth.allow_unauthenticated_hosts = false;
+            change(&mut c.host_auth);
+        })
+        .await;
         let state = app.running.state.clone();
         tokio::time::timeout(WAIT, async {
             while !state.is_ready() {
@@ -321,4 +330,37 @@ async fn repeated_failures_turn_the_address_away() {
     let mut q = Queue::open(f.addr, Digests::NONE, 8192).await;
     let c = q.connect(0, CNTLID_DYNAMIC, &subsys, HOST, 5000).await;
     assert_eq!(status(&c), (1, 0x81, false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_hashes_and_groups_are_the_only_ones_taken() {
+    let f = Fixture::start_with(|p| {
+        p.hashes = vec![HashId::Sha384];
+        p.dh_groups = vec![DhGroup::Ffdhe3072];
+    })
+    .await;
+    let (_, subsys) = f.volume(&[HOST]).await;
+    let key = f.enrol("node", HOST);
+    // Linux offers every hash and group: the target picks its own.
+    let (mut q, _) = raw_admin(f.addr, &subsys, HOST).await;
+    q.authenticate(&mut host(HOST, &subsys, &key), 1)
+        .await
+        .expect("SHA-384 with ffdhe3072");
+    // A host offering only SHA-256 finds no usable hash.
+    let mut config = HostConfig::linux(
+        HOST,
+        &subsys,
+        key.host_secret.clone(),
+        Some(key.ctrl_secret.clone()),
+    );
+    config.hashes = vec![HashId::Sha256];
+    let (mut q, _) = raw_admin(f.addr, &subsys, HOST).await;
+    let end = q.authenticate(&mut Host::new(config), 1).await;
+    assert!(
+        matches!(
+            end,
+            Err(AuthEnd::Host(HostError::Stopped(Reason::HashUnusable)))
+        ),
+        "{end:?}"
+    );
 }

@@ -8,11 +8,11 @@ mod nvme_host;
 use std::sync::{Arc, Mutex};
 
 use edgevol_appliance::config::{HostAuthPolicy, NvmeConfig};
-use edgevol_appliance::hostkeys::HostKeys;
-use edgevol_appliance::nvme::auth::HostAuth;
 use edgevol_appliance::csi::controller::ControllerService;
 use edgevol_appliance::csi::ids::Ids;
+use edgevol_appliance::hostkeys::HostKeys;
 use edgevol_appliance::naming;
+use edgevol_appliance::nvme::auth::HostAuth;
 use edgevol_appliance::pool::PoolDevice;
 use edgevol_appliance::state::State;
 use edgevol_core::{BlockDevice, Pool, ReadSegment, VolumeId, VolumeSpec};
@@ -84,6 +84,7 @@ async fn media_errors_fail_their_commands_and_mark_only_that_volume() {
             Arc::new(HostKeys::open(dir.path()).unwrap()),
             HostAuthPolicy {
                 allow_unauthenticated_hosts: true,
+                ..HostAuthPolicy::default()
             },
         ),
     )

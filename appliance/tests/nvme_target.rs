@@ -742,6 +742,7 @@ async fn connect_before_the_pool_is_open_is_retryable() {
             std::sync::Arc::new(edgevol_appliance::hostkeys::HostKeys::open(dir.path()).unwrap()),
             edgevol_appliance::config::HostAuthPolicy {
                 allow_unauthenticated_hosts: true,
+                ..Default::default()
             },
         ),
     )

@@ -183,6 +183,8 @@ impl HostAuth {
         let generations = keys.iter().map(|k| k.generation).collect();
         let pairs = keys.iter().map(|k| k.to_auth()).collect();
         let mut config = TargetConfig::new(host_nqn, subsys_nqn, pairs);
+        config.hashes.clone_from(&self.policy.hashes);
+        config.dh_groups.clone_from(&self.policy.dh_groups);
         config.transaction_timeout = transaction_timeout;
         let authenticator = Authenticator::new(config).map_err(|e| {
             tracing::error!(host_nqn, error = %e, "authentication set-up failed");
@@ -303,6 +305,7 @@ mod tests {
             keys,
             HostAuthPolicy {
                 allow_unauthenticated_hosts: allow,
+                ..HostAuthPolicy::default()
             },
         );
         (dir, auth)

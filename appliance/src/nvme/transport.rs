@@ -641,6 +641,7 @@ mod tests {
                 Arc::new(crate::hostkeys::HostKeys::open(dir.path()).unwrap()),
                 crate::config::HostAuthPolicy {
                     allow_unauthenticated_hosts: true,
+                    ..Default::default()
                 },
             ),
         )
