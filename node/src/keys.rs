@@ -120,15 +120,14 @@ pub struct EnrolConfig {
     pub timeout: Duration,
 }
 
-/// Enrols over gRPC + mTLS. Each call opens its own connection on the enroller's own
-/// single-threaded runtime, so it can be called from any blocking thread (never from async
-/// code: it blocks).
+/// Enrols over gRPC + mTLS. Each call runs on a single-threaded runtime of its own, opened and
+/// dropped with the call (which closes its connection at once), so it can be called from any
+/// blocking thread (never from async code: it blocks).
 pub struct GrpcEnroller {
     address: String,
     server_name: ServerName<'static>,
     tls: Arc<ClientConfig>,
     timeout: Duration,
-    runtime: tokio::runtime::Runtime,
 }
 
 impl fmt::Debug for GrpcEnroller {
@@ -167,16 +166,11 @@ impl GrpcEnroller {
             key: &cfg.key,
         })
         .map_err(|e| format!("node certificate: {e}"))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("enrolment runtime: {e}"))?;
         Ok(GrpcEnroller {
             address: cfg.address.clone(),
             server_name,
             tls,
             timeout: cfg.timeout,
-            runtime,
         })
     }
 
@@ -241,7 +235,11 @@ fn source_chain(e: &dyn std::error::Error) -> String {
 
 impl KeySource for GrpcEnroller {
     fn enrol(&self, host_nqn: &str) -> Result<DhchapKeys> {
-        let outcome = self.runtime.block_on(async {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Internal(format!("enrolment runtime: {e}")))?;
+        let outcome = runtime.block_on(async {
             tokio::time::timeout(self.timeout * 2, self.call(host_nqn))
                 .await
                 .unwrap_or_else(|_| {
@@ -251,6 +249,9 @@ impl KeySource for GrpcEnroller {
                     )))
                 })
         });
+        // Dropping the runtime drops the connection's task: the appliance sees it closed now,
+        // not at the next enrolment.
+        drop(runtime);
         match outcome {
             Ok(text) => DhchapKeys::validated(text.host, text.ctrl, text.generation),
             Err(e) => Err(enrol_error(&self.address, host_nqn, e)),
