@@ -364,3 +364,124 @@ async fn the_configured_hashes_and_groups_are_the_only_ones_taken() {
         "{end:?}"
     );
 }
+
+/// What Linux's host does with a rotated pair (found against the 6.12 kernel in QEMU,
+/// tests/nvme_auth_qemu.rs): it takes `dhchap_ctrl_secret` and `dhchap_secret` one sysfs write
+/// at a time and re-authenticates the live controller after each, so one re-authentication runs
+/// with the old host key and the new controller key. The target answers with the old pair's
+/// controller key, the host refuses it (AUTH_Failure2, "controller authentication failed"). The
+/// controller used to be failed then, and Linux reconnected 10 s later with I/O stalled
+/// meanwhile; now the queue stays authenticated and the next re-authentication, with the whole
+/// new pair, completes the rotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_authentication_the_host_ends_over_the_controller_key_keeps_the_queue() {
+    let f = Fixture::start().await;
+    let (_, subsys) = f.volume(&[HOST]).await;
+    let old = f.enrol("node", HOST);
+    let (q, result) = raw_admin(f.addr, &subsys, HOST).await;
+    let cntlid = u16::try_from(result & 0xffff).unwrap();
+    let mut admin = Admin { q, cntlid };
+    admin.enable().await;
+    admin
+        .q
+        .authenticate(&mut host(HOST, &subsys, &old), 1)
+        .await
+        .expect("first authentication");
+    let keys = f.app.running.host_keys.clone();
+    let generation = keys.rotate("node").unwrap();
+    let new = keys
+        .keys_for(HOST)
+        .into_iter()
+        .find(|k| k.generation == generation)
+        .expect("new pair");
+
+    // Half applied: the new controller key, still the old host key.
+    let half = HostKey {
+        ctrl_secret: new.ctrl_secret.clone(),
+        ..old.clone()
+    };
+    let end = admin
+        .q
+        .authenticate(&mut host(HOST, &subsys, &half), 2)
+        .await;
+    assert!(
+        matches!(end, Err(AuthEnd::Host(HostError::Refused { .. }))),
+        "the host refuses the old pair's controller response: {end:?}"
+    );
+    // The controller and the queue's authentication stay; the failure is counted.
+    ok(&admin.keep_alive().await);
+    ok(&admin.identify(1, 0).await);
+    assert_eq!(f.failures(), 1);
+    assert_eq!(
+        keys.keys_for(HOST).len(),
+        2,
+        "the rotation is still pending"
+    );
+
+    // The whole new pair: the rotation completes.
+    admin
+        .q
+        .authenticate(&mut host(HOST, &subsys, &new), 3)
+        .await
+        .expect("the new pair");
+    tokio::time::timeout(WAIT, async {
+        while keys.keys_for(HOST).len() != 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the old pair is dropped");
+    ok(&admin.keep_alive().await);
+
+    // A first authentication the host ends so still fails the controller.
+    let (mut q, _) = raw_admin(f.addr, &subsys, HOST).await;
+    let stale_ctrl = HostKey {
+        ctrl_secret: old.ctrl_secret.clone(),
+        ..new.clone()
+    };
+    let end = q
+        .authenticate(&mut host(HOST, &subsys, &stale_ctrl), 1)
+        .await;
+    assert!(
+        matches!(end, Err(AuthEnd::Host(HostError::Refused { .. }))),
+        "{end:?}"
+    );
+    expect_closed(&mut q).await;
+    ok(&admin.keep_alive().await);
+}
+
+/// A host whose side of the exchange takes longer than its KATO (Linux's 6.12 host in a TCG
+/// guest with ffdhe6144: more than its 5 s KATO; found in tests/nvme_auth_qemu.rs, where the
+/// target tore the controller down, "keep-alive expired", and the host waited out its 60 s admin
+/// command timeout): the keep-alive timer waits for the first authentication, and the
+/// transaction timeout is at least 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_slower_than_its_kato_still_authenticates() {
+    let f = Fixture::start().await;
+    let (_, subsys) = f.volume(&[HOST]).await;
+    let key = f.enrol("node", HOST);
+    let mut q = Queue::open(f.addr, Digests::NONE, 8192).await;
+    let c = q.connect(0, CNTLID_DYNAMIC, &subsys, HOST, 1000).await;
+    ok(&c);
+    let cntlid = u16::try_from(c.cqe.result & 0xffff).unwrap();
+    let mut h = host(HOST, &subsys, &key);
+    let mut rng = edgevol_nvmeof::auth::host::TestRng::new(5);
+    q.auth_send(h.negotiate(1)).await.expect("negotiate");
+    let challenge = q.auth_receive().await.expect("challenge");
+    // The host's DH, slowly: well past the 1 s KATO.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let reply = h.handle_challenge(&challenge, &mut rng).expect("reply");
+    q.auth_send(reply).await.expect("reply sent");
+    let success1 = q.auth_receive().await.expect("success1");
+    let success2 = h
+        .handle_success1(&success1)
+        .expect("controller authenticated")
+        .expect("bidirectional");
+    q.auth_send(success2).await.expect("success2");
+    let mut admin = Admin { q, cntlid };
+    admin.enable().await;
+    ok(&admin.identify(1, 0).await);
+    assert_eq!(f.failures(), 0);
+    // Authenticated, the keep-alive timer runs again: 1 s without traffic ends the controller.
+    expect_closed(&mut admin.q).await;
+}

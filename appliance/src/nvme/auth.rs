@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use edgevol_nvmeof::auth::messages::{auth_id, auth_type, Header};
 use edgevol_nvmeof::auth::{Authenticated, Authenticator, TargetConfig};
 use edgevol_nvmeof::fabrics::Rejected;
 use edgevol_nvmeof::fabrics_cmd::connect_data_offset;
@@ -104,6 +105,12 @@ impl QueueAuth {
             }
             _ => None,
         }
+    }
+
+    /// Whether an AUTH_Send's data is an AUTH_Negotiate (which starts a transaction).
+    pub fn is_negotiate(data: &[u8]) -> bool {
+        Header::decode(data)
+            .is_ok_and(|h| h.auth_type == auth_type::COMMON && h.auth_id == auth_id::NEGOTIATE)
     }
 
     /// The host NQN (for the log).
@@ -199,6 +206,24 @@ impl HostAuth {
         })))
     }
 
+    /// Gives `queue` the pairs that authenticate its host now (a rotation adds one, a completed
+    /// rotation drops one), before a new transaction: the pairs a queue takes are otherwise
+    /// those of its Connect, and a live controller could not re-authenticate with a rotated
+    /// pair (Linux does, when the node writes it to `dhchap_secret` / `dhchap_ctrl_secret`).
+    /// A host with no pairs left (revoked) keeps the old ones here; revocation closes its
+    /// connections.
+    pub fn refresh(&self, queue: &mut QueueAuth) {
+        let keys = self.keys.keys_for(&queue.host_nqn);
+        let generations: Vec<u64> = keys.iter().map(|k| k.generation).collect();
+        if keys.is_empty() || generations == queue.generations {
+            return;
+        }
+        let pairs = keys.iter().map(|k| k.to_auth()).collect();
+        if queue.authenticator.set_keys(pairs).is_ok() {
+            queue.generations = generations;
+        }
+    }
+
     /// A queue authenticated: clears its address's strikes and tells the store which pair
     /// the host used (which completes a pending rotation: a file write, so off the reactor).
     pub fn succeeded(&self, queue: &QueueAuth, done: &Authenticated, peer: Option<SocketAddr>) {
@@ -228,6 +253,26 @@ impl HostAuth {
             Ok(rt) => drop(rt.spawn_blocking(confirm)),
             Err(_) => confirm(),
         }
+    }
+
+    /// A re-authentication the host ended because it did not accept the controller's response
+    /// (after proving its own key: typically a key rotation half applied on the host): logged
+    /// and counted as a failure, not charged to the peer's address; the queue stays
+    /// authenticated.
+    pub fn controller_rejected(
+        &self,
+        host_nqn: &str,
+        peer: Option<SocketAddr>,
+        why: &dyn std::fmt::Display,
+    ) {
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            host_nqn,
+            peer = ?peer,
+            reason = %why,
+            "re-authentication failed: the host refused the controller's response; the queue \
+             stays authenticated with its earlier transaction"
+        );
     }
 
     /// A transaction failed (or timed out, `why` says so): logs it, counts it, and charges it to

@@ -116,10 +116,18 @@ pub async fn connect(
     Ok(connected(Bound::Io(ctrl, cmd.qid), admission))
 }
 
-/// Linux's transaction timeout: the controller's keep-alive timeout, else 120 s.
+/// The shortest authentication transaction timeout, whatever the KATO.
+pub const MIN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The authentication transaction timeout (also the time a queue has from its Connect to its
+/// first authentication): the controller's keep-alive timeout, else 120 s, as Linux's target
+/// has it, but at least [`MIN_TRANSACTION_TIMEOUT`]. Linux's host sends a 5 s KATO, and its
+/// side of an ffdhe6144/8192 exchange takes longer than that on a slow CPU (a TCG guest), which
+/// is work, not silence.
 fn transaction_timeout(kato: Option<Duration>) -> Duration {
     kato.filter(|k| !k.is_zero())
         .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT)
+        .max(MIN_TRANSACTION_TIMEOUT)
 }
 
 fn connected(bound: Bound, admission: Admission) -> Connected {

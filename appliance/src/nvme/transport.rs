@@ -250,7 +250,7 @@ impl Conn {
     fn deadline(&self) -> Option<Instant> {
         let ic = self.queue.poll_timeout().map(|d| self.epoch + d);
         let ka = match &self.bound {
-            Some(Bound::Admin(c)) => c.regs().deadline(),
+            Some(Bound::Admin(c)) if self.keep_alive_runs() => c.regs().deadline(),
             _ => None,
         };
         let auth = self
@@ -271,9 +271,19 @@ impl Conn {
 
     fn keep_alive_expired(&self) -> bool {
         match &self.bound {
-            Some(Bound::Admin(c)) => c.regs().expired(Instant::now()),
+            Some(Bound::Admin(c)) if self.keep_alive_runs() => c.regs().expired(Instant::now()),
             _ => false,
         }
+    }
+
+    /// Whether this admin queue's keep-alive timer runs: not before the queue's first
+    /// authentication completes (which restarts it). Until then the host can send nothing but
+    /// Fabrics commands, Keep Alive included, and its side of the DH exchange may take longer
+    /// than KATO on a slow CPU (ffdhe8192 in a TCG guest: seconds; Linux's target starts the
+    /// timer only when the host enables the controller, which Linux does after authenticating).
+    /// The authentication timers bound the wait instead.
+    fn keep_alive_runs(&self) -> bool {
+        self.auth.as_ref().is_none_or(|a| a.is_authenticated())
     }
 
     /// Submission queue id of this connection (0 also before Connect: nothing is recorded
@@ -425,7 +435,14 @@ impl Conn {
         let now = self.epoch.elapsed();
         let mut out = Vec::new();
         let stepped = match cmd {
-            AuthCommand::Send { .. } => auth.authenticator.on_auth_send(&cmd, data, now),
+            AuthCommand::Send { .. } => {
+                // A new transaction checks the host against the store's pairs as they are now:
+                // a live queue re-authenticates with a rotated pair.
+                if QueueAuth::is_negotiate(data) {
+                    self.subs.auth.refresh(auth);
+                }
+                auth.authenticator.on_auth_send(&cmd, data, now)
+            }
             AuthCommand::Receive { .. } => {
                 let mut rng = UnwrapErr(SysRng);
                 auth.authenticator
@@ -441,6 +458,12 @@ impl Conn {
             Outcome::Authenticated(done) => {
                 ctrl.touch();
                 self.subs.auth.succeeded(auth, &done, self.peer);
+            }
+            Outcome::ControllerRejected(rejected) => {
+                // The queue stays authenticated and the controller stays (see the variant).
+                self.subs
+                    .auth
+                    .controller_rejected(auth.host_nqn(), self.peer, &rejected);
             }
             Outcome::Failed(failed) => {
                 self.subs.auth.failed(auth.host_nqn(), self.peer, &failed);

@@ -201,7 +201,7 @@ pub enum AuthEnd {
 }
 
 impl Queue {
-    async fn auth_send(&mut self, message: Vec<u8>) -> Result<(), AuthEnd> {
+    pub async fn auth_send(&mut self, message: Vec<u8>) -> Result<(), AuthEnd> {
         let len = u32::try_from(message.len()).unwrap();
         let c = self
             .cmd(
@@ -216,7 +216,7 @@ impl Queue {
         }
     }
 
-    async fn auth_receive(&mut self) -> Result<Vec<u8>, AuthEnd> {
+    pub async fn auth_receive(&mut self) -> Result<Vec<u8>, AuthEnd> {
         // Linux's host reads every message with a 4 KiB allocation length.
         let c = self
             .cmd(

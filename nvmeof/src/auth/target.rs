@@ -10,6 +10,8 @@
 //!  any step: Send(NEGOTIATE) restarts (re-authentication keeps the queue authenticated
 //!  meanwhile); a refused Negotiate/Reply or a wrong t_id --> SendFailure1 --Receive--> failed
 //!  an unexpected message, a host FAILURE2, a Receive while the host has to send --> failed
+//!  except: a host FAILURE2 in AwaitSuccess2 of a re-authentication --> AwaitNegotiate, the
+//!  queue still authenticated (Outcome::ControllerRejected)
 //!  the transaction timeout --> AwaitNegotiate (authentication state unchanged)
 //! ```
 
@@ -165,6 +167,17 @@ pub enum Outcome {
     /// Authentication failed: complete this command, then fail the controller (close the
     /// connection of every queue it has).
     Failed(Failed),
+    /// A re-authentication the host ended with AUTH_Failure2 after the target had verified
+    /// the host's response: the host did not accept the controller's response. The host proved
+    /// its key in this transaction as in the earlier one, so the queue stays authenticated and
+    /// the controller stays; whether to go on is the host's decision. Linux's host ends a
+    /// re-authentication so while a key rotation is half done: it takes `dhchap_secret` and
+    /// `dhchap_ctrl_secret` one at a time and re-authenticates after each, so one transaction
+    /// runs with the old host key and the new controller key, and the target answers with the
+    /// controller key of the pair the host key belongs to. (Linux's target does not fail the
+    /// controller on a host's Failure2 either.) Complete the command; log it, do not count it
+    /// against the host's address.
+    ControllerRejected(Failed),
 }
 
 /// A transaction that outlived its timeout and was reset ([`Authenticator::handle_timeout`]).
@@ -330,6 +343,18 @@ impl Authenticator {
                 Ok(Outcome::Continue)
             }
             (auth_type::COMMON, auth_id::FAILURE2) => match Message::decode(data) {
+                Ok(Message::Failure2(f))
+                    if self.authenticated
+                        && f.t_id == self.t_id
+                        && matches!(self.step, Step::AwaitSuccess2 { .. }) =>
+                {
+                    self.step = Step::AwaitNegotiate;
+                    self.deadline = None;
+                    Ok(Outcome::ControllerRejected(Failed {
+                        reason: f.reason,
+                        by_host: true,
+                    }))
+                }
                 Ok(Message::Failure2(f)) => Ok(self.fail(f.reason, true)),
                 _ => Ok(self.fail(Reason::IncorrectMessage, false)),
             },

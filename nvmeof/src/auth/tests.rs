@@ -268,6 +268,40 @@ fn wrong_controller_key_is_refused_by_the_host() {
     assert!(!rig.target.is_authenticated());
 }
 
+/// A re-authentication the host ends over the controller's response (Linux with a rotated pair
+/// half applied: the new controller key, still the old host key): the host proved its key, so
+/// the queue stays authenticated and the controller is not failed; the next transaction runs.
+#[test]
+fn a_re_authentication_the_host_ends_over_the_controller_key_keeps_the_queue() {
+    let mut rig = Rig::default_pair();
+    rig.transaction(1).expect("first authentication");
+    rig.host = Host::new(HostConfig::linux(
+        HOSTNQN,
+        SUBNQN,
+        host_key(),
+        Some(secret(HashId::Sha384, 0x23)),
+    ));
+    let (o, e) = rig.transaction(2).unwrap_err();
+    assert!(matches!(e, Some(HostError::Refused { .. })), "{e:?}");
+    assert_eq!(
+        o,
+        Outcome::ControllerRejected(Failed {
+            reason: Reason::Failed,
+            by_host: true,
+        })
+    );
+    assert!(rig.target.is_authenticated());
+    assert_eq!(rig.target.poll_timeout(), None);
+    rig.host = Host::new(HostConfig::linux(
+        HOSTNQN,
+        SUBNQN,
+        host_key(),
+        Some(ctrl_key()),
+    ));
+    let a = rig.transaction(3).expect("the next re-authentication");
+    assert!(a.reauthentication);
+}
+
 #[test]
 fn bidirectional_without_a_controller_key_is_refused() {
     let mut rig = Rig::new(
