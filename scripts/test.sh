@@ -40,6 +40,8 @@ step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMA
     ./scripts/test-hal-qemu.sh
 step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target" \
     ./scripts/test-nvme-qemu.sh
+step 600 "QEMU guest: Linux 6.12 DH-HMAC-CHAP against the edgevol target (refusals, rotation, every hash and DH group)" \
+    ./scripts/test-auth-qemu.sh
 step 1500 "QEMU end to end: appliance image + node VM, CSI life cycle, Node conformance, node faults" \
     ./scripts/test-e2e-qemu.sh
 step 1200 "QEMU faults under live I/O: kill -9 under fio, unpublish during I/O, appliance power cut" \
