@@ -544,6 +544,12 @@ async fn linux_authenticates_to_edgevol_refusals_rotation_every_hash_and_group()
         }
     }
     assert_eq!(step("leftovers-matrix").text().trim(), "none");
+    // Linux names what it negotiated: the one hash and group each appliance allowed.
+    for (label, hash, group) in MATRIX {
+        let kernel = step(&format!("dmesg-m-{label}-1")).text();
+        let said = format!("authenticated with hash hmac({hash}) dhgroup {group}");
+        assert!(kernel.contains(&said), "{label}: `{said}` in:\n{kernel}");
+    }
     for (label, app) in &matrix {
         let ok = app.counter(|c| c.succeeded.load(Ordering::Relaxed));
         let failed = app.counter(|c| c.failed.load(Ordering::Relaxed));
