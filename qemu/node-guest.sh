@@ -8,6 +8,9 @@
 #                                      crash or a replaced pod would end it, and starts it again
 #                                      with the same flags plus FLAG..; returns once the new
 #                                      process serves its socket. Prints "restarted OLD -> NEW".
+# Kernel arguments (node-vm.sh): edgevol.addr, edgevol.appliance (topology), edgevol.hostnqn (the
+# host NQN to use), edgevol.enrol=HOST:PORT (enrol for DH-HMAC-CHAP keys there with
+# /etc/edgevol/{ca.pem,node.pem,node.key}).
 # Markers: EDGEVOL-NODE READY | EDGEVOL-NODE FAILED <why>
 # shellcheck source=qemu/guest-lib.sh
 . /lib/edgevol/guest-lib.sh
@@ -16,8 +19,11 @@ sock=/run/csi/csi.sock pidfile=/run/edgevol-node.pid
 start_node() { # extra flags...; the process's output goes to the console (the VM's log)
     topology=""
     [ -n "$(arg appliance)" ] && topology="--topology edgevol.io/appliance=$(arg appliance)"
+    enrol=""
+    [ -n "$(arg enrol)" ] && enrol="--appliance $(arg enrol) --appliance-ca /etc/edgevol/ca.pem \
+        --node-cert /etc/edgevol/node.pem --node-key /etc/edgevol/node.key"
     # shellcheck disable=SC2086
-    edgevol-node --endpoint "unix://$sock" --state-dir /var/lib/edgevol-node $topology "$@" \
+    edgevol-node --endpoint "unix://$sock" --state-dir /var/lib/edgevol-node $topology $enrol "$@" \
         </dev/null >/dev/console 2>&1 &
     echo $! >"$pidfile"
 }
@@ -50,6 +56,8 @@ retry 50 iface_of 52:54:00:ed:00:02
 net_up 52:54:00:ed:00:02 10.0.2.15/24 || fail "management network"
 net_up 52:54:00:ed:01:02 "$(arg addr)/24" || fail "storage network"
 mkdir -p /run/csi /var/lib/edgevol-node /etc/nvme /var/lib/kubelet
+nqn="$(arg hostnqn)"
+[ -n "$nqn" ] && echo "$nqn" >/etc/nvme/hostnqn
 start_node
 wait_socket none || fail "edgevol-node did not create its socket"
 e2e-agent --csi-port 7000 --socket "$sock" --exec-port 7001 &

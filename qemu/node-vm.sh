@@ -14,10 +14,23 @@
 #             the appliance VM for good under sustained writes (keep-alives lost, reconnects
 #             timing out, edgevold and nvmet-tcp alike; upstream QEMU later fixed a "network
 #             stall under load" in virtio-net's RX buffer check).
+# Either flavour boots the pinned 6.1 kernel, or with --kernel auth the 6.12 one with NVMe in-band
+# authentication (qemu/versions.env EDGEVOL_AUTH_KERNEL_*), and carries the booted kernel's
+# modules.dep and modules.builtin at /lib/modules/RELEASE as a real host does (edgevol-node tells
+# from them whether the kernel can authenticate: CONFIG_NVME_AUTH).
+# Data-path keys (DH-HMAC-CHAP, issue 15): --enrol DIR (DIR/ca.pem, the appliance's CA, and
+# DIR/node.pem, DIR/node.key, a `node` role certificate: edgevol pki issue --role node) starts
+# edgevol-node with --appliance ENDPOINT --appliance-ca --node-cert --node-key, ENDPOINT being
+# --enrol-endpoint (default 192.168.77.1:9500, edgevold's mTLS listener over the storage link; its
+# certificate carries that address). --enrol and --kernel auth add a virtio-rng device (the
+# kernel's DH-HMAC-CHAP and the plugin's TLS want a ready random pool). --hostnqn NQN: the node's
+# host NQN (/etc/nvme/hostnqn) instead of one edgevol-node generates, e.g. the same node booted
+# into another kernel.
 #
 # usage: qemu/node-vm.sh --bin-dir DIR --link LOCAL:REMOTE --csi-port P --exec-port P
 #                        [--addr 192.168.77.2] [--appliance ID] [--bench [--fio PATH]]
-#                        [--name node] [--timeout 120] [--lifetime 900]
+#                        [--name node] [--timeout 120] [--lifetime 900] [--kernel default|auth]
+#                        [--enrol DIR [--enrol-endpoint HOST:PORT]] [--hostnqn NQN]
 #   (with --bench the defaults are --name bench-node --timeout 180 --lifetime 1800)
 # DIR holds edgevol-node and e2e-agent (static). --appliance ID: the node's topology segment
 # edgevol.io/appliance=ID. Exit as run-guest.sh (0 once EDGEVOL-NODE READY).
@@ -25,10 +38,30 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 bin_dir="" link="" csi_port="" exec_port="" addr=192.168.77.2 appliance="" bench=0 fio=/usr/bin/fio
-name="" timeout="" lifetime=""
-opts_parse 'bin-dir link csi-port exec-port addr appliance bench! fio name timeout lifetime' "$@"
+name="" timeout="" lifetime="" kernel=default enrol="" enrol_endpoint=192.168.77.1:9500 hostnqn=""
+opts_parse 'bin-dir link csi-port exec-port addr appliance bench! fio name timeout lifetime kernel
+    enrol enrol-endpoint hostnqn' "$@"
 [[ -n "$bin_dir" && -n "$link" && -n "$csi_port" && -n "$exec_port" ]] ||
     die "--bin-dir, --link, --csi-port and --exec-port are required"
+kernel_select "$kernel"
+[[ -f "$MODDIR/modules.dep" ]] || die "$MODDIR/modules.dep missing: run scripts/setup-qemu.sh first"
+# The running kernel's module indexes, where edgevol-node looks (/lib/modules/$(uname -r)).
+common=(--kernel "$kernel" --file "$MODDIR/modules.dep:/lib/modules/$KERNEL_RELEASE/modules.dep"
+    --file "$MODDIR/modules.builtin:/lib/modules/$KERNEL_RELEASE/modules.builtin")
+append="edgevol.addr=$addr edgevol.appliance=$appliance"
+rng=()
+if [[ -n "$enrol" ]]; then
+    for f in ca.pem node.pem node.key; do
+        [[ -f "$enrol/$f" ]] || die "--enrol $enrol: $f missing"
+        common+=(--file "$enrol/$f:/etc/edgevol/$f")
+    done
+    append+=" edgevol.enrol=$enrol_endpoint"
+fi
+[[ -n "$hostnqn" ]] && append+=" edgevol.hostnqn=$hostnqn"
+if [[ -n "$enrol" || "$kernel" == auth ]]; then
+    common+=(--module virtio_rng)
+    rng=(-device virtio-rng-pci)
+fi
 
 if ((bench)); then
     [[ -x "$fio" ]] || die "$fio missing (apt: fio)"
@@ -49,7 +82,7 @@ else
 fi
 
 exec "$ROOT/qemu/run-guest.sh" --name "$name" --timeout "$timeout" --lifetime "$lifetime" \
-    --smp 1 --append "edgevol.addr=$addr edgevol.appliance=$appliance" \
+    --smp 1 --append "$append" "${common[@]}" \
     --bin "$bin_dir/edgevol-node" --bin "$bin_dir/e2e-agent" \
     --file "$ROOT/qemu/node-guest.sh:/etc/edgevol-node-guest.sh" \
     --module virtio_pci --module virtio_net --module nvme-tcp "${flavour[@]}" \
@@ -57,4 +90,5 @@ exec "$ROOT/qemu/run-guest.sh" --name "$name" --timeout "$timeout" --lifetime "$
     --detach-on 'EDGEVOL-NODE READY' --fail-marker 'EDGEVOL-NODE FAILED' -- \
     -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$csi_port-:7000,hostfwd=tcp:127.0.0.1:$exec_port-:7001" \
     -device virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:02 \
-    -netdev "$(link_netdev "$link")" -device "virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:02$nic"
+    -netdev "$(link_netdev "$link")" -device "virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:02$nic" \
+    "${rng[@]}"

@@ -20,6 +20,13 @@
 #      boot, no format, same id; the CO finishes the volume's detach against it. Measured (TCG):
 #      3c 5-17 s; the unstage returns 32-33 s after the cut (fast_io_fail_tmo 20 s), step 4's
 #      node part 37 s.
+#   5. data-path authentication (issue 15), tests/e2e/tests/data_path_auth.rs: a second image
+#      with the shipped configuration (image/defaults/edgevold.toml: every host must authenticate)
+#      on a new appliance VM; a `node` certificate issued from its CA (taken off the disk as in
+#      step 2); a node VM on the 6.12 kernel whose edgevol-node enrols and stages, writes, reads
+#      back with bidirectional DH-HMAC-CHAP (the plugin's log line, the kernel's, the appliance's
+#      HostKeys.List); then the same node (certificate, host NQN) on the 6.1 kernel: the stage
+#      fails with FAILED_PRECONDITION naming CONFIG_NVME_AUTH and nothing is left connected.
 # Every VM and step has a time budget. Logs: qemu/.cache/logs/e2e-*.log. Exit 0 = PASS.
 #
 # usage: scripts/test-e2e-qemu.sh [--keep]   (--keep: leave the VMs running at the end)
@@ -40,11 +47,13 @@ say "building the image"
 # The node VM runs the 6.1 kernel (no NVMe authentication): the image lets hosts without keys in.
 "$ROOT/image/build.sh" --config "$ROOT/tests/e2e/edgevold-unauthenticated.toml" >"$run/image-sizes.txt"
 cat "$run/image-sizes.txt" >&2
+# Step 5's appliance: the image as shipped (authentication required).
+"$ROOT/image/build.sh" --out "$run/image-auth" >/dev/null
 say "building edgevol-node and e2e-agent (static) and the host test"
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
     cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
 cargo test --locked -p edgevol-e2e --test lifecycle --test node_conformance --test node_faults \
-    --no-run >&2
+    --test data_path_auth --no-run >&2
 BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
 say "builds done in $((SECONDS - t0)) s"
 
@@ -151,4 +160,55 @@ say "ok: later boot opened the pool ($(grep -o 'READY boot_ms=[0-9]*' "$alog2"))
 fault_t=$SECONDS
 e2e_test 180 node_faults --exact once_the_appliance_is_back_the_co_finishes_the_detach
 say "ok: detach finished against the rebooted appliance in $((SECONDS - fault_t)) s"
+
+# --- 5. data-path authentication (DH-HMAC-CHAP) ---------------------------------------------------
+say "5. DH-HMAC-CHAP: the shipped configuration and a node enrolled with a node certificate"
+auth_t=$SECONDS
+vms_stop # steps 1-4 are done: their VMs would only share the 2 cores
+auth_csi=$(free_port SOCK_STREAM) auth_a=$(free_port SOCK_DGRAM) auth_n=$(free_port SOCK_DGRAM)
+cp "$run/image-auth/edgevol.img" "$run/auth-disk.img"
+truncate -s 256M "$run/auth-nvme.img"
+appliance e2e-auth-appliance "$run/auth-disk.img" "$run/auth-nvme.img" --csi-port "$auth_csi" \
+    --link "$auth_a:$auth_n" --timeout 150 --lifetime 600
+aalog="$CACHE/logs/e2e-auth-appliance.log"
+wait_log "$aalog" "pool open: ready" || { say "FAIL: the shipped image did not open its pool"; exit 1; }
+grep -q "allow_unauthenticated_hosts is on" "$aalog" &&
+    { say "FAIL: the shipped configuration allows unauthenticated hosts"; exit 1; }
+auth_id=$(persist_read "$run/auth-disk.img" "$run/auth") || { say "FAIL: no PKI on the auth disk"; exit 1; }
+# The operator's steps: a node certificate from the appliance's CA, handed to the node.
+"$BIN/edgevol" pki issue --dir "$run/auth/pki" --role node --name e2e-auth-node >/dev/null
+mkdir -p "$run/auth/enrol"
+cp "$run/auth/pki/ca.pem" "$run/auth/enrol/ca.pem"
+cp "$run/auth/pki/e2e-auth-node.pem" "$run/auth/enrol/node.pem"
+cp "$run/auth/pki/e2e-auth-node.key" "$run/auth/enrol/node.key"
+auth_nqn="nqn.2014-08.org.nvmexpress:uuid:$(cat /proc/sys/kernel/random/uuid)"
+# auth_node NAME KERNEL: a node VM with the enrolment files and host NQN above; sets the rig's
+# variables for it.
+auth_node() {
+    local csi exec
+    csi=$(free_port SOCK_STREAM) exec=$(free_port SOCK_STREAM)
+    vm_track "$CACHE/run/$1.pid"
+    "$ROOT/qemu/node-vm.sh" --name "$1" --kernel "$2" --bin-dir "$BIN" --link "$auth_n:$auth_a" \
+        --csi-port "$csi" --exec-port "$exec" --appliance "$auth_id" --enrol "$run/auth/enrol" \
+        --hostnqn "$auth_nqn" --timeout 150 --lifetime 600
+    export EDGEVOL_E2E_NODE_CSI="127.0.0.1:$csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$exec"
+    export EDGEVOL_E2E_NODE_LOG="$CACHE/logs/$1.log"
+}
+export EDGEVOL_E2E_CSI="127.0.0.1:$auth_csi" EDGEVOL_E2E_PKI="$run/auth/pki"
+export EDGEVOL_E2E_APPLIANCE_LOG="$aalog" EDGEVOL_E2E_NODE_NAME=e2e-auth-node
+node_t=$SECONDS
+auth_node e2e-auth-node auth
+say "5a. the 6.12 node enrols, stages, writes, reads back (node VM up in $((SECONDS - node_t)) s)"
+node_t=$SECONDS
+e2e_test 240 data_path_auth --exact node_with_keys_enrols_stages_writes_and_reads_back_authenticated
+say "ok: authenticated flow in $((SECONDS - node_t)) s ($(grep -a -c 'DH-HMAC-CHAP bidirectional' "$CACHE/logs/e2e-auth-node.log") connects with keys)"
+pid=$(cat "$CACHE/run/e2e-auth-node.pid")
+kill "$pid"
+for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+node_t=$SECONDS
+auth_node e2e-auth-node-61 default
+say "5b. the same node on the 6.1 kernel: a clear refusal (node VM up in $((SECONDS - node_t)) s)"
+node_t=$SECONDS
+e2e_test 120 data_path_auth --exact kernel_without_nvme_auth_fails_the_stage_clearly
+say "ok: 6.1 refused clearly in $((SECONDS - node_t)) s; step 5 in $((SECONDS - auth_t)) s"
 say "PASS in $((SECONDS - t0)) s"
