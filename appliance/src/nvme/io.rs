@@ -183,13 +183,25 @@ fn read(pool: &mut Pool<Dev>, vol: VolumeId, off: u64, len: u64) -> Result<Vec<u
         .map_read(vol, off, len)
         .map_err(|e| from_core(&e))?
         .collect();
+    gather(segments, len, |offset, part| {
+        dev_read(pool.device_mut(), offset, part)
+    })
+}
+
+/// The `len` bytes `segments` map, in order: zeros for holes, `read(device offset, part)` for
+/// data.
+fn gather(
+    segments: Vec<ReadSegment>,
+    len: u64,
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<(), TargetStatus>,
+) -> Result<Vec<u8>, TargetStatus> {
     let mut buf = vec![0u8; to_usize(len)?];
     let mut at = 0usize;
     for seg in segments {
         let n = to_usize(seg.len())?;
         let part = buf.get_mut(at..at + n).ok_or(StatusCode::InternalError)?;
         if let ReadSegment::Data { device_offset, .. } = seg {
-            dev_read(pool.device_mut(), device_offset, part)?;
+            read(device_offset, part)?;
         }
         at += n;
     }
@@ -489,16 +501,7 @@ fn read_detached(
             }
         }
     }
-    let mut buf = vec![0u8; to_usize(len)?];
-    let mut at = 0usize;
-    for seg in segments {
-        let n = to_usize(seg.len())?;
-        let part = buf.get_mut(at..at + n).ok_or(StatusCode::InternalError)?;
-        if let ReadSegment::Data { device_offset, .. } = seg {
-            data.read(device_offset, part)?;
-        }
-        at += n;
-    }
+    let buf = gather(segments, len, |offset, part| data.read(offset, part))?;
     drop(tickets);
     Ok(buf)
 }
