@@ -210,18 +210,21 @@ impl HostAuth {
     /// rotation drops one), before a new transaction: the pairs a queue takes are otherwise
     /// those of its Connect, and a live controller could not re-authenticate with a rotated
     /// pair (Linux does, when the node writes it to `dhchap_secret` / `dhchap_ctrl_secret`).
-    /// A host with no pairs left (revoked) keeps the old ones here; revocation closes its
-    /// connections.
-    pub fn refresh(&self, queue: &mut QueueAuth) {
+    /// False when the host holds no pairs any more (revoked between its Connect and now, a race
+    /// the revocation's disconnect can miss): the transaction must not start.
+    pub fn refresh(&self, queue: &mut QueueAuth) -> bool {
         let keys = self.keys.keys_for(&queue.host_nqn);
         let generations: Vec<u64> = keys.iter().map(|k| k.generation).collect();
-        if keys.is_empty() || generations == queue.generations {
-            return;
+        if keys.is_empty() {
+            return false;
         }
-        let pairs = keys.iter().map(|k| k.to_auth()).collect();
-        if queue.authenticator.set_keys(pairs).is_ok() {
-            queue.generations = generations;
+        if generations != queue.generations {
+            let pairs = keys.iter().map(|k| k.to_auth()).collect();
+            if queue.authenticator.set_keys(pairs).is_ok() {
+                queue.generations = generations;
+            }
         }
+        true
     }
 
     /// A queue authenticated: clears its address's strikes and tells the store which pair
@@ -404,5 +407,22 @@ mod tests {
             let at = t0 + STRIKE_WINDOW / 2 * i;
             assert!(!auth.strike(ip, at), "failure {i}");
         }
+    }
+
+    #[test]
+    fn a_queue_admitted_before_a_revocation_cannot_start_a_transaction_after_it() {
+        let (_d, auth) = policy(false);
+        auth.keys().enrol("node", [7; 32], HOST).unwrap();
+        let Ok(Admission::Authenticate(mut queue)) =
+            auth.admit(HOST, SUBSYS, None, Duration::from_secs(5))
+        else {
+            panic!("an enrolled host authenticates");
+        };
+        assert!(auth.refresh(&mut queue), "keys held");
+        auth.keys().revoke("node").unwrap();
+        assert!(
+            !auth.refresh(&mut queue),
+            "revoked between Connect and Negotiate"
+        );
     }
 }

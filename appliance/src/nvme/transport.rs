@@ -438,8 +438,18 @@ impl Conn {
             AuthCommand::Send { .. } => {
                 // A new transaction checks the host against the store's pairs as they are now:
                 // a live queue re-authenticates with a rotated pair.
-                if QueueAuth::is_negotiate(data) {
-                    self.subs.auth.refresh(auth);
+                if QueueAuth::is_negotiate(data) && !self.subs.auth.refresh(auth) {
+                    self.subs.auth.failed(
+                        auth.host_nqn(),
+                        self.peer,
+                        &"the host's keys were revoked",
+                    );
+                    if sqid == 0 {
+                        self.subs.remove(ctrl);
+                    } else {
+                        self.end = Some(End::Unauthenticated("keys revoked"));
+                    }
+                    return self.complete(issued, command::authentication_required(), 0, &[]);
                 }
                 auth.authenticator.on_auth_send(&cmd, data, now)
             }
