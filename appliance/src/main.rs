@@ -96,6 +96,12 @@ fn print_banner(config: &Config, running: &edgevol_appliance::Running) {
         println!("  pool device: {}", device.display());
     }
     println!("  CA:          {}", config.tls.ca.display());
+    let auth = if config.host_auth.allow_unauthenticated_hosts {
+        "hosts without DH-HMAC-CHAP keys allowed"
+    } else {
+        "DH-HMAC-CHAP required: nodes enrol with a node certificate"
+    };
+    println!("  NVMe/TCP:    {} ({auth})", running.target.endpoint);
     if config.dev {
         let pki = config.data_dir.join("pki");
         println!(
@@ -105,6 +111,12 @@ fn print_banner(config: &Config, running: &edgevol_appliance::Running) {
         println!("  connect a CO through the proxy:");
         println!(
             "    edgevol proxy --listen unix:///tmp/edgevol-csi.sock --appliance {addr} \\\n      --ca {} --cert {p}/controller.pem --key {p}/controller.key",
+            config.tls.ca.display(),
+            p = pki.display()
+        );
+        println!("  a node plugin enrols for its data-path keys with:");
+        println!(
+            "    edgevol-node ... --appliance {addr} --appliance-ca {} \\\n      --node-cert {p}/node.pem --node-key {p}/node.key",
             config.tls.ca.display(),
             p = pki.display()
         );
