@@ -23,6 +23,7 @@
 
 mod common;
 
+use common::guest::{steps, Step};
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -372,26 +373,7 @@ impl Rig {
     }
 }
 
-/// One guest step: its output lines and exit code.
-#[derive(Debug, Default)]
-struct Step {
-    out: Vec<String>,
-    rc: Option<i32>,
-}
-
 impl Step {
-    fn text(&self) -> String {
-        self.out.join("\n")
-    }
-
-    /// The first word after `prefix` on the first line that starts with it.
-    fn word_after(&self, prefix: &str) -> Option<&str> {
-        self.out
-            .iter()
-            .find_map(|l| l.strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next())
-    }
-
     /// Lines after the step's `dmesg:` line.
     fn dmesg(&self) -> Vec<&str> {
         self.out
@@ -415,29 +397,6 @@ impl Step {
             .filter_map(|n| n.parse().ok())
             .collect()
     }
-}
-
-/// Splits the serial log into the guest's `EVF-BEGIN name` .. `EVF-END name rc=N` steps.
-fn steps(log: &str) -> HashMap<String, Step> {
-    let mut steps: HashMap<String, Step> = HashMap::new();
-    let mut current: Option<String> = None;
-    for line in log.lines() {
-        let line = line.trim_end_matches('\r');
-        if let Some(name) = line.strip_prefix("EVF-BEGIN ") {
-            current = Some(name.trim().to_owned());
-            steps.entry(name.trim().to_owned()).or_default();
-        } else if let Some(end) = line.strip_prefix("EVF-END ") {
-            if let Some((name, rc)) = end.split_once(" rc=") {
-                steps.entry(name.to_owned()).or_default().rc = rc.trim().parse().ok();
-            }
-            current = None;
-        } else if let Some(name) = &current {
-            if let Some(step) = steps.get_mut(name) {
-                step.out.push(line.to_owned());
-            }
-        }
-    }
-    steps
 }
 
 /// Kernel lines that mean an I/O error reached (or was about to reach) a block device user.
@@ -572,9 +531,9 @@ fn judge_kills(
         return;
     };
     let verify_errors: Option<u64> = step
-        .word_after("verify-errors ")
+        .find_word_after("verify-errors ")
         .and_then(|n| n.parse().ok());
-    let fio_rc = step.word_after("fio rc=");
+    let fio_rc = step.find_word_after("fio rc=");
     let errs = step.fio_errs();
     let issued: Vec<&str> = step
         .out
@@ -645,9 +604,9 @@ fn judge_unpublish(v: &mut Verdict, run: &UnpublishRun, step: Option<&Step>, dae
         return;
     };
     let failed_after: Option<f64> = step
-        .word_after("io-failed-after-s ")
+        .find_word_after("io-failed-after-s ")
         .and_then(|n| n.parse().ok());
-    let fio_rc: Option<i32> = step.word_after("fio rc=").and_then(|n| n.parse().ok());
+    let fio_rc: Option<i32> = step.find_word_after("fio rc=").and_then(|n| n.parse().ok());
     let still = step.out.iter().any(|l| l.contains("fio still writing"));
     let dmesg = step.dmesg();
     let refused = dmesg
@@ -852,7 +811,7 @@ async fn faults_under_live_io() {
     );
     server.abort();
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-    let steps = steps(&log_text);
+    let steps = steps(&log_text, "EVF");
     let records = std::mem::take(&mut *rig.records.lock().await);
     {
         let mut daemon = rig.daemon.lock().await;

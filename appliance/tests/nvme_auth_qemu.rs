@@ -20,7 +20,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use common::guest::{steps, Step};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
@@ -142,67 +142,13 @@ fn random_secret(seed: u64) -> Secret {
     Secret::generate_for(HashId::Sha256, &mut rng)
 }
 
-/// One guest step: its output lines and exit code.
-#[derive(Debug, Default)]
-struct Step {
-    out: Vec<String>,
-    rc: Option<i32>,
-}
-
 impl Step {
-    fn text(&self) -> String {
-        self.out.join("\n")
-    }
-
-    fn ok(&self, name: &str) -> &Self {
-        assert_eq!(
-            self.rc,
-            Some(0),
-            "guest step {name} failed:\n{}",
-            self.text()
-        );
-        self
-    }
-
-    /// The first word after `prefix` on the first line that starts with it.
-    fn word_after(&self, prefix: &str) -> &str {
-        self.out
-            .iter()
-            .find_map(|l| l.strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("`{prefix}` in:\n{}", self.text()))
-    }
-
     /// The connect's wall time in the guest (`elapsed S`).
     fn elapsed(&self) -> f64 {
         self.word_after("elapsed ")
             .parse()
             .expect("elapsed seconds")
     }
-}
-
-/// Splits the serial log into the guest's `EVNA-BEGIN name` .. `EVNA-END name rc=N` steps.
-fn steps(log: &str) -> HashMap<String, Step> {
-    let mut steps: HashMap<String, Step> = HashMap::new();
-    let mut current: Option<String> = None;
-    for line in log.lines() {
-        let line = line.trim_end_matches('\r');
-        if let Some(name) = line.strip_prefix("EVNA-BEGIN ") {
-            current = Some(name.trim().to_owned());
-            steps.entry(name.trim().to_owned()).or_default();
-        } else if let Some(end) = line.strip_prefix("EVNA-END ") {
-            let (name, rc) = end.split_once(" rc=").expect("EVNA-END name rc=N");
-            steps.entry(name.to_owned()).or_default().rc = rc.trim().parse().ok();
-            current = None;
-        } else if let Some(name) = &current {
-            steps
-                .get_mut(name)
-                .expect("begun")
-                .out
-                .push(line.to_owned());
-        }
-    }
-    steps
 }
 
 /// The guest's control port: "rotate" rotates `node`'s keys and answers the new pair,
@@ -408,7 +354,7 @@ async fn linux_authenticates_to_edgevol_refusals_rotation_every_hash_and_group()
         "guest run failed: {status} (see {})",
         log.display()
     );
-    let steps = steps(&log_text);
+    let steps = steps(&log_text, "EVNA");
     let step = |name: &str| {
         steps
             .get(name)

@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use common::guest::{steps, Step};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -39,43 +39,13 @@ const NVME_CLI: &str = "/usr/sbin/nvme";
 const FIO: &str = "/usr/bin/fio";
 const MKFS: &str = "/usr/sbin/mkfs.ext4";
 
-/// One guest step: its output lines and exit code.
-#[derive(Debug, Default)]
-struct Step {
-    out: Vec<String>,
-    rc: Option<i32>,
-}
-
 impl Step {
-    fn text(&self) -> String {
-        self.out.join("\n")
-    }
-
-    fn ok(&self, name: &str) -> &Self {
-        assert_eq!(
-            self.rc,
-            Some(0),
-            "guest step {name} failed:\n{}",
-            self.text()
-        );
-        self
-    }
-
     /// The value of an nvme-cli `key : value` line (id-ctrl, id-ns), trimmed.
     fn field(&self, key: &str) -> Option<String> {
         self.out.iter().find_map(|l| {
             let (k, v) = l.split_once(':')?;
             (k.trim() == key).then(|| v.trim().to_owned())
         })
-    }
-
-    /// The first word after `prefix` on the first line that starts with it.
-    fn word_after(&self, prefix: &str) -> &str {
-        self.out
-            .iter()
-            .find_map(|l| l.strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("`{prefix}` in:\n{}", self.text()))
     }
 
     /// Values of `key: value` lines of discovery log entries (`subnqn:`, `traddr:`, ...).
@@ -157,30 +127,6 @@ async fn serve_snapshot(
         writes_before,
         writes_after,
     });
-}
-
-/// Splits the serial log into the guest's `EVCLI-BEGIN name` .. `EVCLI-END name rc=N` steps.
-fn steps(log: &str) -> HashMap<String, Step> {
-    let mut steps: HashMap<String, Step> = HashMap::new();
-    let mut current: Option<String> = None;
-    for line in log.lines() {
-        let line = line.trim_end_matches('\r');
-        if let Some(name) = line.strip_prefix("EVCLI-BEGIN ") {
-            current = Some(name.trim().to_owned());
-            steps.entry(name.trim().to_owned()).or_default();
-        } else if let Some(end) = line.strip_prefix("EVCLI-END ") {
-            let (name, rc) = end.split_once(" rc=").expect("EVCLI-END name rc=N");
-            steps.entry(name.to_owned()).or_default().rc = rc.trim().parse().ok();
-            current = None;
-        } else if let Some(name) = &current {
-            steps
-                .get_mut(name)
-                .expect("begun")
-                .out
-                .push(line.to_owned());
-        }
-    }
-    steps
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,7 +245,7 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
         "guest run failed: {status} (see {})",
         log.display()
     );
-    let steps = steps(&log_text);
+    let steps = steps(&log_text, "EVCLI");
     let step = |name: &str| {
         steps
             .get(name)
@@ -485,4 +431,20 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
         "no controller left"
     );
     running.stop().await.unwrap();
+}
+
+/// The guest-log parser the QEMU tests share (common/guest.rs).
+#[test]
+fn steps_split_a_serial_log_by_their_marks() {
+    let log =
+        "boot noise\r\nEVX-BEGIN one\r\nhello world\r\nelapsed 0.25 s\r\nEVX-END one rc=0\r\n\
+               between\nEVX-BEGIN two\nEVX-END two rc=3\n";
+    let steps = steps(log, "EVX");
+    let one = steps["one"].ok("one");
+    assert_eq!(one.out, ["hello world", "elapsed 0.25 s"]);
+    assert_eq!(one.word_after("elapsed "), "0.25");
+    assert_eq!(one.find_word_after("missing "), None);
+    assert_eq!(steps["two"].rc, Some(3));
+    assert!(steps["two"].out.is_empty());
+    assert_eq!(steps.len(), 2);
 }

@@ -1,6 +1,8 @@
 //! Fixtures: a dev appliance in a temporary directory, and mTLS clients for it.
 #![allow(dead_code)]
 
+pub mod guest;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
