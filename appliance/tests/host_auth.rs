@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::DevAppliance;
 use edgevol_appliance::config::HostAuthPolicy;
-use edgevol_appliance::hostkeys::{HostKey, Secret};
+use edgevol_appliance::hostkeys::{HostKey, HostKeys, Secret};
 use edgevol_appliance::naming;
 use edgevol_core::{VolumeId, VolumeSpec};
 use edgevol_nvmeof::auth::host::{Host, HostConfig, HostError};
@@ -110,6 +110,18 @@ impl Fixture {
             .failed
             .load(std::sync::atomic::Ordering::Relaxed)
     }
+}
+
+/// Waits for the store to drop the old pair of a completed rotation (`confirm` runs off the
+/// reactor after the authentication).
+async fn old_pair_dropped(keys: &HostKeys) {
+    tokio::time::timeout(WAIT, async {
+        while keys.keys_for(HOST).len() != 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the old pair is dropped");
 }
 
 fn host(host_nqn: &str, subsys: &str, key: &HostKey) -> Host {
@@ -293,13 +305,7 @@ async fn rotation_keeps_the_old_key_until_the_new_one_is_used_and_revocation_dis
     q.authenticate(&mut host(HOST, &subsys, &new), 2)
         .await
         .expect("new key");
-    tokio::time::timeout(WAIT, async {
-        while keys.keys_for(HOST).len() != 1 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the old pair is dropped");
+    old_pair_dropped(&keys).await;
     let (mut stale, _) = raw_admin(f.addr, &subsys, HOST).await;
     let end = stale.authenticate(&mut host(HOST, &subsys, &old), 1).await;
     assert!(end.is_err(), "the old key no longer works");
@@ -424,13 +430,7 @@ async fn a_re_authentication_the_host_ends_over_the_controller_key_keeps_the_que
         .authenticate(&mut host(HOST, &subsys, &new), 3)
         .await
         .expect("the new pair");
-    tokio::time::timeout(WAIT, async {
-        while keys.keys_for(HOST).len() != 1 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the old pair is dropped");
+    old_pair_dropped(&keys).await;
     ok(&admin.keep_alive().await);
 
     // A first authentication the host ends so still fails the controller.
