@@ -5,9 +5,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
+use common::log_capture::Captured;
 use common::{dev_config, DevAppliance};
 use edgevol_appliance::start;
 use edgevol_pki::{files, Role, Validity};
@@ -15,30 +13,11 @@ use edgevol_proto::edgevol::v1::enrolment_client::EnrolmentClient;
 use edgevol_proto::edgevol::v1::host_keys_client::HostKeysClient;
 use edgevol_proto::edgevol::v1::{EnrolRequest, ListRequest, RevokeRequest, RotateRequest};
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 const NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:cccccccc-1111-2222-3333-444444444444";
 
 #[tokio::test]
 async fn keys_are_never_logged_and_allowing_unauthenticated_hosts_warns() {
-    let log = Captured::default();
-    let sink = log.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("trace")
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .init();
+    let log = Captured::install();
 
     let dir = tempfile::tempdir().unwrap();
     let mut config = dev_config(dir.path(), "127.0.0.1:0".parse().unwrap());
@@ -72,7 +51,7 @@ async fn keys_are_never_logged_and_allowing_unauthenticated_hosts_warns() {
     node.enrol(request()).await.unwrap_err();
     app.running.stop().await.unwrap();
 
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let text = log.text();
     assert!(
         text.contains("WARN") && text.contains("nvme.allow_unauthenticated_hosts is on"),
         "the start warns:\n{text}"

@@ -4,39 +4,18 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
+use common::log_capture::Captured;
 use common::DevAppliance;
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
 use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, BlockVolume};
 use edgevol_proto::csi::v1::*;
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 const SECRET: &str = "s3cr3t-Pa55word-that-must-not-leak";
 
 #[tokio::test]
 async fn secrets_are_never_logged() {
-    let log = Captured::default();
-    let sink = log.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("trace")
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .init();
+    let log = Captured::install();
 
     let app = DevAppliance::start().await;
     while !app.running.state.is_ready() {
@@ -86,7 +65,7 @@ async fn secrets_are_never_logged() {
     .unwrap();
     app.running.stop().await.unwrap();
 
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let text = log.text();
     assert!(text.contains("CreateVolume"), "calls are logged:\n{text}");
     assert!(
         text.contains("controller/controller"),

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod guest;
+pub mod log_capture;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
