@@ -81,25 +81,7 @@ impl Fixture {
 
     /// Enrols `host_nqn` for node `node` (a node certificate of the dev PKI): its pair.
     fn enrol(&self, node: &str, host_nqn: &str) -> HostKey {
-        let pki = self.app.pki();
-        if !pki.join(format!("{node}.pem")).exists() {
-            edgevol_pki::files::issue(
-                &pki,
-                edgevol_pki::Role::Node,
-                node,
-                edgevol_pki::Validity::days(1),
-                false,
-            )
-            .unwrap();
-        }
-        let certs = edgevol_pki::tls::load_certs(&pki.join(format!("{node}.pem"))).unwrap();
-        let fp = edgevol_appliance::transport::certificate_sha256(&certs[0]);
-        self.app
-            .running
-            .host_keys
-            .enrol(node, fp, host_nqn)
-            .unwrap()
-            .key
+        common::enrol_node(&self.app.running, &self.app.pki(), node, host_nqn)
     }
 
     fn failures(&self) -> u64 {

@@ -112,20 +112,7 @@ impl App {
 
     /// Enrols `host` for node `node` with a node certificate of this appliance's dev PKI.
     fn enrol(&self, node: &str, host: &str) -> HostKey {
-        let pki = self._dir.path().join("pki");
-        if !pki.join(format!("{node}.pem")).exists() {
-            edgevol_pki::files::issue(
-                &pki,
-                edgevol_pki::Role::Node,
-                node,
-                edgevol_pki::Validity::days(1),
-                false,
-            )
-            .unwrap();
-        }
-        let certs = edgevol_pki::tls::load_certs(&pki.join(format!("{node}.pem"))).unwrap();
-        let fp = edgevol_appliance::transport::certificate_sha256(&certs[0]);
-        self.running.host_keys.enrol(node, fp, host).unwrap().key
+        common::enrol_node(&self.running, &self._dir.path().join("pki"), node, host)
     }
 
     fn counter(&self, which: fn(&edgevol_appliance::nvme::auth::AuthCounters) -> u64) -> u64 {

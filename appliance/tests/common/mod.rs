@@ -163,3 +163,27 @@ pub async fn volume_bytes(
         .await
         .unwrap()
 }
+
+/// Enrols `host_nqn` for node `node` in `running`'s host-key store the way the Enrol RPC does,
+/// with the node certificate `node` of the PKI in `pki` (issued first if missing): its pair.
+pub fn enrol_node(
+    running: &Running,
+    pki: &Path,
+    node: &str,
+    host_nqn: &str,
+) -> edgevol_appliance::hostkeys::HostKey {
+    let cert = pki.join(format!("{node}.pem"));
+    if !cert.exists() {
+        edgevol_pki::files::issue(
+            pki,
+            edgevol_pki::Role::Node,
+            node,
+            edgevol_pki::Validity::days(1),
+            false,
+        )
+        .unwrap();
+    }
+    let certs = edgevol_pki::tls::load_certs(&cert).unwrap();
+    let fp = edgevol_appliance::transport::certificate_sha256(&certs[0]);
+    running.host_keys.enrol(node, fp, host_nqn).unwrap().key
+}
