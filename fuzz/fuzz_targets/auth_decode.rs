@@ -44,6 +44,11 @@ impl Queue {
         match outcome {
             Outcome::Authenticated(_) => self.seen_authenticated = true,
             Outcome::Failed(_) => self.failed = true,
+            // Only a re-authentication ends so, and the queue stays authenticated.
+            Outcome::ControllerRejected(_) => assert!(
+                self.seen_authenticated && self.target.is_authenticated(),
+                "a controller rejection on a queue that had not authenticated"
+            ),
             Outcome::Continue => {}
         }
     }
