@@ -21,6 +21,8 @@ step() {
 }
 
 rust_setup
+# One build per run: incremental state would only cost disk (GBs) and time.
+export CARGO_INCREMENTAL=0
 rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 
 step 120 "cargo fmt --check" cargo fmt --all --check
