@@ -13,14 +13,21 @@
 //! cluster and records a mapping. Each costs a cluster of tmpfs, so those cells also stop after
 //! 1.5 GiB of clusters. The write rows at QD1 also give mean / p50 / p99 latency. The pool is the
 //! dev pool (its default cluster size) unless `-- --cluster-kib N` formats it with another.
+//!
+//! The host side (test initiator, TCP baseline) runs on its own runtime; a counting allocator
+//! counts the heap allocations of every other thread, the target's, and prints them per command.
 // Host-only bench on 64-bit machines: byte counts fit in usize, rates are printed as floats.
 #![allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+// The counting allocator below: a `GlobalAlloc` impl is unsafe by definition.
+#![allow(unsafe_code)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "../tests/nvme_host/mod.rs"]
 mod nvme_host;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -36,6 +43,49 @@ use edgevol_nvmeof::pdu::Digests;
 use nvme_host::{io, ok, Admin, Queue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+/// Counts allocations (and reallocations) made outside the host's threads.
+struct Counting;
+
+static TARGET_ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Set on the host runtime's threads.
+    static ON_HOST: Cell<bool> = const { Cell::new(false) };
+}
+
+fn count() {
+    if !ON_HOST.try_with(Cell::get).unwrap_or(true) {
+        TARGET_ALLOCS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only an
+// atomic and a const-initialised thread local (neither allocates).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-2222-3333-4444-555555555555";
 const BLOCK: u64 = 4096;
@@ -273,22 +323,32 @@ async fn edgevol(q: &mut Queue, w: &Workload, t: Target, b: Budget) -> Run {
 
 /// Raw loopback TCP: each request carries the command's bytes one way and gets the other back
 /// (a write sends 64 + data and receives 16; a read sends 64 and receives 16 + data), pipelined
-/// at the same depth. The server answers requests in order.
+/// at the same depth. Both ends send and receive at once, as an initiator and a target do: the
+/// server's reader hands each answer's size to its writer, the client's reader frees a slot for
+/// its writer.
 async fn tcp_echo_server(listener: TcpListener) {
-    while let Ok((mut s, _)) = listener.accept().await {
+    while let Ok((s, _)) = listener.accept().await {
         s.set_nodelay(true).unwrap();
+        let (mut rd, mut wr) = s.into_split();
+        let (answer, mut answers) = tokio::sync::mpsc::unbounded_channel::<usize>();
         tokio::spawn(async move {
             let mut hdr = [0u8; 8];
             let mut buf = vec![0u8; 1 << 20];
             loop {
-                if s.read_exact(&mut hdr).await.is_err() {
+                if rd.read_exact(&mut hdr).await.is_err() {
                     return;
                 }
                 let up = u32::from_le_bytes(hdr[0..4].try_into().unwrap()) as usize;
                 let down = u32::from_le_bytes(hdr[4..8].try_into().unwrap()) as usize;
-                if s.read_exact(&mut buf[..up]).await.is_err()
-                    || s.write_all(&buf[..down]).await.is_err()
-                {
+                if rd.read_exact(&mut buf[..up]).await.is_err() || answer.send(down).is_err() {
+                    return;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            let buf = vec![0u8; 1 << 20];
+            while let Some(down) = answers.recv().await {
+                if wr.write_all(&buf[..down]).await.is_err() {
                     return;
                 }
             }
@@ -297,9 +357,9 @@ async fn tcp_echo_server(listener: TcpListener) {
 }
 
 async fn tcp(addr: SocketAddr, w: &Workload, dur: Duration) -> Run {
-    let mut s = TcpStream::connect(addr).await.unwrap();
+    let s = TcpStream::connect(addr).await.unwrap();
     s.set_nodelay(true).unwrap();
-    // One direction is always small, so a single task can write then read without deadlock.
+    let (mut rd, mut wr) = s.into_split();
     let (up, down) = if w.write {
         (64 + w.bytes, 16)
     } else {
@@ -309,26 +369,30 @@ async fn tcp(addr: SocketAddr, w: &Workload, dur: Duration) -> Run {
     req.extend_from_slice(&u32::try_from(up).unwrap().to_le_bytes());
     req.extend_from_slice(&u32::try_from(down).unwrap().to_le_bytes());
     req.resize(8 + up as usize, 0x5a);
-    let mut buf = vec![0u8; down as usize];
-    let mut sent = VecDeque::new();
-    let mut lat = Vec::new();
-    let t0 = Instant::now();
+    // The writer waits for a free slot before each send and passes its send time to the reader.
+    let (free, mut slots) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (sent, mut sent_at) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     for _ in 0..w.qd {
-        sent.push_back(Instant::now());
-        s.write_all(&req).await.unwrap();
+        free.send(()).unwrap();
     }
-    let mut ops = 0;
-    while let Some(at) = sent.pop_front() {
-        s.read_exact(&mut buf).await.unwrap();
-        lat.push(at.elapsed());
-        ops += 1;
-        if t0.elapsed() < dur {
-            sent.push_back(Instant::now());
-            s.write_all(&req).await.unwrap();
+    let t0 = Instant::now();
+    let writer = tokio::spawn(async move {
+        while slots.recv().await.is_some() && t0.elapsed() < dur {
+            sent.send(Instant::now()).unwrap();
+            wr.write_all(&req).await.unwrap();
         }
+        wr
+    });
+    let mut buf = vec![0u8; down as usize];
+    let mut lat = Vec::new();
+    while let Some(at) = sent_at.recv().await {
+        rd.read_exact(&mut buf).await.unwrap();
+        lat.push(at.elapsed());
+        let _ = free.send(());
     }
+    drop(writer.await.unwrap());
     Run {
-        ops,
+        ops: lat.len() as u64,
         elapsed: t0.elapsed(),
         lat,
     }
@@ -402,12 +466,12 @@ async fn main() {
             .expect("--cluster-kib N")
     });
     // Words that are neither flags nor the value of one: workload name filters.
-    let filters: Vec<&str> = args
+    let filters: Vec<String> = args
         .iter()
         .enumerate()
         .skip(1)
         .filter(|&(i, a)| !a.starts_with("--") && args[i - 1] != "--cluster-kib")
-        .map(|(_, a)| a.as_str())
+        .map(|(_, a)| a.clone())
         .collect();
     let (span, dur) = if quick {
         (16 << 20, Duration::from_millis(200))
@@ -455,129 +519,143 @@ async fn main() {
         })
         .await
         .unwrap();
-    let nqn = edgevol_appliance::naming::subsystem_nqn("test-box", id);
-    let admin = Admin::connect(endpoint, &nqn, HOST, 0).await.unwrap();
-    let mut q = admin
-        .io_queue(endpoint, 1, &nqn, HOST, Digests::NONE)
-        .await
+    // The host on its own threads, so that the allocation count is the target's alone.
+    let host = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .on_thread_start(|| ON_HOST.with(|h| h.set(true)))
+        .enable_all()
+        .build()
         .unwrap();
-    // Fill the span once so overwrites measure the steady state (in place, no allocation).
-    let fill = vec![0x11u8; 1 << 20];
-    for mib in 0..span >> 20 {
-        let c = q
-            .cmd(
-                io::write(mib * 256, &fill, false).0,
-                io::write(mib * 256, &fill, false).1,
-            )
-            .await;
-        ok(&c);
-    }
-    let back = q.cmd(io::read(0, 256).0, io::read(0, 256).1).await;
-    ok(&back);
-    assert_eq!(back.data, fill, "read back");
+    let dir_path = dir.path().to_path_buf();
+    host.spawn(async move {
+        let nqn = edgevol_appliance::naming::subsystem_nqn("test-box", id);
+        let admin = Admin::connect(endpoint, &nqn, HOST, 0).await.unwrap();
+        let mut q = admin
+            .io_queue(endpoint, 1, &nqn, HOST, Digests::NONE)
+            .await
+            .unwrap();
+        // Fill the span once so overwrites measure the steady state (in place, no allocation).
+        let fill = vec![0x11u8; 1 << 20];
+        for mib in 0..span >> 20 {
+            let c = q
+                .cmd(
+                    io::write(mib * 256, &fill, false).0,
+                    io::write(mib * 256, &fill, false).1,
+                )
+                .await;
+            ok(&c);
+        }
+        let back = q.cmd(io::read(0, 256).0, io::read(0, 256).1).await;
+        ok(&back);
+        assert_eq!(back.data, fill, "read back");
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let echo = listener.local_addr().unwrap();
-    tokio::spawn(tcp_echo_server(listener));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let echo = listener.local_addr().unwrap();
+        tokio::spawn(tcp_echo_server(listener));
 
-    let raw_path = dir.path().join("raw.img");
-    let raw = Arc::new(FileDevice::create(&raw_path, span).unwrap());
-    raw.write_blocks(0, &vec![0x11u8; span as usize]).unwrap();
-    // The raw device's never-written blocks: a sparse file of the allocating cells' size.
-    let raw_fresh = Arc::new(
-        FileDevice::create(dir.path().join("fresh.img"), fresh_cells * fresh * cluster).unwrap(),
-    );
-
-    println!(
-        "Data path, {} mode: {} MiB volume on tmpfs, {:?} per cell (allocating cells: at most {} \
-         writes, one per {} KiB cluster), test initiator over loopback",
-        if quick { "quick" } else { "full" },
-        span >> 20,
-        dur,
-        fresh,
-        cluster >> 10
-    );
-    println!("| workload | unit | edgevol NVMe/TCP | raw loopback TCP | raw device | edgevol / TCP | edgevol / device |");
-    println!("|---|---|---:|---:|---:|---:|---:|");
-    let mut fresh_cell = 0;
-    let mut first_fresh = None;
-    let selected = WORKLOADS
-        .iter()
-        .filter(|w| filters.is_empty() || filters.iter().any(|f| w.name.contains(f)));
-    for w in selected {
-        let (budget, target, dev) = if w.pattern == Pattern::Fresh {
-            let region = fresh_cell * fresh * cluster;
-            fresh_cell += 1;
-            let target = |base: u64| Target {
-                span,
-                base: base / BLOCK,
-                cluster,
-            };
-            let budget = Budget {
-                dur,
-                max_ops: fresh,
-            };
-            first_fresh.get_or_insert((span + region) / BLOCK);
-            (
-                budget,
-                [target(span + region), target(region)],
-                raw_fresh.clone(),
-            )
-        } else {
-            let target = Target {
-                span,
-                base: 0,
-                cluster,
-            };
-            let budget = Budget {
-                dur,
-                max_ops: u64::MAX,
-            };
-            (budget, [target; 2], raw.clone())
-        };
-        let mut e = edgevol(&mut q, w, target[0], budget).await;
-        let mut t = tcp(echo, w, dur).await;
-        let mut d = device(dev, w, target[1], budget).await;
-        let unit = if w.iops() { "IOPS" } else { "MiB/s" };
-        let (er, tr, dr) = (e.per_sec(w), t.per_sec(w), d.per_sec(w));
-        println!(
-            "| {} | {unit} | {er:.0} | {tr:.0} | {dr:.0} | {:.2} | {:.2} |",
-            w.name,
-            er / tr,
-            er / dr
+        let raw_path = dir_path.as_path().join("raw.img");
+        let raw = Arc::new(FileDevice::create(&raw_path, span).unwrap());
+        raw.write_blocks(0, &vec![0x11u8; span as usize]).unwrap();
+        // The raw device's never-written blocks: a sparse file of the allocating cells' size.
+        let raw_fresh = Arc::new(
+            FileDevice::create(dir_path.as_path().join("fresh.img"), fresh_cells * fresh * cluster).unwrap(),
         );
-        if w.latency() {
-            let (el, tl, dl) = (e.latency_us(), t.latency_us(), d.latency_us());
-            for (i, what) in ["mean", "p50", "p99"].iter().enumerate() {
-                println!(
-                    "| {} latency {what} | µs | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |",
-                    w.name,
-                    el[i],
-                    tl[i],
-                    dl[i],
-                    el[i] / tl[i],
-                    el[i] / dl[i]
-                );
+
+        println!(
+            "Data path, {} mode: {} MiB volume on tmpfs, {:?} per cell (allocating cells: at most {} \
+             writes, one per {} KiB cluster), test initiator over loopback",
+            if quick { "quick" } else { "full" },
+            span >> 20,
+            dur,
+            fresh,
+            cluster >> 10
+        );
+        println!("| workload | unit | edgevol NVMe/TCP | raw loopback TCP | raw device | edgevol / TCP | edgevol / device | target allocations / command |");
+        println!("|---|---|---:|---:|---:|---:|---:|---:|");
+        let mut fresh_cell = 0;
+        let mut first_fresh = None;
+        let selected = WORKLOADS
+            .iter()
+            .filter(|w| filters.is_empty() || filters.iter().any(|f| w.name.contains(f.as_str())));
+        for w in selected {
+            let (budget, target, dev) = if w.pattern == Pattern::Fresh {
+                let region = fresh_cell * fresh * cluster;
+                fresh_cell += 1;
+                let target = |base: u64| Target {
+                    span,
+                    base: base / BLOCK,
+                    cluster,
+                };
+                let budget = Budget {
+                    dur,
+                    max_ops: fresh,
+                };
+                first_fresh.get_or_insert((span + region) / BLOCK);
+                (
+                    budget,
+                    [target(span + region), target(region)],
+                    raw_fresh.clone(),
+                )
+            } else {
+                let target = Target {
+                    span,
+                    base: 0,
+                    cluster,
+                };
+                let budget = Budget {
+                    dur,
+                    max_ops: u64::MAX,
+                };
+                (budget, [target; 2], raw.clone())
+            };
+            let allocs = TARGET_ALLOCS.load(Ordering::Relaxed);
+            let mut e = edgevol(&mut q, w, target[0], budget).await;
+            let allocs = (TARGET_ALLOCS.load(Ordering::Relaxed) - allocs) as f64 / e.ops as f64;
+            let mut t = tcp(echo, w, dur).await;
+            let mut d = device(dev, w, target[1], budget).await;
+            let unit = if w.iops() { "IOPS" } else { "MiB/s" };
+            let (er, tr, dr) = (e.per_sec(w), t.per_sec(w), d.per_sec(w));
+            println!(
+                "| {} | {unit} | {er:.0} | {tr:.0} | {dr:.0} | {:.2} | {:.2} | {allocs:.1} |",
+                w.name,
+                er / tr,
+                er / dr
+            );
+            if w.latency() {
+                let (el, tl, dl) = (e.latency_us(), t.latency_us(), d.latency_us());
+                for (i, what) in ["mean", "p50", "p99"].iter().enumerate() {
+                    println!(
+                        "| {} latency {what} | µs | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | |",
+                        w.name,
+                        el[i],
+                        tl[i],
+                        dl[i],
+                        el[i] / tl[i],
+                        el[i] / dl[i]
+                    );
+                }
             }
         }
-    }
-    // The first allocating write of the run: its 4 KiB, then zeros to the end of its cluster.
-    if let Some(slba) = first_fresh {
-        let blocks = u32::try_from(cluster.min(1 << 20) / BLOCK).unwrap();
-        let c = q
-            .cmd(io::read(slba, blocks).0, io::read(slba, blocks).1)
-            .await;
-        ok(&c);
-        let (head, rest) = c.data.split_at(BLOCK as usize);
-        assert!(
-            head.iter().all(|&b| b == 0x5a),
-            "allocating write read back"
-        );
-        assert!(
-            rest.iter().all(|&b| b == 0),
-            "rest of a fresh cluster reads as zeros"
-        );
-    }
-    let c = q.cmd(io::flush().0, io::flush().1).await;
-    ok(&c);
+        // The first allocating write of the run: its 4 KiB, then zeros to the end of its cluster.
+        if let Some(slba) = first_fresh {
+            let blocks = u32::try_from(cluster.min(1 << 20) / BLOCK).unwrap();
+            let c = q
+                .cmd(io::read(slba, blocks).0, io::read(slba, blocks).1)
+                .await;
+            ok(&c);
+            let (head, rest) = c.data.split_at(BLOCK as usize);
+            assert!(
+                head.iter().all(|&b| b == 0x5a),
+                "allocating write read back"
+            );
+            assert!(
+                rest.iter().all(|&b| b == 0),
+                "rest of a fresh cluster reads as zeros"
+            );
+        }
+        let c = q.cmd(io::flush().0, io::flush().1).await;
+        ok(&c);    })
+    .await
+    .unwrap();
+    host.shutdown_background();
 }

@@ -166,6 +166,7 @@ pub struct MetricsConfig {
 struct FileNvme {
     listen: Option<SocketAddr>,
     advertise: Option<IpAddr>,
+    io_threads: Option<usize>,
     allow_unauthenticated_hosts: Option<bool>,
     auth_hashes: Option<Vec<String>>,
     auth_dh_groups: Option<Vec<String>>,
@@ -197,6 +198,8 @@ pub struct NvmeConfig {
     pub listen: SocketAddr,
     /// Address for publish_context and discovery log pages.
     pub advertise: IpAddr,
+    /// Threads I/O queues run on (`nvme.io_threads`); 0: one per core.
+    pub io_threads: usize,
 }
 
 /// The resolved configuration.
@@ -457,6 +460,7 @@ impl Config {
             nvme: NvmeConfig {
                 listen: nvme_listen,
                 advertise,
+                io_threads: file_nvme.io_threads.unwrap_or(0),
             },
             format_blank: args.format_blank || file.format_blank,
             sync_interval: Duration::from_millis(sync_ms),
@@ -676,6 +680,7 @@ devices = ["/dev/nvme0n1", "pool.img"]
 [nvme]
 listen = "0.0.0.0:4420"
 advertise = "192.0.2.1"
+io_threads = 3
 [tls]
 ca = "pki/ca.pem"
 [topology]
@@ -690,6 +695,7 @@ ca = "pki/ca.pem"
         .unwrap();
         assert_eq!(c.appliance_id.as_deref(), Some("box-1"));
         assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+        assert_eq!(c.nvme.io_threads, 3);
         assert_eq!(c.data_dir, dir.path().join("state"));
         assert_eq!(
             c.devices,

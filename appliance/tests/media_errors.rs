@@ -79,6 +79,7 @@ async fn media_errors_fail_their_commands_and_mark_only_that_volume() {
         &NvmeConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: "127.0.0.1".parse().unwrap(),
+            io_threads: 0,
         },
         HostAuth::new(
             Arc::new(HostKeys::open(dir.path()).unwrap()),

@@ -737,6 +737,7 @@ async fn connect_before_the_pool_is_open_is_retryable() {
         &edgevol_appliance::config::NvmeConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: "127.0.0.1".parse().unwrap(),
+            io_threads: 0,
         },
         edgevol_appliance::nvme::auth::HostAuth::new(
             std::sync::Arc::new(edgevol_appliance::hostkeys::HostKeys::open(dir.path()).unwrap()),
@@ -770,4 +771,59 @@ async fn connect_before_the_pool_is_open_is_retryable() {
         .map_err(|c| c.cqe.status())
         .expect("admitted once the pool is open");
     target.stop().await;
+}
+
+/// A host's I/O queues (Linux opens one per CPU) run on different engine threads, and each
+/// carries its own I/O there; a queue's engine slot frees when it disconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_queues_of_one_connection_spread_over_the_engine_threads() {
+    let app = DevAppliance::start_with(|c| c.nvme.io_threads = 2).await;
+    let state = app.running.state.clone();
+    tokio::time::timeout(WAIT, async {
+        while !state.is_ready() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("pool opens");
+    let f = Fixture {
+        addr: app.running.target.endpoint,
+        app,
+    };
+    let engines = f.app.running.target.engines.clone();
+    assert_eq!(engines.threads(), 2);
+    let id = f.volume("spread", 8 * MIB, HOST, false).await;
+    let nqn = f.nqn(id);
+    let admin = Admin::connect(f.addr, &nqn, HOST, 0).await.unwrap();
+    let mut queues = Vec::new();
+    for qid in 1..=2u16 {
+        queues.push(
+            admin
+                .io_queue(f.addr, qid, &nqn, HOST, Digests::NONE)
+                .await
+                .unwrap(),
+        );
+    }
+    for (i, q) in queues.iter_mut().enumerate() {
+        let data = pattern(i as u8, 64 << 10);
+        let lba = i as u64 * 128;
+        run(q, io::write(lba, &data, false)).await;
+        assert_eq!(run(q, io::read(lba, 16)).await, data);
+    }
+    // The queue moves to its engine after its Connect completes: allow the hand-over a moment.
+    tokio::time::timeout(WAIT, async {
+        while engines.queues_per_thread() != [1, 1] {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("one queue per engine: {:?}", engines.queues_per_thread()));
+    drop(queues);
+    tokio::time::timeout(WAIT, async {
+        while engines.queues_per_thread() != [0, 0] {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("closed queues leave their engines");
 }

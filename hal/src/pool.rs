@@ -104,6 +104,15 @@ pub struct DataHandle {
 }
 
 impl DataHandle {
+    /// Whether I/O through this handle bypasses the page cache (`O_DIRECT`).
+    pub fn is_direct(&self) -> bool {
+        match &self.dev {
+            PoolDevice::File(d) => d.is_direct(),
+            PoolDevice::Block(d) => d.is_direct(),
+            PoolDevice::Faulty(_) => false,
+        }
+    }
+
     /// Opens a second handle on `pool`'s device, with its block size, `O_DIRECT` policy and
     /// read-only state.
     pub fn open(pool: &PoolDevice) -> Result<Self, Error> {

@@ -403,59 +403,104 @@ impl Pdu {
 
     /// Appends the PDU to `out`, with digests and padding as `opts` say.
     pub fn encode(&self, opts: &EncodeOptions, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-        if opts.pda > 31 {
-            return Err(EncodeError::BadAlignment);
-        }
-        let ty = self.pdu_type();
-        let data = self.data();
-        if matches!(ty, PduType::H2cTermReq | PduType::C2hTermReq) && data.len() > TERM_REQ_MAX_DATA
-        {
-            return Err(EncodeError::TermReqDataTooLong);
-        }
-        let hlen = usize::from(ty.header_len());
-        let digests = if ty.uses_digests() {
-            opts.digests
-        } else {
-            Digests::NONE
-        };
-        let header_end = hlen + if digests.header { DIGEST_LEN } else { 0 };
-        let with_data = !data.is_empty();
-        let (pdo, data_start) = if !with_data {
-            (0, header_end)
-        } else if ty.uses_digests() {
-            let pdo = data_offset(header_end, opts.pda);
-            (pdo, pdo)
-        } else {
-            // TermReq: data follows the header directly; PDO is not used.
-            (0, hlen)
-        };
-        let ddgst = with_data && digests.data;
-        let plen = data_start + data.len() + if ddgst { DIGEST_LEN } else { 0 };
-        let plen_field = u32::try_from(plen).map_err(|_| EncodeError::TooLarge)?;
-        let pdo_field = u8::try_from(pdo).map_err(|_| EncodeError::BadAlignment)?;
-
-        let mut h = [0u8; 128];
-        h[0] = ty as u8;
-        h[1] = self.type_flags()
-            | if digests.header { flags::HDGSTF } else { 0 }
-            | if ddgst { flags::DDGSTF } else { 0 };
-        h[2] = ty.header_len();
-        h[3] = pdo_field;
-        h[4..8].copy_from_slice(&plen_field.to_le_bytes());
-        self.write_specific(&mut h)?;
-
-        out.reserve(plen);
-        out.extend_from_slice(&h[..hlen]);
-        if digests.header {
-            out.extend_from_slice(&crc32c(&h[..hlen]).to_le_bytes());
-        }
-        out.resize(out.len() + (data_start - header_end.min(data_start)), 0);
-        out.extend_from_slice(data);
-        if ddgst {
-            out.extend_from_slice(&crc32c(data).to_le_bytes());
-        }
-        Ok(())
+        let mut specific = [0u8; 128];
+        self.write_specific(&mut specific)?;
+        encode_raw(
+            self.pdu_type(),
+            self.type_flags(),
+            &specific,
+            self.data(),
+            opts,
+            out,
+        )
     }
+}
+
+/// A C2HData PDU whose data is borrowed: a read's completion encodes its data straight from
+/// the buffer it was read into (no owned [`DataPdu`] in between).
+#[derive(Clone, Copy, Debug)]
+pub struct C2hDataRef<'a> {
+    /// Command capsule CID the data belongs to.
+    pub cccid: u16,
+    /// Offset of `data` in the command's data buffer.
+    pub offset: u32,
+    /// LAST_PDU flag.
+    pub last: bool,
+    /// The data.
+    pub data: &'a [u8],
+}
+
+impl C2hDataRef<'_> {
+    /// Appends the PDU to `out`, exactly as [`Pdu::encode`] of the same `C2hData` would.
+    pub fn encode(&self, opts: &EncodeOptions, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let datal = u32::try_from(self.data.len()).map_err(|_| EncodeError::TooLarge)?;
+        let mut h = [0u8; 128];
+        h[8..10].copy_from_slice(&self.cccid.to_le_bytes());
+        h[12..16].copy_from_slice(&self.offset.to_le_bytes());
+        h[16..20].copy_from_slice(&datal.to_le_bytes());
+        let flags = if self.last { flags::LAST_PDU } else { 0 };
+        encode_raw(PduType::C2hData, flags, &h, self.data, opts, out)
+    }
+}
+
+/// Appends a PDU of type `ty`: `specific` holds its header bytes after the common header (the
+/// common header itself is written here), `data` its data.
+fn encode_raw(
+    ty: PduType,
+    type_flags: u8,
+    specific: &[u8; 128],
+    data: &[u8],
+    opts: &EncodeOptions,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    if opts.pda > 31 {
+        return Err(EncodeError::BadAlignment);
+    }
+    if matches!(ty, PduType::H2cTermReq | PduType::C2hTermReq) && data.len() > TERM_REQ_MAX_DATA {
+        return Err(EncodeError::TermReqDataTooLong);
+    }
+    let hlen = usize::from(ty.header_len());
+    let digests = if ty.uses_digests() {
+        opts.digests
+    } else {
+        Digests::NONE
+    };
+    let header_end = hlen + if digests.header { DIGEST_LEN } else { 0 };
+    let with_data = !data.is_empty();
+    let (pdo, data_start) = if !with_data {
+        (0, header_end)
+    } else if ty.uses_digests() {
+        let pdo = data_offset(header_end, opts.pda);
+        (pdo, pdo)
+    } else {
+        // TermReq: data follows the header directly; PDO is not used.
+        (0, hlen)
+    };
+    let ddgst = with_data && digests.data;
+    let plen = data_start + data.len() + if ddgst { DIGEST_LEN } else { 0 };
+    let plen_field = u32::try_from(plen).map_err(|_| EncodeError::TooLarge)?;
+    let pdo_field = u8::try_from(pdo).map_err(|_| EncodeError::BadAlignment)?;
+
+    let mut h = *specific;
+    h[0] = ty as u8;
+    h[1] = type_flags
+        | if digests.header { flags::HDGSTF } else { 0 }
+        | if ddgst { flags::DDGSTF } else { 0 };
+    h[2] = ty.header_len();
+    h[3] = pdo_field;
+    h[4..8].copy_from_slice(&plen_field.to_le_bytes());
+
+    out.reserve(plen);
+    out.extend_from_slice(&h[..hlen]);
+    if digests.header {
+        out.extend_from_slice(&crc32c(&h[..hlen]).to_le_bytes());
+    }
+    out.resize(out.len() + (data_start - header_end.min(data_start)), 0);
+    out.extend_from_slice(data);
+    if ddgst {
+        out.extend_from_slice(&crc32c(data).to_le_bytes());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use std::collections::VecDeque;
 use crate::cqe::Cqe;
 use crate::decoder::{Decoder, DecoderConfig};
 use crate::pdu::{
-    CapsuleCmd, CapsuleResp, DataPdu, Digests, Direction, EncodeOptions, IcReq, IcResp, Pdu, R2t,
-    TermReq, PFV_1_0,
+    C2hDataRef, CapsuleCmd, CapsuleResp, DataPdu, Digests, Direction, EncodeOptions, IcReq, IcResp,
+    Pdu, R2t, TermReq, PFV_1_0,
 };
 use crate::pdu_error::{HeaderField, PduError, SequenceError};
 use crate::sqe::{DataDirection, DataPointer, Sqe};
@@ -349,7 +349,12 @@ impl Queue {
         if self.tx.is_empty() {
             return false;
         }
-        out.append(&mut self.tx);
+        if out.is_empty() {
+            // Hand the buffer over instead of copying it; `out`'s capacity comes back as ours.
+            std::mem::swap(out, &mut self.tx);
+        } else {
+            out.append(&mut self.tx);
+        }
         true
     }
 
@@ -436,18 +441,16 @@ impl Queue {
             let mut offset = 0usize;
             for part in c.data.chunks(chunk) {
                 let end = offset + part.len();
-                self.send(
-                    live,
-                    &Pdu::C2hData(DataPdu {
-                        cccid: cid,
-                        ttag: 0,
-                        // offset < read_len, a u32
-                        offset: u32::try_from(offset).unwrap_or(u32::MAX),
-                        last: end == c.data.len(),
-                        success: false,
-                        data: part.to_vec(),
-                    }),
-                );
+                let pdu = C2hDataRef {
+                    cccid: cid,
+                    // offset < read_len, a u32
+                    offset: u32::try_from(offset).unwrap_or(u32::MAX),
+                    last: end == c.data.len(),
+                    data: part,
+                };
+                // Bounded by the config like every PDU of ours (see `send`).
+                let encoded = pdu.encode(&Self::encode_options(live), &mut self.tx);
+                debug_assert!(encoded.is_ok(), "C2HData failed to encode: {encoded:?}");
                 offset = end;
             }
         }

@@ -399,6 +399,13 @@ impl DataPath {
         Ok(DataPath { dev, gate })
     }
 
+    /// Whether our handle bypasses the page cache (`O_DIRECT`): then a read or write waits on
+    /// the drive, and the transport runs it off the queue's thread so the queue depth reaches
+    /// the drive; otherwise it is a copy to or from the page cache, done in place.
+    pub fn is_direct(&self) -> bool {
+        self.dev.is_direct()
+    }
+
     /// The gate (for tests and diagnostics).
     pub fn gate(&self) -> &Arc<Gate> {
         &self.gate

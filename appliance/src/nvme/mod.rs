@@ -4,6 +4,7 @@
 //! Layers, as Linux `drivers/nvme/target` splits them:
 //! - [`transport`]: one tokio task per TCP connection (= one NVMe queue) driving the sans-I/O
 //!   `edgevol_nvmeof::queue::Queue`; parse → validate → execute → complete → transmit.
+//! - [`engine`]: the threads I/O queues run on (one per core, run-to-completion).
 //! - [`subsys`]: controllers, dynamic cntlids, the host ACL (the volume's durable
 //!   publications), and [`subsys::Access`], the [`HostAccess`] the CSI controller calls.
 //! - [`controller`]: one controller's registers (CC/CSTS), features, keep-alive, events.
@@ -25,6 +26,7 @@ pub mod admin;
 pub mod auth;
 pub mod controller;
 pub mod discovery;
+pub mod engine;
 pub mod errors;
 pub mod fabrics;
 pub mod identify;
@@ -59,6 +61,7 @@ use crate::state::State;
 
 use self::auth::HostAuth;
 use self::controller::MAX_QUEUE_SIZE;
+use self::engine::Engines;
 use self::stats::IoStats;
 use self::subsys::{Access, Subsystems};
 
@@ -99,6 +102,8 @@ pub struct TargetInfo {
     pub stats: IoStats,
     /// Authentication outcomes (for the exporter).
     pub auth: Arc<auth::AuthCounters>,
+    /// The threads I/O queues run on.
+    pub engines: Arc<Engines>,
 }
 
 /// Why the target could not start.
@@ -149,7 +154,17 @@ pub async fn start(
     auth.keys().on_revoke(Arc::new(move |r: &RevokedHost| {
         let _ = revoked_tx.send(r.host_nqn.clone());
     }));
-    let subsystems = Subsystems::new(state, endpoint, auth);
+    let engines = match config.io_threads {
+        0 => Engines::per_core(),
+        n => Engines::start(n),
+    }
+    .map_err(|e| {
+        bind_err(std::io::Error::new(
+            e.kind(),
+            format!("starting the I/O engine threads: {e}"),
+        ))
+    })?;
+    let subsystems = Subsystems::new(state, endpoint, auth, engines);
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(accept(listener, subsystems.clone(), stop_rx, revoked));
     tracing::info!(listen = %config.listen, %endpoint, "NVMe/TCP target listening");
@@ -199,6 +214,7 @@ impl Target {
             access: Arc::new(Access(self.subsystems.clone())),
             stats: self.subsystems.stats.clone(),
             auth: self.subsystems.auth.counters.clone(),
+            engines: self.subsystems.engines.clone(),
         }
     }
 

@@ -18,6 +18,7 @@ use crate::state::State;
 
 use super::auth::HostAuth;
 use super::controller::{Controller, Kind, DISCOVERY_KATO};
+use super::engine::Engines;
 use super::io::DataPath;
 use super::stats::IoStats;
 use super::status::TargetStatus;
@@ -46,6 +47,8 @@ pub struct Subsystems {
     data: OnceLock<Option<Arc<DataPath>>>,
     /// Who authenticates, with which keys.
     pub auth: HostAuth,
+    /// The threads I/O queues run on.
+    pub engines: Arc<Engines>,
 }
 
 /// Who a Connect wants, before the pool is asked.
@@ -65,9 +68,15 @@ pub(super) fn connect_data_error(code: StatusCode, offset: u16) -> Rejected {
 
 impl Subsystems {
     /// An empty registry.
-    pub fn new(state: Arc<State>, endpoint: SocketAddr, auth: HostAuth) -> Arc<Self> {
+    pub fn new(
+        state: Arc<State>,
+        endpoint: SocketAddr,
+        auth: HostAuth,
+        engines: Engines,
+    ) -> Arc<Self> {
         Arc::new(Subsystems {
             auth,
+            engines: Arc::new(engines),
             state,
             endpoint,
             stats: IoStats::default(),

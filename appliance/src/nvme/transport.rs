@@ -1,8 +1,14 @@
-//! One TCP connection = one NVMe queue: a tokio task driving an [`edgevol_nvmeof::queue::Queue`]
+//! One TCP connection = one NVMe queue: a task driving an [`edgevol_nvmeof::queue::Queue`]
 //! the way quinn's `ConnectionDriver` drives quinn-proto: feed socket bytes, drain events
 //! (parse → execute → complete), transmit, and wait on the socket, finished I/O, controller
 //! teardown, async events and the next timer. Work per pass is bounded by the queue's receive
-//! budget; I/O commands run concurrently (up to the queue's slots) on the blocking pool.
+//! budget.
+//!
+//! A connection starts on the daemon's runtime; once its Connect binds an I/O queue it moves to
+//! that queue's engine thread ([`super::engine`]) for the rest of its life. There, Reads and
+//! cached Writes on a page-cache device run in place, run-to-completion; everything else
+//! (`O_DIRECT` devices, Flush, FUA, Write Zeroes, Deallocate) runs concurrently, up to the
+//! queue's slots, on the blocking pool.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,11 +17,13 @@ use std::time::Instant as StdInstant;
 use edgevol_nvmeof::admin::AdminCommand;
 use edgevol_nvmeof::auth::{command, AuthCommand, Outcome};
 use edgevol_nvmeof::fabrics::{self as parse, Command, NamespaceInfo, QueueState};
+use edgevol_nvmeof::io_cmd::IoCommand;
 use edgevol_nvmeof::queue::{self, CommandTag, Completion, Event, Queue};
 use edgevol_nvmeof::status::{Status, StatusCode};
 use getrandom::SysRng;
 use rand_core::UnwrapErr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -31,7 +39,7 @@ use super::status::TargetStatus;
 use super::subsys::{Subsystems, NSID};
 use super::{admin, queue_config};
 
-/// Bytes read from the socket at a time.
+/// Room made in the receive buffer before each socket read.
 const READ_CHUNK: usize = 64 * 1024;
 
 /// A command handed out by the queue: its tag, and what the error log records if it fails.
@@ -93,6 +101,27 @@ struct Conn {
     aers: Vec<Issued>,
     ctrl_watch: Option<watch::Receiver<bool>>,
     end: Option<End>,
+    /// Set by a Connect that bound an I/O queue: move to that queue's engine.
+    move_to_engine: Option<u16>,
+    /// Reads and cached writes run in place (on an engine, over a page-cache device).
+    in_place: bool,
+}
+
+/// The socket side of a connection and its buffers.
+struct Link {
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    /// Received bytes not yet consumed start at `rx_start`.
+    rx: Vec<u8>,
+    rx_start: usize,
+    out: Vec<u8>,
+}
+
+/// How [`drive`] returned.
+enum Exit {
+    Ended(End),
+    /// An I/O queue was bound: continue on its engine.
+    MoveToEngine(u16),
 }
 
 /// Serves one accepted connection until it closes, the controller goes, or the target stops.
@@ -124,15 +153,64 @@ pub async fn serve(
         aers: Vec::new(),
         ctrl_watch: None,
         end: None,
+        move_to_engine: None,
+        in_place: false,
     };
-    let (mut rd, mut wr) = stream.into_split();
-    let mut rx: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; READ_CHUNK];
-    let mut out = Vec::new();
-    let end = loop {
-        if !rx.is_empty() {
-            let n = conn.queue.handle_input(&rx);
-            rx.drain(..n);
+    let (rd, wr) = stream.into_split();
+    let mut link = Link {
+        rd,
+        wr,
+        rx: Vec::new(),
+        rx_start: 0,
+        out: Vec::new(),
+    };
+    let qid = match drive(&mut conn, &mut link, &mut stop).await {
+        Exit::Ended(end) => return finish(conn, link, end).await,
+        Exit::MoveToEngine(qid) => qid,
+    };
+    // The socket is re-registered with the engine's reactor: tokio streams belong to the
+    // runtime they were made on.
+    let std_stream = match link.rd.reunite(link.wr).map(TcpStream::into_std) {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return tracing::warn!(?peer, %e, "NVMe/TCP queue could not move"),
+        Err(e) => return tracing::warn!(?peer, %e, "NVMe/TCP queue could not move"),
+    };
+    let (rx, rx_start, out) = (link.rx, link.rx_start, link.out);
+    let engines = conn.subs.engines.clone();
+    let moved = engines.spawn(qid, async move {
+        let (rd, wr) = match TcpStream::from_std(std_stream) {
+            Ok(s) => s.into_split(),
+            Err(e) => return tracing::warn!(?peer, %e, "NVMe/TCP queue could not move"),
+        };
+        let mut link = Link {
+            rd,
+            wr,
+            rx,
+            rx_start,
+            out,
+        };
+        conn.in_place = conn.subs.data_path().is_some_and(|data| !data.is_direct());
+        let end = match drive(&mut conn, &mut link, &mut stop).await {
+            Exit::Ended(end) => end,
+            // A queue binds once; `dispatch` refuses a second Connect.
+            Exit::MoveToEngine(_) => End::Stopped,
+        };
+        finish(conn, link, end).await;
+    });
+    let _ = moved.await;
+}
+
+/// Runs the connection until it ends, or until a Connect binds an I/O queue that is not on its
+/// engine yet.
+async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool>) -> Exit {
+    loop {
+        if link.rx_start < link.rx.len() {
+            let n = conn.queue.handle_input(&link.rx[link.rx_start..]);
+            link.rx_start += n;
+            if link.rx_start == link.rx.len() {
+                link.rx.clear();
+                link.rx_start = 0;
+            }
         }
         while let Some(event) = conn.queue.poll_event() {
             match event {
@@ -141,16 +219,19 @@ pub async fn serve(
                 Event::Closed(reason) => conn.end = Some(End::Protocol(reason)),
             }
         }
-        if conn.queue.poll_transmit(&mut out) {
-            if let Err(e) = wr.write_all(&out).await {
-                break End::Socket(e);
+        if conn.queue.poll_transmit(&mut link.out) {
+            if let Err(e) = link.wr.write_all(&link.out).await {
+                return Exit::Ended(End::Socket(e));
             }
-            out.clear();
+            link.out.clear();
         }
         if let Some(end) = conn.end.take() {
-            break end;
+            return Exit::Ended(end);
         }
-        if !rx.is_empty() {
+        if let Some(qid) = conn.move_to_engine.take() {
+            return Exit::MoveToEngine(qid);
+        }
+        if link.rx_start < link.rx.len() {
             // Receive budget spent: let other tasks run, then continue with what is buffered.
             tokio::task::yield_now().await;
             continue;
@@ -158,15 +239,17 @@ pub async fn serve(
         let deadline = conn.deadline();
         let aen_wanted = !conn.aers.is_empty();
         let ctrl = conn.bound.as_ref().map(|b| b.controller().clone());
+        // Straight into the buffer the queue parses from (one copy from the socket).
+        link.rx.reserve(READ_CHUNK);
         tokio::select! {
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
-                    break End::Stopped;
+                    return Exit::Ended(End::Stopped);
                 }
             }
             gone = watch_shut(&mut conn.ctrl_watch) => {
                 if gone {
-                    break End::ControllerGone;
+                    return Exit::Ended(End::ControllerGone);
                 }
             }
             Some(done) = conn.inflight.join_next(), if !conn.inflight.is_empty() => {
@@ -176,24 +259,29 @@ pub async fn serve(
                     conn.joined(done);
                 }
             }
-            read = rd.read(&mut chunk) => match read {
-                Ok(0) => break End::PeerClosed,
-                Ok(n) => rx.extend_from_slice(&chunk[..n]),
-                Err(e) => break End::Socket(e),
+            read = link.rd.read_buf(&mut link.rx) => match read {
+                Ok(0) => return Exit::Ended(End::PeerClosed),
+                Ok(_) => {}
+                Err(e) => return Exit::Ended(End::Socket(e)),
             },
             () = notified(ctrl.as_deref()), if aen_wanted => conn.deliver_events(),
             () = sleep_until(deadline) => {
-                conn.queue.handle_timeout(epoch.elapsed());
+                conn.queue.handle_timeout(conn.epoch.elapsed());
                 if conn.keep_alive_expired() {
-                    break End::KeepAliveExpired;
+                    return Exit::Ended(End::KeepAliveExpired);
                 }
                 if let Some(why) = conn.auth_expired() {
-                    break End::Unauthenticated(why);
+                    return Exit::Ended(End::Unauthenticated(why));
                 }
             }
         }
-    };
+    }
+}
+
+/// Tears the queue down, logs why it ended and closes the socket.
+async fn finish(mut conn: Conn, mut link: Link, end: End) {
     conn.teardown(&end);
+    let peer = conn.peer;
     match &end {
         End::PeerClosed | End::Disconnect | End::Stopped => {
             tracing::debug!(?peer, ?end, "NVMe/TCP connection closed")
@@ -201,10 +289,11 @@ pub async fn serve(
         _ => tracing::info!(?peer, ?end, "NVMe/TCP connection closed"),
     }
     // Flush what the queue still has (a TermReq) before the socket closes.
-    if conn.queue.poll_transmit(&mut out) {
-        let _ = wr.write_all(&out).await;
+    link.out.clear();
+    if conn.queue.poll_transmit(&mut link.out) {
+        let _ = link.wr.write_all(&link.out).await;
     }
-    let _ = wr.shutdown().await;
+    let _ = link.wr.shutdown().await;
 }
 
 async fn watch_shut(w: &mut Option<watch::Receiver<bool>>) -> bool {
@@ -231,6 +320,24 @@ async fn sleep_until(deadline: Option<Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
+}
+
+/// Runs one I/O command. A panic fails the command with Internal Error, not the connection
+/// (the crate docs say why edgevold unwinds).
+fn execute(subs: &Subsystems, request: &io::Request) -> Result<Vec<u8>, TargetStatus> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        #[cfg(test)]
+        tests::injected_panic(request);
+        match subs.data_path() {
+            Some(data) => io::run(&subs.state, &data, request),
+            None => subs
+                .state
+                .lock_pool()
+                .map_err(TargetStatus::from)
+                .and_then(|mut pool| io::execute(&mut pool, request)),
+        }
+    }))
+    .unwrap_or_else(|_| Err(StatusCode::InternalError.into()))
 }
 
 impl Conn {
@@ -507,16 +614,13 @@ impl Conn {
                 self.lba_shift = shift;
             }
         }
+        if let Bound::Io(_, qid) = &bound {
+            self.move_to_engine = Some(*qid);
+        }
         self.bound = Some(bound);
     }
 
-    fn start_io(
-        &mut self,
-        issued: Issued,
-        ctrl: &Controller,
-        cmd: edgevol_nvmeof::io_cmd::IoCommand,
-        data: Vec<u8>,
-    ) {
+    fn start_io(&mut self, issued: Issued, ctrl: &Controller, cmd: IoCommand, data: Vec<u8>) {
         let Kind::Volume { id, readonly } = ctrl.kind else {
             return self.fail(issued, StatusCode::InvalidOpcode.into());
         };
@@ -529,32 +633,35 @@ impl Conn {
             data,
         };
         let (kind, bytes) = request.accounting();
-        let subs = self.subs.clone();
         let started = StdInstant::now();
-        // Straight onto the blocking pool: one hand-off per command. Mapping under the pool
-        // lock, device I/O outside it where core allows (io.rs). A panic fails the command with
-        // Internal Error, not the connection (the crate docs say why edgevold unwinds).
-        self.inflight.spawn_blocking(move || {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                #[cfg(test)]
-                tests::injected_panic(&request);
-                match subs.data_path() {
-                    Some(data) => io::run(&subs.state, &data, &request),
-                    None => subs
-                        .state
-                        .lock_pool()
-                        .map_err(TargetStatus::from)
-                        .and_then(|mut pool| io::execute(&mut pool, &request)),
-                }
-            }))
-            .unwrap_or_else(|_| Err(StatusCode::InternalError.into()));
-            Done {
+        let in_place = self.in_place
+            && request.wce
+            && matches!(
+                request.cmd,
+                IoCommand::Read { .. } | IoCommand::Write { fua: false, .. }
+            );
+        if in_place {
+            // A copy to or from the page cache (plus, for an allocating write, a journal
+            // append): cheaper than any hand-off.
+            let result = execute(&self.subs, &request);
+            return self.finish_io(Done {
                 issued,
                 result,
                 kind,
                 bytes,
                 started,
-            }
+            });
+        }
+        // Onto the blocking pool: one hand-off per command, so the queue keeps receiving while
+        // the drive works (or Flush waits). Mapping under the pool lock, device I/O outside it
+        // where core allows (io.rs).
+        let subs = self.subs.clone();
+        self.inflight.spawn_blocking(move || Done {
+            result: execute(&subs, &request),
+            issued,
+            kind,
+            bytes,
+            started,
         });
     }
 
@@ -669,6 +776,7 @@ mod tests {
             &NvmeConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
                 advertise: "127.0.0.1".parse().unwrap(),
+                io_threads: 0,
             },
             super::super::auth::HostAuth::new(
                 Arc::new(crate::hostkeys::HostKeys::open(dir.path()).unwrap()),

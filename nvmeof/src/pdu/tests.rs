@@ -416,3 +416,26 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The borrowed C2HData a read completes with is byte-for-byte the owned PDU's encoding.
+    #[test]
+    fn borrowed_c2h_data_encodes_like_the_owned_pdu(
+        cccid: u16,
+        offset: u32,
+        last: bool,
+        data in proptest::collection::vec(any::<u8>(), 0..300),
+        header: bool,
+        ddgst: bool,
+        pda in 0u8..4,
+    ) {
+        let opts = EncodeOptions { digests: Digests { header, data: ddgst }, pda };
+        let mut owned = Vec::new();
+        Pdu::C2hData(DataPdu { cccid, ttag: 0, offset, last, success: false, data: data.clone() })
+            .encode(&opts, &mut owned)
+            .unwrap();
+        let mut borrowed = Vec::new();
+        C2hDataRef { cccid, offset, last, data: &data }.encode(&opts, &mut borrowed).unwrap();
+        prop_assert_eq!(owned, borrowed);
+    }
+}

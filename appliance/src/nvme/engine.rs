@@ -1,0 +1,169 @@
+//! The I/O engines: one OS thread per core, each running its own single-threaded tokio runtime.
+//! An I/O queue moves onto engine `(qid - 1) % threads` once its Connect binds it and stays
+//! there: its socket, its PDUs and (on a page-cache device) its reads and writes all run on that
+//! thread to completion, with no hand-off per command. A host's queues (Linux makes one per CPU)
+//! so land on different threads and use every core. Admin and discovery queues stay on the
+//! daemon's runtime: they are few and not on the data path.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use tokio::runtime::{Builder, Handle};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// One engine thread.
+#[derive(Debug)]
+struct Engine {
+    handle: Handle,
+    /// I/O queues it serves now.
+    queues: Arc<AtomicUsize>,
+    /// Dropped (or sent) to stop the thread.
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+/// The engine threads of one target.
+#[derive(Debug)]
+pub struct Engines {
+    engines: Vec<Engine>,
+}
+
+/// Counts a queue on its engine while it lives there.
+#[derive(Debug)]
+pub struct Placement {
+    queues: Arc<AtomicUsize>,
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        self.queues.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Engines {
+    /// Starts `threads` engines (at least one), named `edgevol-io-N`.
+    pub fn start(threads: usize) -> std::io::Result<Self> {
+        let engines = (0..threads.max(1))
+            .map(|i| {
+                let rt = Builder::new_current_thread().enable_all().build()?;
+                let handle = rt.handle().clone();
+                let (stop, stopped) = oneshot::channel::<()>();
+                let thread = thread::Builder::new()
+                    .name(format!("edgevol-io-{i}"))
+                    .spawn(move || {
+                        // Runs the thread's queues until the target drops its engines.
+                        let _ = rt.block_on(stopped);
+                    })?;
+                Ok(Engine {
+                    handle,
+                    queues: Arc::default(),
+                    stop: Some(stop),
+                    thread: Some(thread),
+                })
+            })
+            .collect::<std::io::Result<_>>()?;
+        Ok(Engines { engines })
+    }
+
+    /// One engine per core the process may use.
+    pub fn per_core() -> std::io::Result<Self> {
+        Self::start(thread::available_parallelism().map_or(1, usize::from))
+    }
+
+    /// Number of engine threads.
+    pub fn threads(&self) -> usize {
+        self.engines.len()
+    }
+
+    /// The engine of I/O queue `qid` (1-based, as NVMe numbers them).
+    pub fn index_of(&self, qid: u16) -> usize {
+        usize::from(qid.saturating_sub(1)) % self.engines.len()
+    }
+
+    /// Runs `queue` (an I/O queue's remaining life) on the engine of `qid`.
+    pub fn spawn<F>(&self, qid: u16, queue: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let engine = &self.engines[self.index_of(qid)];
+        engine.queues.fetch_add(1, Ordering::Relaxed);
+        let placement = Placement {
+            queues: engine.queues.clone(),
+        };
+        engine.handle.spawn(async move {
+            let _placement = placement;
+            queue.await
+        })
+    }
+
+    /// I/O queues each engine serves now (metrics, tests).
+    pub fn queues_per_thread(&self) -> Vec<usize> {
+        self.engines
+            .iter()
+            .map(|e| e.queues.load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+impl Drop for Engines {
+    fn drop(&mut self) {
+        for e in &mut self.engines {
+            drop(e.stop.take());
+        }
+        for e in &mut self.engines {
+            if let Some(t) = e.thread.take() {
+                // Never join from an engine thread itself (the last queue may drop us there).
+                if t.thread().id() != thread::current().id() {
+                    let _ = t.join();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn io_queues_spread_over_the_engines_and_are_counted_while_they_live() {
+        let engines = Engines::start(2).unwrap();
+        let (release, wait) = tokio::sync::watch::channel(false);
+        let names: Vec<_> = (1..=4u16)
+            .map(|qid| {
+                let mut wait = wait.clone();
+                engines.spawn(qid, async move {
+                    let _ = wait.wait_for(|go| *go).await;
+                    thread::current().name().map(str::to_owned)
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        assert_eq!(engines.queues_per_thread(), vec![2, 2]);
+        release.send_replace(true);
+        let mut names: Vec<_> = futures_names(names).await;
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "edgevol-io-0",
+                "edgevol-io-0",
+                "edgevol-io-1",
+                "edgevol-io-1"
+            ]
+        );
+        assert_eq!(engines.queues_per_thread(), vec![0, 0]);
+    }
+
+    async fn futures_names(handles: Vec<JoinHandle<Option<String>>>) -> Vec<String> {
+        let mut out = Vec::new();
+        for h in handles {
+            out.push(h.await.unwrap().unwrap());
+        }
+        out
+    }
+}
