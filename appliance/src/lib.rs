@@ -31,6 +31,7 @@ pub mod config;
 pub mod csi;
 pub mod daemon;
 pub mod format;
+pub mod group_commit;
 pub mod hostkeys;
 pub mod metrics;
 pub mod naming;

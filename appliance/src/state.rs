@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use edgevol_core::Pool;
 
+use crate::group_commit::{CommitFailed, GroupCommit};
 use crate::pool::PoolDevice;
 
 /// Why a pool call did not run.
@@ -52,8 +53,9 @@ tokio::task_local! {
     static HOLD_OBSERVER: HoldObserver;
 }
 
-/// Runs `fut` with `observer` told how long each successful pool call it makes held the pool.
-/// The metrics layer wraps mutating CSI calls in it: that hold is their metadata commit.
+/// Runs `fut` with `observer` told how long each successful pool call it makes held the pool
+/// (for [`State::with_pool_committed`]: staged and committed, the wait for the group commit
+/// included). The metrics layer wraps mutating CSI calls in it: that is their metadata commit.
 pub async fn observe_holds<F: Future>(observer: HoldObserver, fut: F) -> F::Output {
     HOLD_OBSERVER.scope(observer, fut).await
 }
@@ -69,6 +71,8 @@ pub struct State {
     pool: OnceLock<Mutex<Pool<PoolDevice>>>,
     /// Whether the poisoned lock was logged (once: every later call finds it poisoned).
     poison_logged: AtomicBool,
+    /// Group commit of the calls that stage (`with_pool_committed`).
+    commits: GroupCommit,
 }
 
 impl State {
@@ -79,6 +83,7 @@ impl State {
             topology,
             pool: OnceLock::new(),
             poison_logged: AtomicBool::new(false),
+            commits: GroupCommit::default(),
         }
     }
 
@@ -119,19 +124,80 @@ impl State {
         T: Send + 'static,
         E: From<PoolUnavailable> + Send + 'static,
     {
-        if !self.is_ready() {
-            return Err(PoolUnavailable::NotReady.into());
-        }
-        let state = self.clone();
         let observer = HOLD_OBSERVER.try_with(Clone::clone).ok();
-        tokio::task::spawn_blocking(move || {
-            let mut pool = state.lock_pool()?;
+        self.spawn_on_pool(move |state, pool| {
             let started = Instant::now();
-            let result = f(&state, &mut pool);
+            let result = f(state, pool);
             if let (Some(observe), Ok(_)) = (observer, &result) {
                 observe(started.elapsed());
             }
             result
+        })
+        .await
+    }
+
+    /// [`State::with_pool`] for the control plane: control operations in `f` stage their records
+    /// (core's group commit) and the call returns once a hard commit covering everything staged
+    /// before it returned has finished, one commit for all calls in flight
+    /// ([`crate::group_commit`]). Every call waits, reads and refusals too: what it answers may
+    /// rest on another call's staged record, which must not be shown before it is durable. Fails
+    /// with `f`'s error, or the commit's, or [`PoolUnavailable`].
+    pub async fn with_pool_committed<T, E, F>(self: &Arc<Self>, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&State, &mut Pool<PoolDevice>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<PoolUnavailable> + From<CommitFailed> + Send + 'static,
+    {
+        let observer = HOLD_OBSERVER.try_with(Clone::clone).ok();
+        let started = Instant::now();
+        let staging = self.commits.staging();
+        let (result, ticket) = self
+            .spawn_on_pool(move |state, pool| {
+                // Staging is scoped to this call: every other pool user commits as it always did.
+                pool.set_group_commit(true);
+                let result = f(state, pool);
+                pool.set_group_commit(false);
+                Ok::<_, E>((result, pool.commit_ticket()))
+            })
+            .await?;
+        drop(staging);
+        self.commits.wait(self, ticket).await?;
+        if let (Some(observe), Ok(_)) = (observer, &result) {
+            observe(started.elapsed());
+        }
+        result
+    }
+
+    /// [`State::with_pool`] without telling any hold observer (the group commit's own commits).
+    pub(crate) async fn on_pool_unobserved<T, F>(
+        self: &Arc<Self>,
+        f: F,
+    ) -> Result<T, PoolUnavailable>
+    where
+        F: FnOnce(&State, &mut Pool<PoolDevice>) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.spawn_on_pool(move |state, pool| Ok(f(state, pool)))
+            .await
+    }
+
+    pub(crate) fn commits(&self) -> &GroupCommit {
+        &self.commits
+    }
+
+    async fn spawn_on_pool<T, E, F>(self: &Arc<Self>, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&State, &mut Pool<PoolDevice>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<PoolUnavailable> + Send + 'static,
+    {
+        if !self.is_ready() {
+            return Err(PoolUnavailable::NotReady.into());
+        }
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut pool = state.lock_pool()?;
+            f(&state, &mut pool)
         })
         .await
         .unwrap_or_else(|_| Err(PoolUnavailable::TaskFailed.into()))

@@ -12,7 +12,9 @@
 //!
 //! - **Control operations** (create/delete/expand volume, snapshots, groups, publish/unpublish)
 //!   are durable when they return `Ok`: their journal record has been written and flushed. Answer
-//!   the CSI call only then. An operation that returns an error may or may not be durable if the
+//!   the CSI call only then. With [`Pool::set_group_commit`] they are staged instead, and many
+//!   share one hard commit ([`Pool::commit_staged`]); answer each once its [`CommitTicket`] is
+//!   committed (the `group_commit` module docs). An operation that returns an error may or may not be durable if the
 //!   error is `Error::Device` (the pool then refuses further work until reopened); any other error
 //!   changed nothing.
 //! - **Data path**: a write through [`Pool::map_write`] may allocate a cluster (first write, or
@@ -94,6 +96,7 @@ pub mod device;
 mod error;
 mod format;
 mod group;
+mod group_commit;
 mod id;
 mod journal;
 pub mod limits;
@@ -112,6 +115,7 @@ pub use device::{BlockDevice, DeviceError, DeviceErrorKind, ErrorType};
 pub use error::{Corruption, Error, Field, Limit, ObjectRef, Precondition, Problem, Range, Result};
 pub use format::{Progress, DISCARD_CHUNK_MAX};
 pub use group::{Group, GroupSnapshot};
+pub use group_commit::CommitTicket;
 pub use id::{GroupId, GroupSnapshotId, ImageId, SnapshotId, VolumeId};
 pub use map::{IoTicket, Prepare, Quiesce, ReadMap, ReadSegment, WriteSegment};
 pub use pool::{Epoch, FormatOptions, OpenOptions, PersistTicket, Pool};

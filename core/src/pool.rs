@@ -90,7 +90,7 @@ pub struct Pool<D: BlockDevice> {
     journal_pos: u64,
     ckpt_gen: u64,
     /// Bytes the tables may take when next checkpointed (an upper estimate).
-    meta_estimate: u64,
+    pub(crate) meta_estimate: u64,
     /// Data-path records (allocations, trims) not in the journal yet.
     pub(crate) pending: Vec<Record>,
     /// Data-path records made since mount: `recorded - pending.len()` of them are in the journal.
@@ -109,6 +109,12 @@ pub struct Pool<D: BlockDevice> {
     pub(crate) writes_in_flight: u32,
     /// How snapshots wait for detached writes (`Pool::set_quiesce`).
     pub(crate) quiesce: Option<alloc::boxed::Box<dyn crate::map::Quiesce>>,
+    /// Control operations stage their records instead of committing (`Pool::set_group_commit`).
+    pub(crate) group_commit: bool,
+    /// Control records staged since mount (applied, in `pending` until journaled).
+    pub(crate) staged: u64,
+    /// How many of the staged control records a hard commit has made durable.
+    pub(crate) hardened: u64,
 }
 
 /// Frames of one commit, ready to write.
@@ -242,6 +248,9 @@ impl<D: BlockDevice> Pool<D> {
             failed: None,
             writes_in_flight: 0,
             quiesce: None,
+            group_commit: false,
+            staged: 0,
+            hardened: 0,
         }
     }
 
@@ -406,11 +415,16 @@ impl<D: BlockDevice> Pool<D> {
 
     /// Validates `rec`, makes it durable with every pending data-path record, then applies it.
     /// `growth` estimates how much the tables grow beyond the record itself.
+    /// In group-commit mode the record is staged instead (`group_commit` module).
     pub(crate) fn run(&mut self, rec: Record, growth: u64) -> Result<()> {
         self.check_usable()?;
         self.state.validate(&rec)?;
         if rec.shares_volume_clusters() {
             self.quiesce_writes();
+        }
+        if self.group_commit {
+            self.stage(rec, growth);
+            return Ok(());
         }
         self.commit(Some(&rec), growth, Commit::Hard)?;
         self.state.apply(rec);
@@ -472,6 +486,13 @@ impl<D: BlockDevice> Pool<D> {
     /// but unsealed soft frames, writes an empty hard frame: replay needs a hard frame after soft
     /// ones to know they were flushed.
     fn commit_hard(&mut self, op: Option<&Record>, growth: u64) -> Result<()> {
+        self.write_hard(op, growth)?;
+        // Every pending record is in a flushed frame or the checkpoint, soft frames are sealed.
+        self.hardened = self.staged;
+        Ok(())
+    }
+
+    fn write_hard(&mut self, op: Option<&Record>, growth: u64) -> Result<()> {
         if self.data_dirty || self.unsealed {
             // Data first: a mapping must never become durable before the data it points at.
             self.dev.flush().map_err(dev_err)?;

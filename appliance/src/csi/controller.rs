@@ -145,8 +145,14 @@ impl Controller for ControllerService {
         let op = Unpublish::try_from(request.into_inner())?;
         let volume = op.volume_id.clone();
         let nodes = self
-            .call(move |state, pool| volumes::unpublish(state, pool, &op, &target))
+            .call(move |state, pool| volumes::unpublish(state, pool, &op))
             .await?;
+        // Durable now: only then do live connections go.
+        if let Some(id) = Ids::new(&self.state.appliance_id).parse_volume(&volume) {
+            for node in &nodes {
+                target.access.revoke(id, node);
+            }
+        }
         for node in &nodes {
             tracing::info!(%volume, %node, "volume unpublished");
         }
@@ -243,10 +249,15 @@ impl Controller for ControllerService {
     ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
         let op = Expand::try_from(request.into_inner())?;
         let block = op.block;
-        let target = self.target.clone();
-        let size = self
-            .call(move |state, pool| volumes::expand(state, pool, &op, target.as_ref()))
+        let volume = op.volume_id.clone();
+        let (size, grown) = self
+            .call(move |state, pool| volumes::expand(state, pool, &op))
             .await?;
+        // Durable now: connected hosts learn of the new size.
+        let id = Ids::new(&self.state.appliance_id).parse_volume(&volume);
+        if let (Some(t), Some(id), true) = (&self.target, id, grown) {
+            t.access.namespace_changed(id);
+        }
         Ok(Response::new(ControllerExpandVolumeResponse {
             capacity_bytes: super::encode::i64_of(size),
             // A filesystem must grow on the node too; a raw block volume is simply larger.

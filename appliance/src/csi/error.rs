@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use edgevol_core::{GroupId, GroupSnapshotId, SnapshotId, VolumeId};
 
+use crate::group_commit::CommitFailed;
 use crate::state::PoolUnavailable;
 
 /// The kind of object an id names.
@@ -126,5 +127,14 @@ impl From<PoolUnavailable> for Error {
 impl From<edgevol_core::Error> for Error {
     fn from(e: edgevol_core::Error) -> Self {
         Error::Core(e)
+    }
+}
+
+impl From<CommitFailed> for Error {
+    fn from(e: CommitFailed) -> Self {
+        match e {
+            CommitFailed::Core(e) => Error::Core(e),
+            CommitFailed::Unavailable(e) => Error::Unavailable(e),
+        }
     }
 }

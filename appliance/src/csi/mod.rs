@@ -67,15 +67,17 @@ pub fn routes(state: &Arc<State>, target: Option<TargetInfo>) -> Routes {
     routes.routes()
 }
 
-/// Runs one operation on the pool (serialized with every other pool call, off the reactor);
-/// its failure becomes a status through [`status::from_error`] only.
+/// Runs one operation on the pool (serialized with every other pool call, off the reactor),
+/// answered once durable: the group commit of every call in flight covers it
+/// ([`State::with_pool_committed`]); its failure becomes a status through [`status::from_error`]
+/// only.
 pub async fn call<T, F>(state: &Arc<State>, f: F) -> Result<T, Status>
 where
     F: FnOnce(&State, &mut Pool<PoolDevice>) -> Result<T, Error> + Send + 'static,
     T: Send + 'static,
 {
     state
-        .with_pool(f)
+        .with_pool_committed(f)
         .await
         .map_err(|e| status::from_error(Ids::new(&state.appliance_id), e))
 }

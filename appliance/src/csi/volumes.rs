@@ -127,15 +127,11 @@ pub fn publish(
     ))
 }
 
-/// ControllerUnpublishVolume: the node (or every node) leaves the publications, durably, and
-/// then loses its live connections, so a host never keeps access the metadata no longer grants
-/// after a crash. An unknown volume or node is already unpublished. Returns the nodes removed.
-pub fn unpublish(
-    state: &State,
-    pool: &mut Core,
-    op: &Unpublish,
-    target: &TargetInfo,
-) -> Result<Vec<String>, Error> {
+/// ControllerUnpublishVolume: the node (or every node) leaves the publications. Returns the nodes
+/// removed; the caller tears down their live connections once the removal is durable (so a host
+/// never keeps access the metadata no longer grants after a crash). An unknown volume or node is
+/// already unpublished.
+pub fn unpublish(state: &State, pool: &mut Core, op: &Unpublish) -> Result<Vec<String>, Error> {
     let Some(id) = ids(state).parse_volume(&op.volume_id) else {
         return Ok(Vec::new());
     };
@@ -149,9 +145,6 @@ pub fn unpublish(
     };
     for node in &nodes {
         pool.unpublish(id, node)?;
-    }
-    for node in &nodes {
-        target.access.revoke(id, node);
     }
     Ok(nodes)
 }
@@ -329,25 +322,17 @@ pub fn list_snapshots(
     })
 }
 
-/// ControllerExpandVolume: the new size (the current one if it already satisfies the range);
-/// connected hosts learn of it through an async event.
-pub fn expand(
-    state: &State,
-    pool: &mut Core,
-    op: &Expand,
-    target: Option<&TargetInfo>,
-) -> Result<u64, Error> {
+/// ControllerExpandVolume: the new size (the current one if it already satisfies the range),
+/// and whether it changed; the caller tells connected hosts (an async event) once it is durable.
+pub fn expand(state: &State, pool: &mut Core, op: &Expand) -> Result<(u64, bool), Error> {
     let id = ids(state).require_volume(&op.volume_id)?;
     let current = pool.volume(id)?.size();
     if current >= op.range.required {
-        return Ok(current);
+        return Ok((current, false));
     }
     let cluster = u64::from(pool.cluster_size());
     let size = pool.expand_volume(id, capacity::choose(Some(op.range), 0, cluster, None)?)?;
-    if let Some(t) = target {
-        t.access.namespace_changed(id);
-    }
-    Ok(size)
+    Ok((size, size != current))
 }
 
 /// ControllerGetVolume: the volume, its nodes and its condition.
