@@ -1,9 +1,15 @@
 //! Control-plane benchmark over mTLS with durable commits: prints a table.
 //!
 //! `cargo bench -p edgevol-appliance --bench control_plane` (add `-- --quick` for a smoke run).
-//! The baseline is Probe, an RPC that touches no metadata, over the same mTLS channel in the
-//! same run: the ratios say what a durable metadata commit costs on top of a round trip.
+//! Baselines in the same run: Probe, an RPC that touches no metadata, over the same mTLS channel
+//! (what a durable metadata commit costs on top of a round trip); and for each mutation its own
+//! sequential figure (1 in flight), against which 16 and 100 in flight are compared (what group
+//! commit buys: concurrent calls share journal writes and flushes). Then ListVolumes over 10,000
+//! volumes, every page.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[path = "../tests/common/mod.rs"]
@@ -49,20 +55,63 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Times `n` sequential calls; returns the samples and the total.
-async fn timed<F, Fut>(n: usize, mut call: F) -> (Vec<Duration>, Duration)
+/// Runs `n` calls with `depth` of them in flight (each of `depth` workers takes the next index
+/// until none is left); returns every call's latency and the total.
+async fn in_flight<F, Fut>(n: usize, depth: usize, call: F) -> (Vec<Duration>, Duration)
 where
-    F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = ()>,
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
-    let mut samples = Vec::with_capacity(n);
+    let call = Arc::new(call);
+    let next = Arc::new(AtomicUsize::new(0));
     let all = Instant::now();
-    for i in 0..n {
-        let t = Instant::now();
-        call(i).await;
-        samples.push(t.elapsed());
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..depth.min(n) {
+        let (call, next) = (call.clone(), next.clone());
+        workers.spawn(async move {
+            let mut samples = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return samples;
+                }
+                let t = Instant::now();
+                call(i).await;
+                samples.push(t.elapsed());
+            }
+        });
+    }
+    let mut samples = Vec::with_capacity(n);
+    while let Some(s) = workers.join_next().await {
+        samples.extend(s.unwrap());
     }
     (samples, all.elapsed())
+}
+
+const NODE: &str = "nqn.2014-08.org.nvmexpress:uuid:bench";
+const DEPTHS: [usize; 3] = [1, 16, 100];
+
+/// One mutation at every depth: rows in order of [`DEPTHS`].
+#[derive(Default)]
+struct Scaling {
+    rows: Vec<(usize, Stats)>,
+}
+
+fn print_scaling(name: &str, s: &Scaling) {
+    let base = s.rows[0].1.n as f64 / s.rows[0].1.total.as_secs_f64();
+    for (depth, r) in &s.rows {
+        let ops = r.n as f64 / r.total.as_secs_f64();
+        println!(
+            "| {:<26} | {:>9} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>9.2}x |",
+            name,
+            depth,
+            r.n,
+            ops,
+            r.p50.as_secs_f64() * 1e6,
+            r.p99.as_secs_f64() * 1e6,
+            ops / base
+        );
+    }
 }
 
 #[tokio::main]
@@ -92,51 +141,57 @@ async fn main() {
     .unwrap();
     let addr = app.local_addr;
     let channel = channel(addr, tls).await;
-    let mut identity = IdentityClient::new(channel.clone());
-    let mut c = ControllerClient::new(channel.clone());
+    let identity = IdentityClient::new(channel.clone());
+    let c = ControllerClient::new(channel.clone());
     let rss_empty = rss_kib();
 
-    let mut rows = Vec::new();
-    let (s, t) = timed(n, |_| {
+    let (s, t) = in_flight(n, 1, move |_| {
         let mut identity = identity.clone();
         async move {
             identity.probe(ProbeRequest {}).await.unwrap();
         }
     })
     .await;
-    rows.push(stats("Probe (baseline: mTLS round trip)", s, t));
-    identity.probe(ProbeRequest {}).await.unwrap();
+    let probe = stats("Probe (baseline: mTLS round trip)", s, t);
 
-    let mut ids = Vec::new();
-    let (s, t) = timed(n, |i| {
-        let mut c = c.clone();
-        let name = format!("seq-{i}");
-        async move {
-            c.create_volume(block_volume(name)).await.unwrap();
+    // Per depth: create n volumes, publish them to one node, unpublish, delete them (the daemon
+    // always runs its NVMe/TCP target).
+    let (mut create, mut publish, mut unpublish, mut delete) = Default::default();
+    let mut rss_volumes = 0;
+    for depth in DEPTHS {
+        let cc = c.clone();
+        let (s, t) = in_flight(n, depth, move |i| {
+            let mut c = cc.clone();
+            async move {
+                c.create_volume(block_volume(format!("d{depth}-{i}")))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+        push(&mut create, depth, "CreateVolume", s, t);
+        if depth == 1 {
+            rss_volumes = rss_kib();
         }
-    })
-    .await;
-    rows.push(stats("CreateVolume, sequential", s, t));
-    let rss_volumes = rss_kib();
-    for e in c
-        .list_volumes(ListVolumesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .entries
-    {
-        ids.push(e.volume.unwrap().volume_id);
-    }
-
-    // The daemon always runs its NVMe/TCP target.
-    {
-        let (s, t) = timed(n, |i| {
-            let mut c = c.clone();
-            let id = ids[i].clone();
+        let ids: Arc<Vec<String>> = Arc::new(
+            c.clone()
+                .list_volumes(ListVolumesRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .entries
+                .into_iter()
+                .map(|e| e.volume.unwrap().volume_id)
+                .collect(),
+        );
+        assert_eq!(ids.len(), n);
+        let (cc, v) = (c.clone(), ids.clone());
+        let (s, t) = in_flight(n, depth, move |i| {
+            let (mut c, id) = (cc.clone(), v[i].clone());
             async move {
                 c.controller_publish_volume(ControllerPublishVolumeRequest {
                     volume_id: id,
-                    node_id: "nqn.2014-08.org.nvmexpress:uuid:bench".into(),
+                    node_id: NODE.into(),
                     volume_capability: block_volume(String::new()).volume_capabilities.pop(),
                     ..Default::default()
                 })
@@ -145,14 +200,14 @@ async fn main() {
             }
         })
         .await;
-        rows.push(stats("ControllerPublishVolume", s, t));
-        let (s, t) = timed(n, |i| {
-            let mut c = c.clone();
-            let id = ids[i].clone();
+        push(&mut publish, depth, "ControllerPublishVolume", s, t);
+        let (cc, v) = (c.clone(), ids.clone());
+        let (s, t) = in_flight(n, depth, move |i| {
+            let (mut c, id) = (cc.clone(), v[i].clone());
             async move {
                 c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
                     volume_id: id,
-                    node_id: "nqn.2014-08.org.nvmexpress:uuid:bench".into(),
+                    node_id: NODE.into(),
                     ..Default::default()
                 })
                 .await
@@ -160,69 +215,39 @@ async fn main() {
             }
         })
         .await;
-        rows.push(stats("ControllerUnpublishVolume", s, t));
+        push(&mut unpublish, depth, "ControllerUnpublishVolume", s, t);
+        let (cc, v) = (c.clone(), ids.clone());
+        let (s, t) = in_flight(n, depth, move |i| {
+            let (mut c, id) = (cc.clone(), v[i].clone());
+            async move {
+                c.delete_volume(DeleteVolumeRequest {
+                    volume_id: id,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            }
+        })
+        .await;
+        push(&mut delete, depth, "DeleteVolume", s, t);
     }
 
-    let (s, t) = timed(n, |i| {
-        let mut c = c.clone();
-        let id = ids[i].clone();
+    // ListVolumes over `listed` volumes, every page of 1,000 (created 100 in flight).
+    let cc = c.clone();
+    in_flight(listed, 100, move |i| {
+        let mut c = cc.clone();
         async move {
-            c.delete_volume(DeleteVolumeRequest {
-                volume_id: id,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+            c.create_volume(block_volume(format!("list-{i}")))
+                .await
+                .unwrap();
         }
     })
     .await;
-    rows.push(stats("DeleteVolume, sequential", s, t));
-
-    // 16 calls in flight: what a CO's worker pool sees.
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    let per = n / 16;
-    for w in 0..16 {
-        let mut c = c.clone();
-        tasks.spawn(async move {
-            let mut samples = Vec::new();
-            for i in 0..per {
-                let t = Instant::now();
-                c.create_volume(block_volume(format!("par-{w}-{i}")))
-                    .await
-                    .unwrap();
-                samples.push(t.elapsed());
-            }
-            samples
-        });
-    }
-    let mut samples = Vec::new();
-    while let Some(s) = tasks.join_next().await {
-        samples.extend(s.unwrap());
-    }
-    rows.push(stats(
-        "CreateVolume, 16 in flight",
-        samples,
-        started.elapsed(),
-    ));
-
-    // ListVolumes over `listed` volumes, in pages of 1,000.
-    let have = c
-        .list_volumes(ListVolumesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .entries
-        .len();
-    for i in have..listed {
-        c.create_volume(block_volume(format!("list-{i}")))
-            .await
-            .unwrap();
-    }
-    let (s, t) = timed(if quick { 3 } else { 10 }, |_| {
-        let mut c = c.clone();
+    let cc = c.clone();
+    let (s, t) = in_flight(if quick { 3 } else { 10 }, 1, move |_| {
+        let mut c = cc.clone();
         async move {
-            let mut token = String::new();
+            let (mut token, mut seen) = (String::new(), 0);
             loop {
                 let page = c
                     .list_volumes(ListVolumesRequest {
@@ -232,21 +257,18 @@ async fn main() {
                     .await
                     .unwrap()
                     .into_inner();
+                seen += page.entries.len();
                 if page.next_token.is_empty() {
                     break;
                 }
                 token = page.next_token;
             }
+            assert_eq!(seen, listed);
         }
     })
     .await;
-    rows.push(stats(
-        &format!("ListVolumes, all {listed} (pages of 1,000)"),
-        s,
-        t,
-    ));
+    let list = stats(&format!("ListVolumes, all {listed} (pages of 1,000)"), s, t);
 
-    let base = rows[0].p50.as_secs_f64();
     println!(
         "\ncontrol plane over mTLS, durable commits (pool file in {})",
         dir.path().display()
@@ -259,9 +281,10 @@ async fn main() {
         "|{:-<44}|{:->8}|{:->12}|{:->12}|{:->12}|{:->11}|",
         "", "", "", "", "", ""
     );
-    for r in &rows {
+    let base = probe.p50.as_secs_f64();
+    for r in [&probe, &list] {
         println!(
-            "| {:<42} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>8.1}x |",
+            "| {:<42} | {:>6} | {:>10.1} | {:>8.0}µs | {:>8.0}µs | {:>8.1}x |",
             r.name,
             r.n,
             r.n as f64 / r.total.as_secs_f64(),
@@ -270,6 +293,19 @@ async fn main() {
             r.p50.as_secs_f64() / base
         );
     }
+    println!("\nmutations by calls in flight (ops/s vs. the same call sequential, this run)");
+    println!(
+        "| {:<26} | {:>9} | {:>6} | {:>10} | {:>10} | {:>10} | {:>10} |",
+        "operation", "in flight", "calls", "ops/s", "p50", "p99", "vs 1"
+    );
+    println!(
+        "|{:-<28}|{:->11}|{:->8}|{:->12}|{:->12}|{:->12}|{:->12}|",
+        "", "", "", "", "", "", ""
+    );
+    print_scaling("CreateVolume", &create);
+    print_scaling("ControllerPublishVolume", &publish);
+    print_scaling("ControllerUnpublishVolume", &unpublish);
+    print_scaling("DeleteVolume", &delete);
     println!(
         "\nRSS (daemon and client in one process): {} KiB empty, {} KiB with {n} volumes (+{} KiB, {:.2} KiB/volume)",
         rss_empty,
@@ -278,4 +314,8 @@ async fn main() {
         rss_volumes.saturating_sub(rss_empty) as f64 / n as f64
     );
     app.stop().await.unwrap();
+}
+
+fn push(s: &mut Scaling, depth: usize, name: &str, samples: Vec<Duration>, total: Duration) {
+    s.rows.push((depth, stats(name, samples, total)));
 }

@@ -1,8 +1,9 @@
 //! CSI Controller: volumes and snapshots of the pool.
 //!
 //! Every handler: the request `TryFrom` into its validated operation ([`super::request`]), one
-//! call of that operation on the pool ([`super::volumes`], durable when it returns), the answer
-//! encoded; failures become statuses in [`super::status`] only. Calls on the pool are
+//! call of that operation on the pool ([`super::volumes`], answered once durable: concurrent
+//! calls share one group commit), the answer encoded; failures become statuses in
+//! [`super::status`] only. Calls on the pool are
 //! serialized, so concurrent calls on one volume never interleave.
 //!
 //! Served: every Controller RPC. ControllerPublishVolume and ControllerUnpublishVolume only

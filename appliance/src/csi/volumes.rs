@@ -1,7 +1,7 @@
 //! The Controller's operations on the pool: one function per RPC. Each takes its validated
-//! request ([`super::request`]), resolves CSI ids ([`Ids`]), makes its core calls (durable when
-//! they return) and encodes the answer ([`super::encode`]). They run under the pool lock (the
-//! handler's one [`super::call`]) and fail with [`Error`] only.
+//! request ([`super::request`]), resolves CSI ids ([`Ids`]), makes its core calls (staged: the
+//! handler's one [`super::call`] answers once a group commit made them durable) and encodes the
+//! answer ([`super::encode`]). They run under the pool lock and fail with [`Error`] only.
 //!
 //! Idempotency is core's: CreateVolume asks core for the volume the request describes (see
 //! [`capacity::choose`] for the size) and core returns the existing one of that name when it

@@ -1,7 +1,7 @@
 //! CSI call metrics: a tower layer outside the role check that counts every call by method and
-//! gRPC status code and times it, and times how long each mutating call holds the pool (the
-//! metadata commit histogram) by observing the pool handle's holds while it runs
-//! ([`crate::state::observe_holds`]).
+//! gRPC status code and times it, and times each mutating call's metadata commit (staging under
+//! the pool lock and the wait for the group commit covering it: the metadata commit histogram)
+//! by observing the pool handle while it runs ([`crate::state::observe_holds`]).
 //!
 //! A unary gRPC response carries its status in the trailers, after the message; an error
 //! answered before any message carries it in the headers ("trailers-only"). The layer reads

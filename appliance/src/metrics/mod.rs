@@ -7,8 +7,9 @@
 //! - the pool's capacity and failure state (one short call under the pool lock);
 //! - the SMART / Health log of the pool device when it is an NVMe namespace ([`health`]);
 //! - CSI calls by method and code with latency ([`csi::CsiMetricsLayer`]);
-//! - metadata commit latency: how long each mutating CSI call held the pool (the CSI layer
-//!   observes the pool handle's holds, see [`Registry::observe_commit`]).
+//! - metadata commit latency: how long each mutating CSI call took from staging under the pool
+//!   lock to the end of the group commit covering it (the CSI layer observes the pool handle,
+//!   see [`Registry::observe_commit`]).
 //!
 //! The daemon hands the exporter these sources; nothing below (state, target) knows of it.
 //! Volumes are labelled with their CSI `volume_id`. Nothing derived from a request body is
