@@ -3,7 +3,8 @@
 //! the same queue depth, and the raw device (hal `FileDevice` on the same tmpfs).
 //!
 //! `cargo bench -p edgevol-appliance --bench data_path` (add `-- --quick` for a smoke run in CI;
-//! other words after `--` run only the workloads whose name contains one, e.g. `-- write`).
+//! other words after `--` run only the workloads whose name contains one, e.g. `-- write`;
+//! `-- --target-only` skips the baselines, for profiling).
 //! Prints a table; the ratios are what matter (the machine is shared, absolute numbers vary).
 //! No timing is asserted; data read back is checked on the way.
 //!
@@ -460,6 +461,8 @@ fn tmpfs_dir() -> tempfile::TempDir {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    // Profiling: only the edgevol cells, no baselines in the same process.
+    let target_only = args.iter().any(|a| a == "--target-only");
     let cluster_kib: Option<u32> = args.iter().position(|a| a == "--cluster-kib").map(|i| {
         args.get(i + 1)
             .and_then(|n| n.parse().ok())
@@ -611,9 +614,13 @@ async fn main() {
             let allocs = TARGET_ALLOCS.load(Ordering::Relaxed);
             let mut e = edgevol(&mut q, w, target[0], budget).await;
             let allocs = (TARGET_ALLOCS.load(Ordering::Relaxed) - allocs) as f64 / e.ops as f64;
+            let unit = if w.iops() { "IOPS" } else { "MiB/s" };
+            if target_only {
+                println!("| {} | {unit} | {:.0} | | | | | {allocs:.1} |", w.name, e.per_sec(w));
+                continue;
+            }
             let mut t = tcp(echo, w, dur).await;
             let mut d = device(dev, w, target[1], budget).await;
-            let unit = if w.iops() { "IOPS" } else { "MiB/s" };
             let (er, tr, dr) = (e.per_sec(w), t.per_sec(w), d.per_sec(w));
             println!(
                 "| {} | {unit} | {er:.0} | {tr:.0} | {dr:.0} | {:.2} | {:.2} | {allocs:.1} |",

@@ -363,6 +363,11 @@ impl Queue {
         self.events.pop_front()
     }
 
+    /// Whether events wait to be polled.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// When [`Queue::handle_timeout`] must next be called, if ever.
     pub fn poll_timeout(&self) -> Option<Duration> {
         match self.state {

@@ -31,6 +31,8 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use smallvec::SmallVec;
+
 use edgevol_core::{
     BlockDevice, DeviceError, IoTicket, Pool, Prepare, Quiesce, ReadSegment, VolumeId, WriteSegment,
 };
@@ -45,6 +47,9 @@ use crate::state::State;
 
 /// Segments mapped per `map_write` call.
 const SEGMENTS: usize = 16;
+
+/// Segments of one read or write (more spill to the heap: a large I/O over many clusters).
+type Segments<T> = SmallVec<[T; SEGMENTS]>;
 
 /// One I/O command with what the queue knows about its namespace.
 #[derive(Debug)]
@@ -116,8 +121,8 @@ fn dev_write(dev: &mut Dev, offset: u64, buf: &[u8]) -> Result<(), TargetStatus>
         .map_err(|e| dev_err(&e, Access::Write))
 }
 
-/// Executes `req`; the read data on success.
-pub fn execute(pool: &mut Pool<Dev>, req: &Request) -> Result<Vec<u8>, TargetStatus> {
+/// Executes `req`; a Read's data goes to `out` (resized to the read's length).
+pub fn execute(pool: &mut Pool<Dev>, req: &Request, out: &mut Vec<u8>) -> Result<(), TargetStatus> {
     let writes = matches!(
         req.cmd,
         IoCommand::Write { .. }
@@ -130,7 +135,7 @@ pub fn execute(pool: &mut Pool<Dev>, req: &Request) -> Result<Vec<u8>, TargetSta
     match req.cmd {
         IoCommand::Read { slba, blocks, .. } => {
             let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
-            read(pool, req.volume, off, len)
+            read(pool, req.volume, off, len, out)
         }
         IoCommand::Write {
             slba, blocks, fua, ..
@@ -140,18 +145,13 @@ pub fn execute(pool: &mut Pool<Dev>, req: &Request) -> Result<Vec<u8>, TargetSta
                 return Err(StatusCode::DataSglLengthInvalid.into());
             }
             write(pool, req.volume, off, &req.data)?;
-            durable(pool, fua || !req.wce)?;
-            Ok(Vec::new())
+            durable(pool, fua || !req.wce)
         }
-        IoCommand::Flush { .. } => {
-            pool.flush().map_err(|e| from_core(&e))?;
-            Ok(Vec::new())
-        }
+        IoCommand::Flush { .. } => pool.flush().map_err(|e| from_core(&e)),
         IoCommand::WriteZeroes { slba, blocks, .. } => {
             let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
             write_zeroes(pool, req.volume, off, len)?;
-            durable(pool, !req.wce)?;
-            Ok(Vec::new())
+            durable(pool, !req.wce)
         }
         IoCommand::DatasetManagement {
             ranges, deallocate, ..
@@ -160,7 +160,7 @@ pub fn execute(pool: &mut Pool<Dev>, req: &Request) -> Result<Vec<u8>, TargetSta
                 deallocate_ranges(pool, req, ranges)?;
                 durable(pool, false)?;
             }
-            Ok(Vec::new())
+            Ok(())
         }
     }
 }
@@ -178,34 +178,42 @@ fn durable(pool: &mut Pool<Dev>, flush: bool) -> Result<(), TargetStatus> {
     .map_err(|e| from_core(&e))
 }
 
-fn read(pool: &mut Pool<Dev>, vol: VolumeId, off: u64, len: u64) -> Result<Vec<u8>, TargetStatus> {
-    let segments: Vec<ReadSegment> = pool
+fn read(
+    pool: &mut Pool<Dev>,
+    vol: VolumeId,
+    off: u64,
+    len: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), TargetStatus> {
+    let segments: Segments<ReadSegment> = pool
         .map_read(vol, off, len)
         .map_err(|e| from_core(&e))?
         .collect();
-    gather(segments, len, |offset, part| {
+    gather(&segments, len, out, |offset, part| {
         dev_read(pool.device_mut(), offset, part)
     })
 }
 
-/// The `len` bytes `segments` map, in order: zeros for holes, `read(device offset, part)` for
-/// data.
+/// Puts the `len` bytes `segments` map into `out`, in order: zeros for holes,
+/// `read(device offset, part)` for data.
 fn gather(
-    segments: Vec<ReadSegment>,
+    segments: &[ReadSegment],
     len: u64,
+    out: &mut Vec<u8>,
     mut read: impl FnMut(u64, &mut [u8]) -> Result<(), TargetStatus>,
-) -> Result<Vec<u8>, TargetStatus> {
-    let mut buf = vec![0u8; to_usize(len)?];
+) -> Result<(), TargetStatus> {
+    out.clear();
+    out.resize(to_usize(len)?, 0);
     let mut at = 0usize;
     for seg in segments {
         let n = to_usize(seg.len())?;
-        let part = buf.get_mut(at..at + n).ok_or(StatusCode::InternalError)?;
-        if let ReadSegment::Data { device_offset, .. } = seg {
+        let part = out.get_mut(at..at + n).ok_or(StatusCode::InternalError)?;
+        if let ReadSegment::Data { device_offset, .. } = *seg {
             read(device_offset, part)?;
         }
         at += n;
     }
-    Ok(buf)
+    Ok(())
 }
 
 /// Fills the parts of a fresh cluster that `seg` does not cover, as core asks.
@@ -432,7 +440,7 @@ fn lock(state: &State) -> Result<MutexGuard<'_, Pool<Dev>>, TargetStatus> {
 /// Tickets to complete, under the pool lock, when dropped: on every path out of a command.
 struct Tickets<'a> {
     state: &'a State,
-    held: Vec<IoTicket>,
+    held: SmallVec<[IoTicket; 2]>,
 }
 
 impl Tickets<'_> {
@@ -456,13 +464,18 @@ impl Drop for Tickets<'_> {
     }
 }
 
-/// Executes `req` on the blocking pool: reads and in-place writes do their device I/O outside
-/// the pool lock through `data`; everything else runs under it ([`execute`]).
-pub fn run(state: &State, data: &DataPath, req: &Request) -> Result<Vec<u8>, TargetStatus> {
+/// Executes `req`: reads and in-place writes do their device I/O outside the pool lock through
+/// `data`; everything else runs under it ([`execute`]). A Read's data goes to `out`.
+pub fn run(
+    state: &State,
+    data: &DataPath,
+    req: &Request,
+    out: &mut Vec<u8>,
+) -> Result<(), TargetStatus> {
     match req.cmd {
         IoCommand::Read { slba, blocks, .. } => {
             let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
-            read_detached(state, data, req.volume, off, len)
+            read_detached(state, data, req.volume, off, len, out)
         }
         IoCommand::Write {
             slba, blocks, fua, ..
@@ -471,10 +484,9 @@ pub fn run(state: &State, data: &DataPath, req: &Request) -> Result<Vec<u8>, Tar
             if req.data.len() != to_usize(len)? {
                 return Err(StatusCode::DataSglLengthInvalid.into());
             }
-            write_detached(state, data, req.volume, off, &req.data, fua || !req.wce)?;
-            Ok(Vec::new())
+            write_detached(state, data, req.volume, off, &req.data, fua || !req.wce)
         }
-        _ => execute(&mut *lock(state)?, req),
+        _ => execute(&mut *lock(state)?, req, out),
     }
 }
 
@@ -484,12 +496,13 @@ fn read_detached(
     vol: VolumeId,
     off: u64,
     len: u64,
-) -> Result<Vec<u8>, TargetStatus> {
+    out: &mut Vec<u8>,
+) -> Result<(), TargetStatus> {
     let mut tickets = Tickets {
         state,
-        held: Vec::new(),
+        held: SmallVec::new(),
     };
-    let mut segments = Vec::new();
+    let mut segments = Segments::<ReadSegment>::new();
     {
         let mut pool = lock(state)?;
         let mut done = 0;
@@ -508,9 +521,9 @@ fn read_detached(
             }
         }
     }
-    let buf = gather(segments, len, |offset, part| data.read(offset, part))?;
+    gather(&segments, len, out, |offset, part| data.read(offset, part))?;
     drop(tickets);
-    Ok(buf)
+    Ok(())
 }
 
 fn write_detached(
@@ -524,9 +537,9 @@ fn write_detached(
     let len = u64::try_from(data.len()).map_err(|_| StatusCode::InternalError)?;
     let mut tickets = Tickets {
         state,
-        held: Vec::new(),
+        held: SmallVec::new(),
     };
-    let mut detached = Vec::new();
+    let mut detached = Segments::<WriteSegment>::new();
     let mut gate = None;
     let ticket;
     {

@@ -6,9 +6,11 @@
 //!
 //! A connection starts on the daemon's runtime; once its Connect binds an I/O queue it moves to
 //! that queue's engine thread ([`super::engine`]) for the rest of its life. There, Reads and
-//! cached Writes on a page-cache device run in place, run-to-completion; everything else
-//! (`O_DIRECT` devices, Flush, FUA, Write Zeroes, Deallocate) runs concurrently, up to the
-//! queue's slots, on the blocking pool.
+//! cached Writes run in place, run-to-completion, when that is cheaper than a hand-off: always
+//! on a page-cache device, and on an `O_DIRECT` device when the command is alone (nothing in
+//! flight or received behind it, so there is no depth to give the drive). Everything else
+//! (queued commands on a drive, Flush, FUA, Write Zeroes, Deallocate) runs concurrently, up to
+//! the queue's slots, on the blocking pool. Read buffers are kept per queue and reused.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,7 +54,9 @@ struct Issued {
 /// A finished I/O command.
 struct Done {
     issued: Issued,
-    result: Result<Vec<u8>, TargetStatus>,
+    result: Result<(), TargetStatus>,
+    /// The read's data; a spare buffer again once sent.
+    buf: Vec<u8>,
     kind: IoKind,
     bytes: u64,
     started: StdInstant,
@@ -103,9 +107,31 @@ struct Conn {
     end: Option<End>,
     /// Set by a Connect that bound an I/O queue: move to that queue's engine.
     move_to_engine: Option<u16>,
-    /// Reads and cached writes run in place (on an engine, over a page-cache device).
-    in_place: bool,
+    /// Which Reads and cached Writes run in place.
+    in_place: InPlace,
+    /// The command being dispatched is the only one: nothing in flight, nothing else received.
+    alone: bool,
+    /// Data buffers of finished commands, for the next ones.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Which Reads and cached Writes run in place on the queue's thread instead of the blocking
+/// pool.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum InPlace {
+    /// Not on an engine (admin and discovery queues).
+    Never,
+    /// `O_DIRECT` device: only a command with nothing to overlap (the drive's latency would
+    /// otherwise hold back the commands queued behind it; alone, the hand-off is pure cost).
+    WhenAlone,
+    /// Page-cache device: a copy is cheaper than any hand-off.
+    Always,
+}
+
+/// Spare data buffers a queue keeps, and the largest it keeps: a queue holds at most 2 MiB of
+/// them, enough for its depth of common I/O sizes.
+const SPARE_BUFFERS: usize = 16;
+const SPARE_MAX: usize = 128 * 1024;
 
 /// The socket side of a connection and its buffers.
 struct Link {
@@ -154,7 +180,9 @@ pub async fn serve(
         ctrl_watch: None,
         end: None,
         move_to_engine: None,
-        in_place: false,
+        in_place: InPlace::Never,
+        alone: false,
+        spare: Vec::new(),
     };
     let (rd, wr) = stream.into_split();
     let mut link = Link {
@@ -189,7 +217,11 @@ pub async fn serve(
             rx_start,
             out,
         };
-        conn.in_place = conn.subs.data_path().is_some_and(|data| !data.is_direct());
+        conn.in_place = match conn.subs.data_path() {
+            Some(data) if data.is_direct() => InPlace::WhenAlone,
+            // Without a second handle every command takes the pool lock: that wait is short.
+            _ => InPlace::Always,
+        };
         let end = match drive(&mut conn, &mut link, &mut stop).await {
             Exit::Ended(end) => end,
             // A queue binds once; `dispatch` refuses a second Connect.
@@ -215,7 +247,12 @@ async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool
         while let Some(event) = conn.queue.poll_event() {
             match event {
                 Event::Initialized { .. } => {}
-                Event::Command(c) => conn.dispatch(c).await,
+                Event::Command(c) => {
+                    conn.alone = conn.inflight.is_empty()
+                        && !conn.queue.has_events()
+                        && link.rx_start == link.rx.len();
+                    conn.dispatch(c).await
+                }
                 Event::Closed(reason) => conn.end = Some(End::Protocol(reason)),
             }
         }
@@ -322,19 +359,23 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Runs one I/O command. A panic fails the command with Internal Error, not the connection
-/// (the crate docs say why edgevold unwinds).
-fn execute(subs: &Subsystems, request: &io::Request) -> Result<Vec<u8>, TargetStatus> {
+/// Runs one I/O command; a Read's data goes to `buf`. A panic fails the command with Internal
+/// Error, not the connection (the crate docs say why edgevold unwinds).
+fn execute(
+    subs: &Subsystems,
+    request: &io::Request,
+    buf: &mut Vec<u8>,
+) -> Result<(), TargetStatus> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         #[cfg(test)]
         tests::injected_panic(request);
         match subs.data_path() {
-            Some(data) => io::run(&subs.state, &data, request),
+            Some(data) => io::run(&subs.state, &data, request, buf),
             None => subs
                 .state
                 .lock_pool()
                 .map_err(TargetStatus::from)
-                .and_then(|mut pool| io::execute(&mut pool, request)),
+                .and_then(|mut pool| io::execute(&mut pool, request, buf)),
         }
     }))
     .unwrap_or_else(|_| Err(StatusCode::InternalError.into()))
@@ -634,30 +675,37 @@ impl Conn {
         };
         let (kind, bytes) = request.accounting();
         let started = StdInstant::now();
-        let in_place = self.in_place
-            && request.wce
-            && matches!(
-                request.cmd,
-                IoCommand::Read { .. } | IoCommand::Write { fua: false, .. }
-            );
+        let quick = match request.cmd {
+            IoCommand::Read { .. } => true,
+            // Flush, FUA and write-through wait for the drive's cache; those always move.
+            IoCommand::Write { fua, .. } => !fua && request.wce,
+            _ => false,
+        };
+        let mut buf = self.spare.pop().unwrap_or_default();
+        let in_place = quick
+            && match self.in_place {
+                InPlace::Never => false,
+                InPlace::WhenAlone => self.alone,
+                InPlace::Always => true,
+            };
         if in_place {
-            // A copy to or from the page cache (plus, for an allocating write, a journal
-            // append): cheaper than any hand-off.
-            let result = execute(&self.subs, &request);
+            let result = execute(&self.subs, &request, &mut buf);
             return self.finish_io(Done {
                 issued,
                 result,
+                buf,
                 kind,
                 bytes,
                 started,
             });
         }
         // Onto the blocking pool: one hand-off per command, so the queue keeps receiving while
-        // the drive works (or Flush waits). Mapping under the pool lock, device I/O outside it
-        // where core allows (io.rs).
+        // the drive works. Mapping under the pool lock, device I/O outside it where core allows
+        // (io.rs).
         let subs = self.subs.clone();
         self.inflight.spawn_blocking(move || Done {
-            result: execute(&subs, &request),
+            result: execute(&subs, &request, &mut buf),
+            buf,
             issued,
             kind,
             bytes,
@@ -687,8 +735,13 @@ impl Conn {
             }
         }
         match done.result {
-            Ok(data) => self.complete(done.issued, Status::SUCCESS, 0, &data),
+            Ok(()) => self.complete(done.issued, Status::SUCCESS, 0, &done.buf),
             Err(s) => self.fail(done.issued, s),
+        }
+        if self.spare.len() < SPARE_BUFFERS && done.buf.capacity() <= SPARE_MAX {
+            let mut buf = done.buf;
+            buf.clear();
+            self.spare.push(buf);
         }
     }
 
