@@ -145,14 +145,24 @@ async fn main() {
     let c = ControllerClient::new(channel.clone());
     let rss_empty = rss_kib();
 
+    let probe_client = identity.clone();
     let (s, t) = in_flight(n, 1, move |_| {
-        let mut identity = identity.clone();
+        let mut identity = probe_client.clone();
         async move {
             identity.probe(ProbeRequest {}).await.unwrap();
         }
     })
     .await;
     let probe = stats("Probe (baseline: mTLS round trip)", s, t);
+    // The ceiling of 100 in flight on this machine: a call that does no work at all.
+    let (s, t) = in_flight(n, 100, move |_| {
+        let mut identity = identity.clone();
+        async move {
+            identity.probe(ProbeRequest {}).await.unwrap();
+        }
+    })
+    .await;
+    let probe_deep = stats("Probe, 100 in flight (no work: the ceiling)", s, t);
 
     // Per depth: create n volumes, publish them to one node, unpublish, delete them (the daemon
     // always runs its NVMe/TCP target).
@@ -243,12 +253,14 @@ async fn main() {
         }
     })
     .await;
-    let cc = c.clone();
+    let (cc, pages) = (c.clone(), Arc::new(std::sync::Mutex::new(Vec::new())));
+    let page_times = pages.clone();
     let (s, t) = in_flight(if quick { 3 } else { 10 }, 1, move |_| {
-        let mut c = cc.clone();
+        let (mut c, pages) = (cc.clone(), page_times.clone());
         async move {
             let (mut token, mut seen) = (String::new(), 0);
             loop {
+                let started = Instant::now();
                 let page = c
                     .list_volumes(ListVolumesRequest {
                         max_entries: 1000,
@@ -257,6 +269,7 @@ async fn main() {
                     .await
                     .unwrap()
                     .into_inner();
+                pages.lock().unwrap().push(started.elapsed());
                 seen += page.entries.len();
                 if page.next_token.is_empty() {
                     break;
@@ -268,6 +281,9 @@ async fn main() {
     })
     .await;
     let list = stats(&format!("ListVolumes, all {listed} (pages of 1,000)"), s, t);
+    let pages = std::mem::take(&mut *pages.lock().unwrap());
+    let total = pages.iter().sum();
+    let page = stats("ListVolumes, per page (at most 1,000)", pages, total);
 
     println!(
         "\ncontrol plane over mTLS, durable commits (pool file in {})",
@@ -282,7 +298,7 @@ async fn main() {
         "", "", "", "", "", ""
     );
     let base = probe.p50.as_secs_f64();
-    for r in [&probe, &list] {
+    for r in [&probe, &probe_deep, &list, &page] {
         println!(
             "| {:<42} | {:>6} | {:>10.1} | {:>8.0}µs | {:>8.0}µs | {:>8.1}x |",
             r.name,

@@ -1,144 +1,214 @@
-//! Group commit of the control plane: concurrent CSI mutations share one journal write and one
-//! flush, and each is answered only after the flush that covers it.
+//! Group commit of the control plane: concurrent CSI calls share one pool lock, one journal
+//! write and one flush, and each is answered only after the flush that covers it.
 //!
-//! A call stages its records under the pool lock (core's group-commit mode: applied in memory,
-//! pending in the journal) and takes a [`CommitTicket`]; then it waits here until a hard commit
-//! covering that ticket has finished. The first waiter that finds no commit running and nobody
-//! left staging becomes the *leader*: one hard commit (`Pool::commit_staged`) for everything
-//! staged so far, run by a task of its own so a cancelled call cannot leave the group without a
-//! leader. Calls staging meanwhile wait for the next commit, which the first of them leads.
+//! A call hands its operation to the *committer* and waits for its answer. The committer is one
+//! blocking task at a time, started by the first call that finds none running (the leader; the
+//! others follow). Each pass takes every operation queued so far, runs them all under one hold of
+//! the pool lock with core in group-commit mode (each validates, applies and stages its records,
+//! no I/O), then hard-commits everything staged once (`Pool::commit_staged`: flush data, frames,
+//! flush), releases the lock and answers. Operations queued during a pass go in the next one, so
+//! the busier the control plane, the larger the groups; no call waits for a timer.
 //!
-//! Waiting for stagers before leading is what makes the groups large: calls arriving during a
-//! commit queue on the pool lock, and leading at once would race them for it. A leader waits at
-//! most until [`MAX_GROUP`] tickets are outstanding, so steady arrivals cannot starve it.
+//! Compared with a lock acquisition and a blocking-pool round trip per call, a pass costs one of
+//! each for the whole group: at 100 calls in flight, threads no longer queue on the pool lock.
 //!
-//! A failed commit fails every call it covered (every ticket up to the last one it meant to
-//! commit) with its error; none of them is answered as done. Core then refuses further work
-//! after a device error, so later calls fail too until the daemon restarts and recovers.
+//! Answers: an operation whose ticket the pass's commit covers gets its own result; if the
+//! commit failed, every operation it covered gets the commit's error, never success. Core then
+//! refuses further work after a device error, so later calls fail too until the daemon restarts
+//! and recovers. An operation that staged nothing and read only durable state (its ticket was
+//! committed before the pass) is answered whatever the commit did.
+//!
+//! A panic in an operation poisons the pool as it always did (every later call fails with
+//! [`PoolUnavailable::Poisoned`]); the calls of that pass fail with
+//! [`PoolUnavailable::TaskFailed`].
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use edgevol_core::CommitTicket;
-use tokio::sync::Notify;
+use edgevol_core::{CommitTicket, Pool};
 
+use crate::pool::PoolDevice;
 use crate::state::{PoolUnavailable, State};
-
-/// Most tickets a leader lets pile up before committing even though calls are still staging.
-pub const MAX_GROUP: u64 = 256;
 
 /// Why a call's commit did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitFailed {
     /// Core's commit failed (the device, or the metadata area).
     Core(edgevol_core::Error),
-    /// The pool could not run the commit.
+    /// The pool could not run the call.
     Unavailable(PoolUnavailable),
 }
 
-/// The leader/follower state shared by every call on one pool.
-#[derive(Debug, Default)]
+/// Answers a call once the commit's outcome for it is known.
+pub type Answer = Box<dyn FnOnce(Result<(), CommitFailed>) + Send>;
+
+/// A queued operation: runs on the pool (or learns why it cannot) and returns its ticket and how
+/// to answer it.
+pub type Job = Box<
+    dyn for<'a> FnOnce(
+            Result<(&'a State, &'a mut Pool<PoolDevice>), PoolUnavailable>,
+        ) -> Option<(CommitTicket, Answer)>
+        + Send,
+>;
+
+/// The queue of operations and whether a committer runs.
+#[derive(Default)]
 pub struct GroupCommit {
-    round: Mutex<Round>,
-    changed: Notify,
+    queue: Mutex<Queue>,
 }
 
-#[derive(Debug, Default)]
-struct Round {
-    /// Calls between announcing themselves ([`GroupCommit::staging`]) and taking their ticket.
-    staging: usize,
-    /// A commit is running.
-    leading: bool,
-    /// Every ticket up to this one is durable.
-    committed: CommitTicket,
-    /// The last commit that failed: the tickets up to the first value got the second.
-    failed: Option<(CommitTicket, CommitFailed)>,
-    /// The highest ticket a waiter has shown.
-    highest: CommitTicket,
-}
-
-/// A call that is staging: counted until dropped (also when the call is cancelled).
-#[derive(Debug)]
-pub struct Staging<'a>(&'a GroupCommit);
-
-impl Drop for Staging<'_> {
-    fn drop(&mut self) {
-        let mut round = self.0.round();
-        round.staging -= 1;
-        if round.staging == 0 {
-            drop(round);
-            self.0.changed.notify_waiters();
-        }
+impl std::fmt::Debug for GroupCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let q = self.queue();
+        f.debug_struct("GroupCommit")
+            .field("queued", &q.jobs.len())
+            .field("running", &q.running)
+            .finish()
     }
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: Vec<Job>,
+    running: bool,
 }
 
 impl GroupCommit {
-    fn round(&self) -> MutexGuard<'_, Round> {
-        // Every update of a round is one assignment: a panic cannot leave one half done.
-        self.round.lock().unwrap_or_else(PoisonError::into_inner)
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // Updates are single pushes and swaps: a panic cannot leave one half done.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Announces a call that is about to stage: a leader waits for it.
-    pub fn staging(&self) -> Staging<'_> {
-        self.round().staging += 1;
-        Staging(self)
-    }
-
-    /// Returns once a hard commit covering `ticket` has finished, or with the error of the one
-    /// that failed for it; leads a commit when it is this call's turn.
-    pub async fn wait(&self, state: &Arc<State>, ticket: CommitTicket) -> Result<(), CommitFailed> {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            // Registered before the check: a change after it still wakes this call.
-            changed.as_mut().enable();
-            {
-                let mut round = self.round();
-                if ticket <= round.committed {
-                    return Ok(());
-                }
-                if let Some((upto, error)) = round.failed {
-                    if ticket <= upto {
-                        return Err(error);
-                    }
-                }
-                round.highest = round.highest.max(ticket);
-                let full = round.highest.records_after(round.committed) >= MAX_GROUP;
-                if !round.leading && (round.staging == 0 || full) {
-                    round.leading = true;
-                    tokio::spawn(lead(state.clone()));
-                }
-            }
-            changed.await;
+    /// Queues `job`; starts a committer if none runs.
+    pub fn submit(&self, state: &Arc<State>, job: Job) {
+        let mut q = self.queue();
+        q.jobs.push(job);
+        if !q.running {
+            q.running = true;
+            let state = state.clone();
+            tokio::task::spawn_blocking(move || commit_passes(&state));
         }
-    }
-
-    fn finish(&self, outcome: Result<CommitTicket, (CommitTicket, CommitFailed)>) {
-        {
-            let mut round = self.round();
-            round.leading = false;
-            match outcome {
-                Ok(upto) => round.committed = round.committed.max(upto),
-                Err(failed) => round.failed = Some(failed),
-            }
-        }
-        self.changed.notify_waiters();
     }
 }
 
-/// One hard commit of everything staged; wakes every waiter when done.
-async fn lead(state: Arc<State>) {
-    let highest = state.commits().round().highest;
-    let outcome = state
-        .on_pool_unobserved(|_, pool| {
-            let upto = pool.commit_ticket();
-            pool.commit_staged(upto)
-                .map(|()| upto)
-                .map_err(|e| (upto, CommitFailed::Core(e)))
-        })
-        .await
-        .unwrap_or_else(|e| Err((highest, CommitFailed::Unavailable(e))));
-    if let Err((_, error)) = &outcome {
-        tracing::error!(?error, "group commit of control operations failed");
+/// Clears `running` when the committer ends, also by a panic; a job queued meanwhile gets a new
+/// committer.
+struct Running<'a>(&'a Arc<State>);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut q = self.0.commits().queue();
+        q.running = false;
+        if !q.jobs.is_empty() {
+            q.running = true;
+            let state = self.0.clone();
+            tokio::task::spawn_blocking(move || commit_passes(&state));
+        }
     }
-    state.commits().finish(outcome);
+}
+
+/// Passes until the queue is empty.
+fn commit_passes(state: &Arc<State>) {
+    let running = Running(state);
+    loop {
+        let jobs = {
+            let mut q = state.commits().queue();
+            if q.jobs.is_empty() {
+                q.running = false;
+                std::mem::forget(running);
+                return;
+            }
+            std::mem::take(&mut q.jobs)
+        };
+        pass(state, jobs);
+    }
+}
+
+/// Runs `jobs` under one hold of the pool lock, commits what they staged, answers them.
+fn pass(state: &State, jobs: Vec<Job>) {
+    let mut pool = match state.lock_pool() {
+        Ok(pool) => pool,
+        Err(e) => {
+            jobs.into_iter().for_each(|job| drop(job(Err(e))));
+            return;
+        }
+    };
+    // A panic unwinds with the guard held: the pool is poisoned, as for any call that panics.
+    let mut answers = Vec::with_capacity(jobs.len());
+    pool.set_group_commit(true);
+    for job in jobs {
+        answers.extend(job(Ok((state, &mut pool))));
+    }
+    pool.set_group_commit(false);
+    let upto = pool.commit_ticket();
+    let outcome = pool.commit_staged(upto);
+    let committed: Vec<bool> = answers.iter().map(|(t, _)| pool.is_committed(*t)).collect();
+    drop(pool);
+    if let Err(error) = outcome {
+        tracing::error!(
+            ?error,
+            calls = answers.len(),
+            "group commit of control operations failed"
+        );
+    }
+    for ((_, answer), committed) in answers.into_iter().zip(committed) {
+        let result = match (committed, outcome) {
+            (true, _) => Ok(()),
+            (false, Err(e)) => Err(CommitFailed::Core(e)),
+            // Unreachable: an Ok commit covers every ticket taken before it.
+            (false, Ok(())) => Err(CommitFailed::Unavailable(PoolUnavailable::TaskFailed)),
+        };
+        // A panic in an answer (a dropped receiver does not panic) must not stop the others.
+        let _ = catch_unwind(AssertUnwindSafe(|| answer(result)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, PartialEq)]
+    enum Failed {
+        Unavailable(PoolUnavailable),
+        Commit(CommitFailed),
+    }
+
+    impl From<PoolUnavailable> for Failed {
+        fn from(e: PoolUnavailable) -> Self {
+            Failed::Unavailable(e)
+        }
+    }
+
+    impl From<CommitFailed> for Failed {
+        fn from(e: CommitFailed) -> Self {
+            Failed::Commit(e)
+        }
+    }
+
+    async fn count(state: &Arc<State>) -> Result<usize, Failed> {
+        state
+            .with_pool_committed(|_, pool| Ok(pool.volume_count()))
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_panicking_operation_fails_its_call_and_poisons_the_pool_for_later_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(State::new("box".into(), BTreeMap::new()));
+        state.set_pool(crate::pool::open(&[dir.path().join("pool.img")], true).unwrap());
+        assert_eq!(count(&state).await, Ok(0));
+        let panicked: Result<(), Failed> = state
+            .with_pool_committed(|_, _| panic!("injected: a bug under the pool lock"))
+            .await;
+        assert_eq!(
+            panicked,
+            Err(Failed::Unavailable(PoolUnavailable::TaskFailed))
+        );
+        // A committer still serves the queue, and finds the pool poisoned.
+        assert_eq!(
+            count(&state).await,
+            Err(Failed::Unavailable(PoolUnavailable::Poisoned))
+        );
+    }
 }

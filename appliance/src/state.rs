@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use edgevol_core::Pool;
 
-use crate::group_commit::{CommitFailed, GroupCommit};
+use crate::group_commit::{Answer, CommitFailed, GroupCommit};
 use crate::pool::PoolDevice;
 
 /// Why a pool call did not run.
@@ -136,49 +136,48 @@ impl State {
         .await
     }
 
-    /// [`State::with_pool`] for the control plane: control operations in `f` stage their records
-    /// (core's group commit) and the call returns once a hard commit covering everything staged
-    /// before it returned has finished, one commit for all calls in flight
-    /// ([`crate::group_commit`]). Every call waits, reads and refusals too: what it answers may
-    /// rest on another call's staged record, which must not be shown before it is durable. Fails
-    /// with `f`'s error, or the commit's, or [`PoolUnavailable`].
+    /// [`State::with_pool`] for the control plane: `f` runs with the other calls in flight under
+    /// one hold of the pool, its control operations staged (core's group commit), and the call
+    /// returns once the one hard commit covering them all has finished ([`crate::group_commit`]).
+    /// Every call waits, reads and refusals too: what it answers may rest on another call's
+    /// staged record, which must not be shown before it is durable. Fails with `f`'s error, or
+    /// the commit's, or [`PoolUnavailable`].
     pub async fn with_pool_committed<T, E, F>(self: &Arc<Self>, f: F) -> Result<T, E>
     where
         F: FnOnce(&State, &mut Pool<PoolDevice>) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
         E: From<PoolUnavailable> + From<CommitFailed> + Send + 'static,
     {
+        if !self.is_ready() {
+            return Err(PoolUnavailable::NotReady.into());
+        }
         let observer = HOLD_OBSERVER.try_with(Clone::clone).ok();
         let started = Instant::now();
-        let staging = self.commits.staging();
-        let (result, ticket) = self
-            .spawn_on_pool(move |state, pool| {
-                // Staging is scoped to this call: every other pool user commits as it always did.
-                pool.set_group_commit(true);
-                let result = f(state, pool);
-                pool.set_group_commit(false);
-                Ok::<_, E>((result, pool.commit_ticket()))
-            })
-            .await?;
-        drop(staging);
-        self.commits.wait(self, ticket).await?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<Result<T, E>>();
+        self.commits.submit(
+            self,
+            Box::new(move |pool| match pool {
+                Err(e) => {
+                    let _ = tx.send(Err(e.into()));
+                    None
+                }
+                Ok((state, pool)) => {
+                    let result = f(state, pool);
+                    let answer: Answer = Box::new(move |committed| {
+                        // The call may have been cancelled: nobody to answer then.
+                        let _ = tx.send(committed.map_err(E::from).and(result));
+                    });
+                    Some((pool.commit_ticket(), answer))
+                }
+            }),
+        );
+        let result = rx
+            .await
+            .unwrap_or_else(|_| Err(PoolUnavailable::TaskFailed.into()));
         if let (Some(observe), Ok(_)) = (observer, &result) {
             observe(started.elapsed());
         }
         result
-    }
-
-    /// [`State::with_pool`] without telling any hold observer (the group commit's own commits).
-    pub(crate) async fn on_pool_unobserved<T, F>(
-        self: &Arc<Self>,
-        f: F,
-    ) -> Result<T, PoolUnavailable>
-    where
-        F: FnOnce(&State, &mut Pool<PoolDevice>) -> T + Send + 'static,
-        T: Send + 'static,
-    {
-        self.spawn_on_pool(move |state, pool| Ok(f(state, pool)))
-            .await
     }
 
     pub(crate) fn commits(&self) -> &GroupCommit {
