@@ -38,13 +38,6 @@ use crate::record::Record;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CommitTicket(pub(crate) u64);
 
-impl CommitTicket {
-    /// How many staged records this ticket covers beyond `earlier` (0 if it covers fewer).
-    pub fn records_after(self, earlier: CommitTicket) -> u64 {
-        self.0.saturating_sub(earlier.0)
-    }
-}
-
 impl<D: BlockDevice> Pool<D> {
     /// Turns group commit of control operations on or off (see the module docs). Records staged
     /// while it was on stay staged until the next hard commit.
