@@ -109,6 +109,8 @@ struct Workload {
     qd: usize,
     write: bool,
     pattern: Pattern,
+    /// I/O queues, each at depth `qd` (the raw TCP baseline stays one connection at `qd`).
+    queues: usize,
 }
 
 impl Workload {
@@ -123,13 +125,14 @@ impl Workload {
     }
 }
 
-const WORKLOADS: [Workload; 8] = [
+const WORKLOADS: [Workload; 9] = [
     Workload {
         name: "4k randread QD1",
         bytes: 4096,
         qd: 1,
         write: false,
         pattern: Pattern::Random,
+        queues: 1,
     },
     Workload {
         name: "4k randread QD32",
@@ -137,6 +140,15 @@ const WORKLOADS: [Workload; 8] = [
         qd: 32,
         write: false,
         pattern: Pattern::Random,
+        queues: 1,
+    },
+    Workload {
+        name: "4k randread QD32 2 queues",
+        bytes: 4096,
+        qd: 32,
+        write: false,
+        pattern: Pattern::Random,
+        queues: 2,
     },
     Workload {
         name: "4k randwrite QD1",
@@ -144,6 +156,7 @@ const WORKLOADS: [Workload; 8] = [
         qd: 1,
         write: true,
         pattern: Pattern::Random,
+        queues: 1,
     },
     Workload {
         name: "4k randwrite QD32",
@@ -151,6 +164,7 @@ const WORKLOADS: [Workload; 8] = [
         qd: 32,
         write: true,
         pattern: Pattern::Random,
+        queues: 1,
     },
     Workload {
         name: "4k allocwrite QD1",
@@ -158,6 +172,7 @@ const WORKLOADS: [Workload; 8] = [
         qd: 1,
         write: true,
         pattern: Pattern::Fresh,
+        queues: 1,
     },
     Workload {
         name: "4k allocwrite QD32",
@@ -165,6 +180,7 @@ const WORKLOADS: [Workload; 8] = [
         qd: 32,
         write: true,
         pattern: Pattern::Fresh,
+        queues: 1,
     },
     Workload {
         name: "128k seqread QD8",
@@ -172,6 +188,7 @@ const WORKLOADS: [Workload; 8] = [
         qd: 8,
         write: false,
         pattern: Pattern::Sequential,
+        queues: 1,
     },
     Workload {
         name: "128k seqwrite QD8",
@@ -179,6 +196,7 @@ const WORKLOADS: [Workload; 8] = [
         qd: 8,
         write: true,
         pattern: Pattern::Sequential,
+        queues: 1,
     },
 ];
 
@@ -537,6 +555,13 @@ async fn main() {
             .io_queue(endpoint, 1, &nqn, HOST, Digests::NONE)
             .await
             .unwrap();
+        // Queue 2 lands on the other engine thread (one per core).
+        let mut q2 = Some(
+            admin
+                .io_queue(endpoint, 2, &nqn, HOST, Digests::NONE)
+                .await
+                .unwrap(),
+        );
         // Fill the span once so overwrites measure the steady state (in place, no allocation).
         let fill = vec![0x11u8; 1 << 20];
         for mib in 0..span >> 20 {
@@ -577,6 +602,8 @@ async fn main() {
         println!("|---|---|---:|---:|---:|---:|---:|---:|");
         let mut fresh_cell = 0;
         let mut first_fresh = None;
+        // edgevol's rate per workload name, for the multi-queue scaling line.
+        let mut rates = std::collections::HashMap::new();
         let selected = WORKLOADS
             .iter()
             .filter(|w| filters.is_empty() || filters.iter().any(|f| w.name.contains(f.as_str())));
@@ -612,9 +639,26 @@ async fn main() {
                 (budget, [target; 2], raw.clone())
             };
             let allocs = TARGET_ALLOCS.load(Ordering::Relaxed);
-            let mut e = edgevol(&mut q, w, target[0], budget).await;
+            let mut e = if w.queues == 2 {
+                // The second queue on its own host task, so both host threads drive one each.
+                let (mut other, wc, t) = (q2.take().expect("second queue"), *w, target[0]);
+                let second = tokio::spawn(async move {
+                    let run = edgevol(&mut other, &wc, t, budget).await;
+                    (other, run)
+                });
+                let mut first = edgevol(&mut q, w, target[0], budget).await;
+                let (other, second) = second.await.unwrap();
+                q2 = Some(other);
+                first.ops += second.ops;
+                first.elapsed = first.elapsed.max(second.elapsed);
+                first.lat.extend(second.lat);
+                first
+            } else {
+                edgevol(&mut q, w, target[0], budget).await
+            };
             let allocs = (TARGET_ALLOCS.load(Ordering::Relaxed) - allocs) as f64 / e.ops as f64;
             let unit = if w.iops() { "IOPS" } else { "MiB/s" };
+            rates.insert(w.name, e.per_sec(w));
             if target_only {
                 println!("| {} | {unit} | {:.0} | | | | | {allocs:.1} |", w.name, e.per_sec(w));
                 continue;
@@ -642,6 +686,12 @@ async fn main() {
                     );
                 }
             }
+        }
+        if let (Some(one), Some(two)) = (
+            rates.get("4k randread QD32"),
+            rates.get("4k randread QD32 2 queues"),
+        ) {
+            println!("\n4k randread QD32: 2 queues / 1 queue = {:.2}", two / one);
         }
         // The first allocating write of the run: its 4 KiB, then zeros to the end of its cluster.
         if let Some(slba) = first_fresh {
