@@ -200,15 +200,15 @@ pub async fn serve(
     // runtime they were made on.
     let std_stream = match link.rd.reunite(link.wr).map(TcpStream::into_std) {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return tracing::warn!(?peer, %e, "NVMe/TCP queue could not move"),
-        Err(e) => return tracing::warn!(?peer, %e, "NVMe/TCP queue could not move"),
+        Ok(Err(e)) => return conn.moving_failed(e),
+        Err(e) => return conn.moving_failed(std::io::Error::other(e)),
     };
     let (rx, rx_start, out) = (link.rx, link.rx_start, link.out);
     let engines = conn.subs.engines.clone();
     let moved = engines.spawn(qid, async move {
         let (rd, wr) = match TcpStream::from_std(std_stream) {
             Ok(s) => s.into_split(),
-            Err(e) => return tracing::warn!(?peer, %e, "NVMe/TCP queue could not move"),
+            Err(e) => return conn.moving_failed(e),
         };
         let mut link = Link {
             rd,
@@ -382,6 +382,12 @@ fn execute(
 }
 
 impl Conn {
+    /// The socket could not move to the queue's engine: the queue ends as if it had failed.
+    fn moving_failed(mut self, e: std::io::Error) {
+        tracing::warn!(peer = ?self.peer, %e, "NVMe/TCP queue could not move to its engine");
+        self.teardown(&End::Socket(e));
+    }
+
     fn queue_state(&self) -> QueueState {
         match &self.bound {
             None => QueueState::Unconnected,
