@@ -54,7 +54,13 @@ pub struct Decoder {
     /// Header of the last complete PDU, for a TermReq about a PDU that decoded but was refused.
     last_header: [u8; TERM_REQ_MAX_DATA],
     last_header_len: usize,
+    /// Data buffers handed back by the consumer ([`Decoder::recycle`]), for the next PDUs' data.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Spare data buffers kept, and the largest kept (one H2CData PDU at the default MAXH2CDATA).
+const SPARE_BUFFERS: usize = 16;
+const SPARE_MAX: usize = 128 * 1024;
 
 /// What one [`Decoder::decode`] call produced.
 #[derive(Debug)]
@@ -84,6 +90,16 @@ impl Decoder {
             failed: false,
             last_header: [0; TERM_REQ_MAX_DATA],
             last_header_len: 0,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Takes back a PDU's data buffer once its consumer is done with it: the next PDU with data
+    /// reuses it instead of allocating.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS && buf.capacity() > 0 && buf.capacity() <= SPARE_MAX {
+            buf.clear();
+            self.spare.push(buf);
         }
     }
 
@@ -335,14 +351,21 @@ impl Decoder {
     }
 
     /// Checks the data digest and builds the PDU.
-    fn finish(&self, f: Framing) -> Result<Result<Pdu, PduError>, PduError> {
+    fn finish(&mut self, f: Framing) -> Result<Result<Pdu, PduError>, PduError> {
         let b = &self.buf;
         let data = if f.data_start == 0 {
             &b[0..0]
         } else {
             &b[f.data_start..f.plen - if f.ddgst { DIGEST_LEN } else { 0 }]
         };
-        let pdu = build(f.ty, b, data);
+        // The PDU's own copy of its data, in a recycled buffer when there is one.
+        let mut owned = if data.is_empty() {
+            Vec::new()
+        } else {
+            self.spare.pop().unwrap_or_default()
+        };
+        owned.extend_from_slice(data);
+        let pdu = build(f.ty, b, owned);
         if f.ddgst {
             let expected = crc32c(data);
             let received = le32(b, f.plen - DIGEST_LEN);
@@ -358,7 +381,7 @@ impl Decoder {
     }
 }
 
-fn build(ty: PduType, b: &[u8], data: &[u8]) -> Pdu {
+fn build(ty: PduType, b: &[u8], data: Vec<u8>) -> Pdu {
     let fl = b[1];
     match ty {
         PduType::IcReq => Pdu::IcReq(IcReq {
@@ -377,7 +400,7 @@ fn build(ty: PduType, b: &[u8], data: &[u8]) -> Pdu {
             let t = TermReq {
                 fes: le16(b, 8),
                 fei: le32(b, 10),
-                header: data.to_vec(),
+                header: data,
             };
             if ty == PduType::H2cTermReq {
                 Pdu::H2cTermReq(t)
@@ -390,7 +413,7 @@ fn build(ty: PduType, b: &[u8], data: &[u8]) -> Pdu {
             sqe.copy_from_slice(&b[8..8 + SQE_LEN]);
             Pdu::CapsuleCmd(CapsuleCmd {
                 sqe: Sqe(sqe),
-                data: data.to_vec(),
+                data,
             })
         }
         PduType::CapsuleResp => {
@@ -407,7 +430,7 @@ fn build(ty: PduType, b: &[u8], data: &[u8]) -> Pdu {
                 offset: le32(b, 12),
                 last: fl & flags::LAST_PDU != 0,
                 success: fl & flags::SUCCESS != 0,
-                data: data.to_vec(),
+                data,
             };
             if ty == PduType::H2cData {
                 Pdu::H2cData(d)

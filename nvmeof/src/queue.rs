@@ -363,6 +363,12 @@ impl Queue {
         self.events.pop_front()
     }
 
+    /// Takes back the data buffer of a finished command ([`Command::data`]) for the next
+    /// PDUs' data (see [`Decoder::recycle`]).
+    pub fn recycle(&mut self, data: Vec<u8>) {
+        self.decoder.recycle(data);
+    }
+
     /// Whether events wait to be polled.
     pub fn has_events(&self) -> bool {
         !self.events.is_empty()
@@ -611,7 +617,8 @@ impl Queue {
             DataDirection::HostToController if cmd.data.is_empty() => {
                 *slot = Slot::Receiving(Receiving {
                     sqe,
-                    data: Vec::with_capacity(usize::try_from(length).unwrap_or(0)),
+                    // Filled by the H2CData PDUs; the first one's buffer is taken as is.
+                    data: Vec::new(),
                     expected: length,
                     failed: None,
                 });
@@ -685,7 +692,16 @@ impl Queue {
                 length,
             });
         }
-        rx.data.extend_from_slice(&data.data);
+        if rx.data.is_empty() {
+            // Usually the only PDU (MAXH2CDATA covers common writes): keep its buffer, no copy.
+            rx.data = data.data;
+            let rest = usize::try_from(rx.expected)
+                .unwrap_or(0)
+                .saturating_sub(rx.data.len());
+            rx.data.reserve_exact(rest);
+        } else {
+            rx.data.extend_from_slice(&data.data);
+        }
         if rx.failed.is_none() {
             rx.failed = digest_error;
         }

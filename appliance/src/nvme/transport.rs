@@ -57,6 +57,8 @@ struct Done {
     result: Result<(), TargetStatus>,
     /// The read's data; a spare buffer again once sent.
     buf: Vec<u8>,
+    /// The write's data, handed back to the queue's decoder for reuse.
+    host_data: Vec<u8>,
     kind: IoKind,
     bytes: u64,
     started: StdInstant,
@@ -700,6 +702,7 @@ impl Conn {
                 issued,
                 result,
                 buf,
+                host_data: request.data,
                 kind,
                 bytes,
                 started,
@@ -712,6 +715,7 @@ impl Conn {
         self.inflight.spawn_blocking(move || Done {
             result: execute(&subs, &request, &mut buf),
             buf,
+            host_data: request.data,
             issued,
             kind,
             bytes,
@@ -744,6 +748,7 @@ impl Conn {
             Ok(()) => self.complete(done.issued, Status::SUCCESS, 0, &done.buf),
             Err(s) => self.fail(done.issued, s),
         }
+        self.queue.recycle(done.host_data);
         if self.spare.len() < SPARE_BUFFERS && done.buf.capacity() <= SPARE_MAX {
             let mut buf = done.buf;
             buf.clear();

@@ -2,7 +2,7 @@
 //! without digests; malformed PDUs give the right typed error; chunking never changes the result.
 
 use super::*;
-use crate::decoder::{Decoder, DecoderConfig};
+use crate::decoder::{Decoded, Decoder, DecoderConfig};
 use crate::pdu_error::{Fes, HeaderField, PduError};
 use crate::status::StatusCode;
 use proptest::prelude::*;
@@ -438,4 +438,37 @@ proptest! {
         C2hDataRef { cccid, offset, last, data: &data }.encode(&opts, &mut borrowed).unwrap();
         prop_assert_eq!(owned, borrowed);
     }
+}
+
+#[test]
+fn a_recycled_buffer_carries_the_next_pdus_data() {
+    let h2c = |byte: u8| {
+        let mut b = Vec::new();
+        Pdu::H2cData(DataPdu {
+            cccid: 1,
+            ttag: 0,
+            offset: 0,
+            last: true,
+            success: false,
+            data: vec![byte; 4096],
+        })
+        .encode(&EncodeOptions::default(), &mut b)
+        .unwrap();
+        b
+    };
+    let data_of = |d: Decoded| match d.result {
+        Some(Ok(Pdu::H2cData(d))) => d.data,
+        other => panic!("expected H2CData, got {other:?}"),
+    };
+    let mut dec = Decoder::new(config(Direction::ControllerToHost, Digests::NONE));
+    let first = data_of(dec.decode(&h2c(1)));
+    let at = first.as_ptr();
+    dec.recycle(first);
+    let second = data_of(dec.decode(&h2c(2)));
+    assert_eq!(
+        second,
+        vec![2; 4096],
+        "the recycled buffer holds the new data only"
+    );
+    assert_eq!(second.as_ptr(), at, "and it is the same allocation");
 }
