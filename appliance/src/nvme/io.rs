@@ -36,7 +36,7 @@ use smallvec::SmallVec;
 use edgevol_core::{
     BlockDevice, DeviceError, IoTicket, Pool, Prepare, Quiesce, ReadSegment, VolumeId, WriteSegment,
 };
-use edgevol_hal::DataHandle;
+use edgevol_hal::{AlignedBuf, DataHandle};
 use edgevol_nvmeof::io_cmd::{IoCommand, DSM_RANGE_LEN};
 use edgevol_nvmeof::status::StatusCode;
 
@@ -122,7 +122,7 @@ fn dev_write(dev: &mut Dev, offset: u64, buf: &[u8]) -> Result<(), TargetStatus>
 }
 
 /// Executes `req`; a Read's data goes to `out` (resized to the read's length).
-pub fn execute(pool: &mut Pool<Dev>, req: &Request, out: &mut Vec<u8>) -> Result<(), TargetStatus> {
+pub fn execute(pool: &mut Pool<Dev>, req: &Request, out: &mut ReadBuf) -> Result<(), TargetStatus> {
     let writes = matches!(
         req.cmd,
         IoCommand::Write { .. }
@@ -183,7 +183,7 @@ fn read(
     vol: VolumeId,
     off: u64,
     len: u64,
-    out: &mut Vec<u8>,
+    out: &mut ReadBuf,
 ) -> Result<(), TargetStatus> {
     let segments: Segments<ReadSegment> = pool
         .map_read(vol, off, len)
@@ -199,21 +199,67 @@ fn read(
 fn gather(
     segments: &[ReadSegment],
     len: u64,
-    out: &mut Vec<u8>,
+    out: &mut ReadBuf,
     mut read: impl FnMut(u64, &mut [u8]) -> Result<(), TargetStatus>,
 ) -> Result<(), TargetStatus> {
-    out.clear();
-    out.resize(to_usize(len)?, 0);
+    let buf = out.prepare(to_usize(len)?);
     let mut at = 0usize;
     for seg in segments {
         let n = to_usize(seg.len())?;
-        let part = out.get_mut(at..at + n).ok_or(StatusCode::InternalError)?;
-        if let ReadSegment::Data { device_offset, .. } = *seg {
-            read(device_offset, part)?;
+        let part = buf.get_mut(at..at + n).ok_or(StatusCode::InternalError)?;
+        match *seg {
+            ReadSegment::Data { device_offset, .. } => read(device_offset, part)?,
+            ReadSegment::Zero { .. } => part.fill(0),
         }
         at += n;
     }
+    // The buffer is reused: nothing of an earlier command may show through.
+    buf.get_mut(at..).ok_or(StatusCode::InternalError)?.fill(0);
     Ok(())
+}
+
+/// A read's data: page-aligned, so that a read from an `O_DIRECT` device lands in it directly
+/// (hal bounces unaligned buffers through an aligned copy), and kept by the queue for the next
+/// command.
+#[derive(Debug)]
+pub struct ReadBuf {
+    buf: AlignedBuf,
+    len: usize,
+}
+
+impl Default for ReadBuf {
+    fn default() -> Self {
+        ReadBuf {
+            buf: AlignedBuf::zeroed(0),
+            len: 0,
+        }
+    }
+}
+
+impl ReadBuf {
+    /// The data of the last read (empty after [`ReadBuf::clear`]).
+    pub fn data(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Bytes it can hold without reallocating.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Forgets the data; keeps the allocation.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// `len` bytes to fill, growing the allocation if it is smaller.
+    fn prepare(&mut self, len: usize) -> &mut [u8] {
+        if self.buf.len() < len {
+            self.buf = AlignedBuf::zeroed(len);
+        }
+        self.len = len;
+        &mut self.buf[..len]
+    }
 }
 
 /// Fills the parts of a fresh cluster that `seg` does not cover, as core asks.
@@ -470,7 +516,7 @@ pub fn run(
     state: &State,
     data: &DataPath,
     req: &Request,
-    out: &mut Vec<u8>,
+    out: &mut ReadBuf,
 ) -> Result<(), TargetStatus> {
     match req.cmd {
         IoCommand::Read { slba, blocks, .. } => {
@@ -496,7 +542,7 @@ fn read_detached(
     vol: VolumeId,
     off: u64,
     len: u64,
-    out: &mut Vec<u8>,
+    out: &mut ReadBuf,
 ) -> Result<(), TargetStatus> {
     let mut tickets = Tickets {
         state,
@@ -591,4 +637,46 @@ fn write_detached(
         pool.persist(ticket)
     }
     .map_err(|e| from_core(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reused read buffer shows holes as zeros and data as read, whatever it held before,
+    /// and keeps its aligned allocation.
+    #[test]
+    fn a_reused_read_buffer_shows_nothing_of_an_earlier_read() {
+        let mut out = ReadBuf::default();
+        gather(
+            &[ReadSegment::Zero { len: 8192 }],
+            8192,
+            &mut out,
+            |_, _| unreachable!("a hole reads nothing"),
+        )
+        .unwrap();
+        out.prepare(8192).fill(0xee);
+        let at = out.data().as_ptr();
+        let segments = [
+            ReadSegment::Data {
+                device_offset: 4096,
+                len: 2048,
+            },
+            ReadSegment::Zero { len: 2048 },
+        ];
+        gather(&segments, 4096, &mut out, |offset, part| {
+            assert_eq!(offset, 4096);
+            part.fill(0x5a);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(out.data().len(), 4096);
+        assert!(out.data()[..2048].iter().all(|&b| b == 0x5a));
+        assert!(
+            out.data()[2048..].iter().all(|&b| b == 0),
+            "the hole is zeros"
+        );
+        assert_eq!(out.data().as_ptr(), at, "same allocation");
+        assert_eq!(out.data().as_ptr() as usize % edgevol_hal::IO_ALIGN, 0);
+    }
 }

@@ -56,7 +56,7 @@ struct Done {
     issued: Issued,
     result: Result<(), TargetStatus>,
     /// The read's data; a spare buffer again once sent.
-    buf: Vec<u8>,
+    buf: io::ReadBuf,
     /// The write's data, handed back to the queue's decoder for reuse.
     host_data: Vec<u8>,
     kind: IoKind,
@@ -113,8 +113,8 @@ struct Conn {
     in_place: InPlace,
     /// The command being dispatched is the only one: nothing in flight, nothing else received.
     alone: bool,
-    /// Data buffers of finished commands, for the next ones.
-    spare: Vec<Vec<u8>>,
+    /// Read buffers of finished commands, for the next ones.
+    spare: Vec<io::ReadBuf>,
 }
 
 /// Which Reads and cached Writes run in place on the queue's thread instead of the blocking
@@ -366,7 +366,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 fn execute(
     subs: &Subsystems,
     request: &io::Request,
-    buf: &mut Vec<u8>,
+    buf: &mut io::ReadBuf,
 ) -> Result<(), TargetStatus> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         #[cfg(test)]
@@ -745,7 +745,7 @@ impl Conn {
             }
         }
         match done.result {
-            Ok(()) => self.complete(done.issued, Status::SUCCESS, 0, &done.buf),
+            Ok(()) => self.complete(done.issued, Status::SUCCESS, 0, done.buf.data()),
             Err(s) => self.fail(done.issued, s),
         }
         self.queue.recycle(done.host_data);
