@@ -39,8 +39,6 @@
 //!   allocation that gave the volume its cluster, whose data I/O had completed under the lock, so
 //!   [`Pool::persist`]'s precondition holds while detached in-place writes are in flight.
 
-use alloc::vec::Vec;
-
 use crate::device::BlockDevice;
 use crate::error::{Error, Limit, Range, Result};
 use crate::id::{ImageId, VolumeId};
@@ -176,17 +174,79 @@ impl<T: Quiesce + ?Sized> Quiesce for alloc::sync::Arc<T> {
     }
 }
 
+/// Most runs of pinned clusters a ticket holds. A read segment is one physically contiguous run
+/// and a write segment pins at most two clusters (its target and a copy-on-write source), so a
+/// read of up to `TICKET_RUNS` segments and a write of up to [`WRITE_SEGMENTS`] segments (the
+/// appliance's 16-segment arrays) always fit; larger requests are cut short (see `begin_read` /
+/// `begin_write`), which their "call again for the rest" contract allows.
+const TICKET_RUNS: usize = 32;
+
+/// Most segments one [`Pool::begin_write`] fills: two runs each fit a ticket.
+const WRITE_SEGMENTS: usize = TICKET_RUNS / 2;
+
 /// An I/O in flight on clusters core has pinned: pass it to [`Pool::complete`] once the device
 /// I/O has ended (or will never start). A ticket dropped instead keeps its clusters pinned until
-/// the pool is reopened: safe, but their space is not reused.
+/// the pool is reopened: safe, but their space is not reused. Holds its runs inline: taking and
+/// completing one allocates nothing.
 #[must_use = "pass the ticket to Pool::complete once the I/O has ended"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct IoTicket {
     /// Pinned physical clusters, as runs (first, count).
-    runs: Vec<(u64, u64)>,
+    runs: Runs,
     write: bool,
     detachable: bool,
 }
+
+/// Up to [`TICKET_RUNS`] runs (first, count), inline. Not `Clone`, like the ticket holding it:
+/// each pin is released once.
+struct Runs {
+    buf: [(u64, u64); TICKET_RUNS],
+    len: usize,
+}
+
+impl Runs {
+    const EMPTY: Self = Self {
+        buf: [(0, 0); TICKET_RUNS],
+        len: 0,
+    };
+
+    fn as_slice(&self) -> &[(u64, u64)] {
+        &self.buf[..self.len]
+    }
+
+    /// Adds `count` clusters from `first`, extending the last run if they continue it. False
+    /// (nothing added) if they need a new run and all are taken.
+    fn push(&mut self, first: u64, count: u64) -> bool {
+        if let Some((f, n)) = self.len.checked_sub(1).map(|i| &mut self.buf[i]) {
+            if *f + *n == first {
+                *n += count;
+                return true;
+            }
+        }
+        match self.buf.get_mut(self.len) {
+            Some(slot) => {
+                *slot = (first, count);
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl core::fmt::Debug for Runs {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl PartialEq for Runs {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Runs {}
 
 impl IoTicket {
     /// Whether the I/O may run after the pool's lock is released (reads always; writes that
@@ -194,19 +254,15 @@ impl IoTicket {
     pub fn detachable(&self) -> bool {
         self.detachable
     }
-
-    fn pin(&mut self, first: u64, count: u64) {
-        match self.runs.last_mut() {
-            Some((f, n)) if *f + *n == first => *n += count,
-            _ => self.runs.push((first, count)),
-        }
-    }
 }
 
 impl<D: BlockDevice> Pool<D> {
     /// Like [`map_read`](Self::map_read), for a read the caller runs outside the pool's lock:
     /// fills at most `out.len()` segments (covering a prefix of the range, call again for the
-    /// rest) and pins their clusters until the ticket is [`complete`](Self::complete)d.
+    /// rest) and pins their clusters until the ticket is [`complete`](Self::complete)d. Fills at
+    /// least one segment of a non-empty range (given a non-empty `out`); fewer than `out.len()`
+    /// when the ticket's inline runs are used up (only beyond 32 segments), so it allocates
+    /// nothing.
     pub fn begin_read(
         &mut self,
         image: impl Into<ImageId>,
@@ -217,21 +273,24 @@ impl<D: BlockDevice> Pool<D> {
         let cs = u64::from(self.cluster_size());
         let data = self.data_offset();
         let mut ticket = IoTicket {
-            runs: Vec::new(),
+            runs: Runs::EMPTY,
             write: false,
             detachable: true,
         };
         let mut n = 0;
         for (slot, seg) in out.iter_mut().zip(self.map_read(image, offset, len)?) {
-            *slot = seg;
-            n += 1;
             if let ReadSegment::Data { device_offset, len } = seg {
                 let first = (device_offset - data) / cs;
                 let last = (device_offset - data + len - 1) / cs;
-                ticket.pin(first, last - first + 1);
+                // A data segment is one physical run: the first always fits an empty ticket.
+                if !ticket.runs.push(first, last - first + 1) {
+                    break;
+                }
             }
+            *slot = seg;
+            n += 1;
         }
-        for &(first, count) in &ticket.runs {
+        for &(first, count) in ticket.runs.as_slice() {
             (first..first + count).for_each(|c| self.state.alloc.pin(c));
         }
         Ok((n, ticket))
@@ -240,7 +299,9 @@ impl<D: BlockDevice> Pool<D> {
     /// [`map_write`](Self::map_write) for a write the caller may run outside the pool's lock:
     /// pins the target clusters and copy-on-write sources until the ticket is
     /// [`complete`](Self::complete)d. Only a [`detachable`](IoTicket::detachable) ticket's I/O
-    /// may run after the lock is released.
+    /// may run after the lock is released. Fills at most 16 segments whatever `out.len()`
+    /// (covering a prefix of the range, call again for the rest), so the ticket's inline runs
+    /// hold every pin and it allocates nothing.
     pub fn begin_write(
         &mut self,
         id: VolumeId,
@@ -248,21 +309,26 @@ impl<D: BlockDevice> Pool<D> {
         len: u64,
         out: &mut [WriteSegment],
     ) -> Result<(usize, IoTicket)> {
+        let bounded = out.len().min(WRITE_SEGMENTS);
+        let out = &mut out[..bounded];
         let (n, allocated) = self.map_write_inner(id, offset, len, out)?;
         let cs = u64::from(self.cluster_size());
         let data = self.data_offset();
         let mut ticket = IoTicket {
-            runs: Vec::new(),
+            runs: Runs::EMPTY,
             write: true,
             detachable: !allocated,
         };
         for seg in &out[..n] {
-            ticket.pin((seg.device_offset - data) / cs, 1);
+            // At most two runs per segment and WRITE_SEGMENTS segments: these always fit.
+            let fits = ticket.runs.push((seg.device_offset - data) / cs, 1);
+            debug_assert!(fits, "write pins exceed the ticket's runs");
             if let Prepare::Copy { from, .. } = seg.prepare {
-                ticket.pin((from - data) / cs, 1);
+                let fits = ticket.runs.push((from - data) / cs, 1);
+                debug_assert!(fits, "write pins exceed the ticket's runs");
             }
         }
-        for &(first, count) in &ticket.runs {
+        for &(first, count) in ticket.runs.as_slice() {
             (first..first + count).for_each(|c| self.state.alloc.pin(c));
         }
         self.writes_in_flight += 1;
@@ -271,7 +337,7 @@ impl<D: BlockDevice> Pool<D> {
 
     /// Ends the I/O of `ticket`: unpins its clusters (a held one becomes allocatable).
     pub fn complete(&mut self, ticket: IoTicket) {
-        for (first, count) in ticket.runs {
+        for &(first, count) in ticket.runs.as_slice() {
             (first..first + count).for_each(|c| self.state.alloc.unpin(c));
         }
         if ticket.write {

@@ -1,0 +1,85 @@
+//! The data path's steady state allocates nothing: a read and an in-place write through
+//! `begin_read` / `begin_write` and `complete`, counted by a global allocator.
+// The counting allocator needs `unsafe impl GlobalAlloc`; it only forwards to `System`.
+#![allow(unsafe_code)]
+// Host-only test code on 64-bit machines: byte counts of test devices fit in usize.
+#![allow(clippy::cast_possible_truncation)]
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use common::{ram_pool, write, CLUSTER};
+use edgevol_core::*;
+
+const CS: u64 = CLUSTER as u64;
+
+std::thread_local! {
+    /// Allocations by this thread (other test threads do not count).
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Counts allocations (and reallocations) per thread, then forwards to the system allocator.
+struct Counting;
+
+// SAFETY: every call forwards unchanged to `System`, which upholds `GlobalAlloc`'s contract; the
+// counter is a const-initialized thread-local without destructor, so touching it never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// A read of two clusters and an in-place write across a cluster boundary, as the appliance's
+/// data path does them (16-segment arrays), each completed.
+fn read_and_write(pool: &mut Pool<RamDevice>, vol: VolumeId) {
+    let mut rsegs = [ReadSegment::Zero { len: 0 }; 16];
+    let (n, ticket) = pool.begin_read(vol, 0, 2 * CS, &mut rsegs).unwrap();
+    assert_eq!(rsegs[..n].iter().map(ReadSegment::len).sum::<u64>(), 2 * CS);
+    pool.complete(ticket);
+
+    let mut wsegs = [WriteSegment::EMPTY; 16];
+    let (n, ticket) = pool.begin_write(vol, CS - 512, 1024, &mut wsegs).unwrap();
+    assert_eq!(n, 2);
+    assert!(ticket.detachable(), "in place");
+    pool.complete(ticket);
+}
+
+#[test]
+fn a_steady_state_read_and_in_place_write_allocate_nothing() {
+    let mut pool = ram_pool(16);
+    let vol = pool.create_volume(VolumeSpec::new("v", 4 * CS)).unwrap();
+    write(&mut pool, vol, 0, &vec![7; 4 * CS as usize]).unwrap();
+    pool.flush().unwrap();
+    // Warm-up.
+    read_and_write(&mut pool, vol);
+
+    let before = allocations();
+    read_and_write(&mut pool, vol);
+    assert_eq!(allocations() - before, 0, "begin_read/begin_write/complete allocated");
+    assert_eq!(pool.writes_in_flight(), 0);
+}
