@@ -25,7 +25,12 @@ struct Fixture {
 
 impl Fixture {
     async fn start() -> Fixture {
-        let app = DevAppliance::start().await;
+        Self::start_with(|_| {}).await
+    }
+
+    /// A fixture whose daemon configuration `change` adjusts first.
+    async fn start_with(change: impl FnOnce(&mut edgevol_appliance::config::Config)) -> Fixture {
+        let app = DevAppliance::start_with(change).await;
         let state = app.running.state.clone();
         tokio::time::timeout(WAIT, async {
             while !state.is_ready() {
@@ -777,19 +782,7 @@ async fn connect_before_the_pool_is_open_is_retryable() {
 /// carries its own I/O there; a queue's engine slot frees when it disconnects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn io_queues_of_one_connection_spread_over_the_engine_threads() {
-    let app = DevAppliance::start_with(|c| c.nvme.io_threads = 2).await;
-    let state = app.running.state.clone();
-    tokio::time::timeout(WAIT, async {
-        while !state.is_ready() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("pool opens");
-    let f = Fixture {
-        addr: app.running.target.endpoint,
-        app,
-    };
+    let f = Fixture::start_with(|c| c.nvme.io_threads = 2).await;
     let engines = f.app.running.target.engines.clone();
     assert_eq!(engines.threads(), 2);
     let id = f.volume("spread", 8 * MIB, HOST, false).await;
