@@ -38,6 +38,7 @@ pub mod naming;
 pub mod nvme;
 pub mod pool;
 pub mod progress;
+pub mod qos;
 pub mod state;
 pub mod sync;
 pub mod transport;

@@ -82,13 +82,18 @@ impl<D: BlockDevice> Pool<D> {
     }
 
     /// Sets mutable parameters (CSI ControllerModifyVolume): each given key takes its value, the
-    /// others keep theirs. No commit when nothing changes.
+    /// others keep theirs; a key given the empty value is removed. No commit when nothing changes.
     pub fn modify_volume(&mut self, id: VolumeId, changes: &[(String, String)]) -> Result<()> {
         let mut merged = self.state.volume(id)?.mutable.clone();
         for (k, v) in changes {
-            match merged.iter_mut().find(|(mk, _)| mk == k) {
-                Some(entry) => entry.1.clone_from(v),
-                None => merged.push((k.clone(), v.clone())),
+            let at = merged.iter().position(|(mk, _)| mk == k);
+            match (at, v.is_empty()) {
+                (Some(i), true) => {
+                    merged.remove(i);
+                }
+                (Some(i), false) => merged[i].1.clone_from(v),
+                (None, true) => {}
+                (None, false) => merged.push((k.clone(), v.clone())),
             }
         }
         validate_parameters(&mut merged)?;

@@ -345,6 +345,15 @@ fn mutable_parameters_merge_persist_and_are_checked() {
         pool.volume(v).unwrap().mutable_parameters(),
         [kv("maxBandwidthBytes", "1000"), kv("maxIops", "200")]
     );
+    // The empty value removes a key (and removing an absent one changes nothing).
+    pool.modify_volume(v, &[kv("maxIops", ""), kv("maxReadIops", "")])
+        .unwrap();
+    let mut pool = reopen(pool);
+    assert_eq!(
+        pool.volume(v).unwrap().mutable_parameters(),
+        [kv("maxBandwidthBytes", "1000")]
+    );
+    pool.modify_volume(v, &[kv("maxIops", "200")]).unwrap();
     assert_eq!(
         pool.modify_volume(v, &[kv("k", &"x".repeat(5000))]),
         Err(Error::InvalidArgument(

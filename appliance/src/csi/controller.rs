@@ -283,8 +283,13 @@ impl Controller for ControllerService {
         request: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
         let op = Modify::try_from(request.into_inner())?;
-        self.call(move |state, pool| volumes::modify(state, pool, &op))
+        let (id, parameters) = self
+            .call(move |state, pool| volumes::modify(state, pool, &op))
             .await?;
+        // Durable now: connected hosts get the new limits.
+        if let Some(t) = &self.target {
+            t.access.parameters_changed(id, &parameters);
+        }
         Ok(Response::new(ControllerModifyVolumeResponse {}))
     }
 }

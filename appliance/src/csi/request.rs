@@ -384,7 +384,7 @@ impl TryFrom<ControllerModifyVolumeRequest> for Modify {
             return Err(Status::invalid_argument("mutable_parameters is required"));
         }
         Ok(Modify {
-            changes: qos::parse(&r.mutable_parameters)?,
+            changes: qos::parse_changes(&r.mutable_parameters)?,
             volume_id: r.volume_id,
         })
     }

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use edgevol_core::{AccessMode, Pool, Precondition, Provisioning, VolumeSpec};
+use edgevol_core::{AccessMode, Pool, Precondition, Provisioning, VolumeId, VolumeSpec};
 use edgevol_proto::csi::v1::validate_volume_capabilities_response::Confirmed;
 use edgevol_proto::csi::v1::{
     controller_get_volume_response, list_snapshots_response, list_volumes_response,
@@ -353,8 +353,14 @@ pub fn get_volume(
     })
 }
 
-/// ControllerModifyVolume: the mutable parameters given take their values.
-pub fn modify(state: &State, pool: &mut Core, op: &Modify) -> Result<(), Error> {
+/// ControllerModifyVolume: the mutable parameters given take their values (the empty value
+/// removes a key). Returns the volume and all of its mutable parameters now.
+pub fn modify(
+    state: &State,
+    pool: &mut Core,
+    op: &Modify,
+) -> Result<(VolumeId, Vec<(String, String)>), Error> {
     let id = ids(state).require_volume(&op.volume_id)?;
-    Ok(pool.modify_volume(id, &op.changes)?)
+    pool.modify_volume(id, &op.changes)?;
+    Ok((id, pool.volume(id)?.mutable_parameters().to_vec()))
 }

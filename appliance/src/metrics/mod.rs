@@ -121,7 +121,14 @@ pub async fn gather(sources: &Sources) -> String {
 async fn pool_metrics(e: &mut Exposition, state: &Arc<State>) {
     let pool = if state.is_ready() {
         state
-            .on_pool(|_, pool| (pool.capacity(), pool.failure().is_none()))
+            .on_pool(|_, pool| {
+                let limited: Vec<(VolumeId, Vec<(String, String)>)> = pool
+                    .volumes(None)
+                    .filter(|v| !v.mutable_parameters().is_empty())
+                    .map(|v| (v.id(), v.mutable_parameters().to_vec()))
+                    .collect();
+                (pool.capacity(), pool.failure().is_none(), limited)
+            })
             .await
             .ok()
     } else {
@@ -133,9 +140,10 @@ async fn pool_metrics(e: &mut Exposition, state: &Arc<State>) {
         "1 once the pool is open and recovered (what CSI Probe reports).",
     );
     e.sample("edgevol_pool_ready", &[], u8::from(pool.is_some()));
-    let Some((c, healthy)) = pool else {
+    let Some((c, healthy, limited)) = pool else {
         return;
     };
+    qos_limit_metrics(e, state, &limited);
     e.family(
         "edgevol_pool_healthy",
         Kind::Gauge,
@@ -164,6 +172,30 @@ async fn pool_metrics(e: &mut Exposition, state: &Arc<State>) {
         let metric = format!("edgevol_pool_{name}_bytes");
         e.family(&metric, Kind::Gauge, help);
         e.sample(&metric, &[], value);
+    }
+}
+
+/// The QoS limits each volume's mutable parameters set (enforced by the target).
+fn qos_limit_metrics(
+    e: &mut Exposition,
+    state: &State,
+    limited: &[(VolumeId, Vec<(String, String)>)],
+) {
+    let ids = Ids::new(&state.appliance_id);
+    e.family(
+        "edgevol_volume_qos_limit",
+        Kind::Gauge,
+        "A QoS limit set on the volume (mutable parameter `limit`): commands or bytes per second.",
+    );
+    for (v, params) in limited {
+        let name = ids.volume(*v);
+        for (key, value) in params {
+            e.sample(
+                "edgevol_volume_qos_limit",
+                &[("volume_id", &name), ("limit", key)],
+                value,
+            );
+        }
     }
 }
 
@@ -345,6 +377,32 @@ fn io_metrics(e: &mut Exposition, sources: &Sources) {
             "edgevol_volume_media_errors_total",
             &[("volume_id", &names[v])],
             n,
+        );
+    }
+    e.family(
+        "edgevol_volume_qos_delayed_total",
+        Kind::Counter,
+        "NVMe commands held back by the volume's QoS limits before they started.",
+    );
+    for (v, c) in &stats {
+        let n = c.qos_delayed.load(Ordering::Relaxed);
+        e.sample(
+            "edgevol_volume_qos_delayed_total",
+            &[("volume_id", &names[v])],
+            n,
+        );
+    }
+    e.family(
+        "edgevol_volume_qos_wait_seconds_total",
+        Kind::Counter,
+        "Time the held-back commands waited for the volume's QoS limits, in all.",
+    );
+    for (v, c) in &stats {
+        let us = c.qos_wait_us.load(Ordering::Relaxed);
+        e.sample(
+            "edgevol_volume_qos_wait_seconds_total",
+            &[("volume_id", &names[v])],
+            text::seconds(us),
         );
     }
     e.family(

@@ -16,6 +16,8 @@
 //!   [`identify`], [`log_page`], [`discovery`]: admin-side data structures.
 //! - [`io`]: Read/Write/Flush/Write Zeroes/DSM over core and hal (its docs say how the pool lock
 //!   and core's durability rule are followed).
+//! - [`throttle`]: per-volume QoS limits, shared by the volume's queues ([`crate::qos`] is the
+//!   sans-I/O limiter).
 //! - [`stats`]: per-volume counters for the metrics exporter and the CSI volume condition.
 //! - [`status`]: the one mapping from core, device and pool errors to NVMe statuses.
 //!
@@ -35,6 +37,7 @@ pub mod log_page;
 pub mod stats;
 pub mod status;
 pub mod subsys;
+pub mod throttle;
 pub mod transport;
 
 /// The loopback test host of the integration tests (`tests/nvme_host`), for the target's own.
@@ -89,6 +92,9 @@ pub trait HostAccess: Send + Sync + fmt::Debug {
     fn revoke(&self, volume: VolumeId, host: &str);
     /// Tells hosts connected to `volume` that its namespace changed (size): an async event.
     fn namespace_changed(&self, volume: VolumeId);
+    /// `volume`'s mutable parameters are now `parameters` (ControllerModifyVolume, committed):
+    /// its connected queues enforce the limits they set from now on.
+    fn parameters_changed(&self, volume: VolumeId, parameters: &[(String, String)]);
 }
 
 /// The running NVMe/TCP target, as the control plane sees it.

@@ -66,6 +66,10 @@ pub struct VolumeCounters {
     pub media_errors: AtomicU64,
     /// The latest of them: when (Unix seconds) and what kind of command.
     pub last_media_error: Mutex<Option<(u64, IoKind)>>,
+    /// Commands held back by the volume's QoS limits.
+    pub qos_delayed: AtomicU64,
+    /// The time they waited, in microseconds.
+    pub qos_wait_us: AtomicU64,
 }
 
 /// The health of one volume's data as its I/O saw it: what CSI's volume condition reports.
@@ -100,6 +104,13 @@ impl VolumeCounters {
         if let Some(slot) = self.latency.get(bucket) {
             slot.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Records a command that QoS held back for `waited`.
+    pub fn qos_delayed(&self, waited: Duration) {
+        self.qos_delayed.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.qos_wait_us.fetch_add(us, Ordering::Relaxed);
     }
 
     /// Records a command failed by the medium (a read or write error of the pool device).

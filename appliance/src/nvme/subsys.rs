@@ -22,6 +22,7 @@ use super::engine::Engines;
 use super::io::DataPath;
 use super::stats::IoStats;
 use super::status::TargetStatus;
+use super::throttle::{stored_limits, Throttles};
 use super::HostAccess;
 
 /// Highest dynamic controller id (`NVME_CNTLID_MAX`).
@@ -49,6 +50,8 @@ pub struct Subsystems {
     pub auth: HostAuth,
     /// The threads I/O queues run on.
     pub engines: Arc<Engines>,
+    /// Per-volume QoS limiters.
+    pub throttles: Throttles,
 }
 
 /// Who a Connect wants, before the pool is asked.
@@ -84,6 +87,7 @@ impl Subsystems {
             next_cntlid: Mutex::new(1),
             changes: AtomicU64::new(0),
             data: OnceLock::new(),
+            throttles: Throttles::default(),
         })
     }
 
@@ -290,6 +294,12 @@ impl HostAccess for Access {
             );
             subs.remove(&c);
         }
+    }
+
+    fn parameters_changed(&self, volume: VolumeId, parameters: &[(String, String)]) {
+        let limits = stored_limits(volume, parameters);
+        tracing::info!(volume = volume.0, ?limits, "QoS limits changed");
+        self.0.throttles.set(volume, limits);
     }
 
     fn namespace_changed(&self, volume: VolumeId) {

@@ -11,7 +11,12 @@
 //! flight or received behind it, so there is no depth to give the drive). Everything else
 //! (queued commands on a drive, Flush, FUA, Write Zeroes, Deallocate) runs concurrently, up to
 //! the queue's slots, on the blocking pool. Read buffers are kept per queue and reused.
+//!
+//! A volume with QoS limits ([`super::throttle`]) holds back I/O commands over its limits: they
+//! wait in the queue's own list, in arrival order, and start when the volume's limiter hands
+//! them out, while the queue goes on receiving, completing and keeping its timers.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
@@ -39,6 +44,7 @@ use super::io;
 use super::stats::{IoKind, VolumeCounters};
 use super::status::TargetStatus;
 use super::subsys::{Subsystems, NSID};
+use super::throttle::{self, stored_limits, VolumeQos, Waiter};
 use super::{admin, queue_config};
 
 /// Room made in the receive buffer before each socket read.
@@ -115,6 +121,31 @@ struct Conn {
     alone: bool,
     /// Read buffers of finished commands, for the next ones.
     spare: Vec<io::ReadBuf>,
+    /// The volume's QoS (I/O queues of a volume).
+    qos: Option<Qos>,
+}
+
+/// An I/O queue's share of its volume's QoS: its place in the limiter and the commands held
+/// back, in arrival order (the first waits in the limiter, the others behind it).
+struct Qos {
+    volume: Arc<VolumeQos>,
+    me: Arc<Waiter>,
+    held: VecDeque<Held>,
+}
+
+/// An I/O command held back by QoS.
+struct Held {
+    issued: Issued,
+    request: io::Request,
+    started: StdInstant,
+}
+
+impl Drop for Qos {
+    fn drop(&mut self) {
+        if !self.held.is_empty() {
+            self.volume.cancel(&self.me);
+        }
+    }
 }
 
 /// Which Reads and cached Writes run in place on the queue's thread instead of the blocking
@@ -185,6 +216,7 @@ pub async fn serve(
         in_place: InPlace::Never,
         alone: false,
         spare: Vec::new(),
+        qos: None,
     };
     let (rd, wr) = stream.into_split();
     let mut link = Link {
@@ -304,6 +336,9 @@ async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool
                 Err(e) => return Exit::Ended(End::Socket(e)),
             },
             () = notified(ctrl.as_deref()), if aen_wanted => conn.deliver_events(),
+            () = qos_turn(conn.qos.as_ref()), if conn.qos.as_ref().is_some_and(|q| !q.held.is_empty()) => {
+                conn.qos_turn_came();
+            }
             () = sleep_until(deadline) => {
                 conn.queue.handle_timeout(conn.epoch.elapsed());
                 if conn.keep_alive_expired() {
@@ -350,6 +385,14 @@ async fn watch_shut(w: &mut Option<watch::Receiver<bool>>) -> bool {
 async fn notified(ctrl: Option<&Controller>) {
     match ctrl {
         Some(c) => c.aen.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Until the volume's limiter hands out the queue's first held command.
+async fn qos_turn(qos: Option<&Qos>) {
+    match qos {
+        Some(q) => q.volume.turn(&q.me).await,
         None => std::future::pending().await,
     }
 }
@@ -654,13 +697,29 @@ impl Conn {
         self.ctrl_watch = Some(ctrl.watch());
         if let Some(volume) = ctrl.volume() {
             self.counters = Some(self.subs.stats.volume(volume));
-            if let Ok(shift) = self
+            let subs = self.subs.clone();
+            let io_queue = matches!(bound, Bound::Io(..));
+            let looked_up = self
                 .subs
                 .state
-                .on_pool(|_, pool| admin::lba_shift(pool.device_mut()))
-                .await
-            {
+                .on_pool(move |_, pool| {
+                    // The limiter is found or made under the pool lock: see `Throttles::volume`.
+                    let qos = io_queue.then(|| {
+                        subs.throttles.volume(volume, || {
+                            let stored = pool.volume(volume).map(|v| v.mutable_parameters());
+                            stored.map_or_else(|_| Default::default(), |p| stored_limits(volume, p))
+                        })
+                    });
+                    (admin::lba_shift(pool.device_mut()), qos)
+                })
+                .await;
+            if let Ok((shift, qos)) = looked_up {
                 self.lba_shift = shift;
+                self.qos = qos.map(|volume| Qos {
+                    me: volume.waiter(),
+                    volume,
+                    held: VecDeque::new(),
+                });
             }
         }
         if let Bound::Io(_, qid) = &bound {
@@ -681,8 +740,50 @@ impl Conn {
             cmd,
             data,
         };
-        let (kind, bytes) = request.accounting();
         let started = StdInstant::now();
+        if let Some(q) = &mut self.qos {
+            // Behind a held command, or over the limits: held, in order.
+            if !q.held.is_empty()
+                || !q
+                    .volume
+                    .pass(&q.me, throttle::cost(&request.cmd, request.lba_shift))
+            {
+                q.held.push_back(Held {
+                    issued,
+                    request,
+                    started,
+                });
+                return;
+            }
+        }
+        self.run_io(issued, request, started);
+    }
+
+    /// The first held command's turn came: it starts, and so does every one behind it that the
+    /// limits let through now; the next waits in the limiter.
+    fn qos_turn_came(&mut self) {
+        while let Some(q) = &mut self.qos {
+            let Some(held) = q.held.pop_front() else {
+                return;
+            };
+            let next_passes = q.held.front().is_some_and(|next| {
+                let cost = throttle::cost(&next.request.cmd, next.request.lba_shift);
+                q.volume.pass(&q.me, cost)
+            });
+            self.alone = self.inflight.is_empty() && !next_passes;
+            if let Some(c) = &self.counters {
+                c.qos_delayed(held.started.elapsed());
+            }
+            self.run_io(held.issued, held.request, held.started);
+            if !next_passes {
+                return;
+            }
+        }
+    }
+
+    /// Starts an I/O command: in place, or on the blocking pool.
+    fn run_io(&mut self, issued: Issued, request: io::Request, started: StdInstant) {
+        let (kind, bytes) = request.accounting();
         let quick = match request.cmd {
             IoCommand::Read { .. } => true,
             // Flush, FUA and write-through wait for the drive's cache; those always move.

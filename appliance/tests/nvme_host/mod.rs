@@ -87,17 +87,18 @@ impl Queue {
     /// Sends what is queued, then reads once and feeds the initiator.
     async fn pump(&mut self) {
         self.flush_out().await;
-        let mut buf = std::mem::take(&mut self.rx);
-        let n = match timeout(WAIT, self.stream.read(&mut buf)).await {
+        // Cancel-safe from here on (a caller may wait with a timeout): nothing is taken out of
+        // `self` before the read completes.
+        let n = match timeout(WAIT, self.stream.read(&mut self.rx)).await {
             Ok(Ok(n)) => n,
             Ok(Err(_)) => 0,
             Err(_) => panic!("no answer from the target within {WAIT:?}"),
         };
         if n == 0 {
             self.eof = true;
-            self.rx = buf;
             return;
         }
+        let buf = std::mem::take(&mut self.rx);
         let mut at = 0;
         while at < n {
             let used = self.ini.handle_input(&buf[at..n]);
