@@ -27,25 +27,12 @@
 # and restart cycles; fio catches up after each stall.
 RATE=100
 
-# The namespace block device of subsystem $2 (multipath head, not the nvmeXcYnZ path), once it
-# shows up (up to 15 s).
+# The namespace block device of subsystem $2, once it shows up (guest-lib.sh's ns_of).
 if [ "$1" = --wait-ns ]; then
-    i=0
-    while [ $i -lt 150 ]; do
-        for b in /sys/block/nvme*; do
-            n=${b##*/}
-            case "$n" in *c*) continue ;; esac
-            s=$(cat "$b/device/subsysnqn" 2>/dev/null || cat "$b/device/../subsysnqn" 2>/dev/null)
-            if [ "$s" = "$2" ] && [ -b "/dev/$n" ]; then
-                echo "/dev/$n"
-                exit 0
-            fi
-        done
-        sleep 0.1
-        i=$((i + 1))
-    done
-    ls /sys/block
-    exit 1
+    # shellcheck source=qemu/guest-lib.sh
+    . /lib/edgevol/guest-lib.sh
+    ns_of "$2"
+    exit
 fi
 
 # 16 MiB written and flushed: the overwrite workload's region exists before the kills.

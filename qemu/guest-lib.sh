@@ -11,6 +11,8 @@
 #                         at most; fails if it never did
 #   net_up MAC ADDR/LEN   brings the interface with that MAC up with that address
 #   fail WHY              prints "$GUEST_MARKER FAILED WHY" (the script sets GUEST_MARKER), exits 1
+#   ns_of SUBNQN          the namespace block device (/dev/nvmeXnY: the multipath head, not a
+#                         nvmeXcYnZ path) of that subsystem, once it shows up (up to 15 s)
 #   step NAME SECS CMD... runs CMD under busybox timeout SECS, its output between the lines
 #                         "$STEP_TAG-BEGIN NAME" and "$STEP_TAG-END NAME rc=N" (the script sets
 #                         STEP_TAG), for a host test to judge each step
@@ -62,6 +64,25 @@ retry() {
 net_up() {
     _if="$(iface_of "$1")" || { echo "edgevol-guest: no interface with MAC $1"; return 1; }
     ip link set "$_if" up && ip addr add "$2" dev "$_if"
+}
+
+ns_of() {
+    _i=0
+    while [ $_i -lt 150 ]; do
+        for _b in /sys/block/nvme*; do
+            _n=${_b##*/}
+            case "$_n" in *c*) continue ;; esac
+            _s=$(cat "$_b/device/subsysnqn" 2>/dev/null || cat "$_b/device/../subsysnqn" 2>/dev/null)
+            if [ "$_s" = "$1" ] && [ -b "/dev/$_n" ]; then
+                echo "/dev/$_n"
+                return 0
+            fi
+        done
+        sleep 0.1
+        _i=$((_i + 1))
+    done
+    echo "edgevol-guest: no namespace of $1 in: $(ls /sys/block)"
+    return 1
 }
 
 fail() {

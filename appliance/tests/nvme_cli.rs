@@ -11,12 +11,11 @@
 mod common;
 
 use common::guest::{steps, Step};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use edgevol_appliance::csi::ids::Ids;
-use edgevol_appliance::{naming, start, Args, Config};
+use edgevol_appliance::naming;
 use edgevol_core::{VolumeId, VolumeSpec};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_content_source::{SnapshotSource, Type};
@@ -139,24 +138,8 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
         );
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = Config::from_args(Args {
-        dev: true,
-        data_dir: Some(dir.path().to_path_buf()),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        nvme_listen: Some("0.0.0.0:0".parse().unwrap()),
-        nvme_advertise: Some("10.0.2.2".parse().unwrap()),
-        appliance_id: Some(APPLIANCE.into()),
-        // The pinned 6.1 guest kernel has no NVMe in-band authentication: this is the
-        // unauthenticated interop (tests/nvme_auth_qemu.rs is DH-HMAC-CHAP on 6.12).
-        nvme_allow_unauthenticated_hosts: Some(true),
-        ..Args::default()
-    })
-    .unwrap();
-    let running = start(config).await.unwrap();
+    let running = common::qemu_appliance(dir.path(), APPLIANCE).await;
     let state = running.state.clone();
-    while !state.is_ready() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     let port = running.target.endpoint.port();
     // Two volumes: one published to the guest's host NQN, one to another host only.
     let (id, other, pool_uuid) = state
@@ -199,11 +182,7 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
         snapped_tx,
     ));
 
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cache = std::env::var_os("EDGEVOL_QEMU_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("qemu/.cache"));
-    std::fs::create_dir_all(cache.join("logs")).unwrap();
+    let (root, cache) = (common::repo_root(), common::qemu_cache());
     let log = cache.join("logs/nvme-cli.log");
     let guest_script = root.join("qemu/nvme-cli-guest.sh");
     let cmd =

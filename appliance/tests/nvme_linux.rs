@@ -4,11 +4,9 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
-use edgevol_appliance::{naming, start, Args, Config};
+use edgevol_appliance::naming;
 use edgevol_core::VolumeSpec;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-1111-2222-3333-444444444444";
@@ -18,24 +16,8 @@ const MIB: u64 = 1 << 20;
 #[ignore = "boots a QEMU guest: scripts/test-nvme-qemu.sh"]
 async fn linux_initiator_writes_and_reads_back() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config::from_args(Args {
-        dev: true,
-        data_dir: Some(dir.path().to_path_buf()),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        nvme_listen: Some("0.0.0.0:0".parse().unwrap()),
-        nvme_advertise: Some("10.0.2.2".parse().unwrap()),
-        appliance_id: Some("qemu-box".into()),
-        // The pinned 6.1 guest kernel has no NVMe in-band authentication: this is the
-        // unauthenticated interop (tests/nvme_auth_qemu.rs is DH-HMAC-CHAP on 6.12).
-        nvme_allow_unauthenticated_hosts: Some(true),
-        ..Args::default()
-    })
-    .unwrap();
-    let running = start(config).await.unwrap();
+    let running = common::qemu_appliance(dir.path(), "qemu-box").await;
     let state = running.state.clone();
-    while !state.is_ready() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     let port = running.target.endpoint.port();
     let id = state
         .on_pool(|_, pool| {
@@ -64,7 +46,7 @@ async fn linux_initiator_writes_and_reads_back() {
          cmp /tmp/a /tmp/b && echo NVME-TCP-ROUNDTRIP-PASS && \
          echo 1 > /sys/class/nvme/nvme0/delete_controller"
     );
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = common::repo_root();
     let mut child = Command::new(root.join("qemu/run-guest.sh"));
     child
         .args(["--name", "nvme-tcp", "--timeout", "150", "--mem", "512"])

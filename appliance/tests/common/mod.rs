@@ -187,3 +187,39 @@ pub fn enrol_node(
     let fp = edgevol_appliance::transport::certificate_sha256(&certs[0]);
     running.host_keys.enrol(node, fp, host_nqn).unwrap().key
 }
+
+/// An appliance in this process whose NVMe/TCP target a QEMU guest reaches at 10.0.2.2 (slirp),
+/// with its pool open. The pinned 6.1 guest kernel has no NVMe in-band authentication: hosts
+/// connect unauthenticated (tests/nvme_auth_qemu.rs is DH-HMAC-CHAP on 6.12).
+pub async fn qemu_appliance(dir: &Path, appliance_id: &str) -> Running {
+    let config = Config::from_args(Args {
+        dev: true,
+        data_dir: Some(dir.to_path_buf()),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        nvme_listen: Some("0.0.0.0:0".parse().unwrap()),
+        nvme_advertise: Some("10.0.2.2".parse().unwrap()),
+        appliance_id: Some(appliance_id.into()),
+        nvme_allow_unauthenticated_hosts: Some(true),
+        ..Args::default()
+    })
+    .unwrap();
+    let running = start(config).await.unwrap();
+    while !running.state.is_ready() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    running
+}
+
+/// The QEMU cache (kernels, logs): `EDGEVOL_QEMU_CACHE` or qemu/.cache, with its logs/ made.
+pub fn qemu_cache() -> PathBuf {
+    let cache = std::env::var_os("EDGEVOL_QEMU_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("qemu/.cache"));
+    std::fs::create_dir_all(cache.join("logs")).unwrap();
+    cache
+}
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
