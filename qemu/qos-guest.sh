@@ -1,12 +1,15 @@
 # Runs inside the QoS guest (appliance/tests/qos_qemu.rs copies it to /etc/qos-guest.sh; busybox
 # sh, Debian's nvme-cli and fio copied from the host with their libraries). Connects the Linux
 # NVMe/TCP initiator to three volumes of edgevol's target in the host test process (10.0.2.2):
-# LIMITED (maxIops=300), FREE (no limit) and BW (maxBandwidthBytes=5 MiB/s), measures with fio
+# LIMITED (maxIops=300), FREE (no limit), BW (maxBandwidthBytes=5 MiB/s) and PACED (no limit),
+# measures with fio
 # and prints one "<figure> <value>" line per measurement between step markers:
 #   EVQ-BEGIN <step> / <output> / EVQ-END <step> rc=<exit code>, then EVQ-DONE.
 # It judges nothing: the host test checks the figures.
 #
-# usage: sh qos-guest.sh PORT CTL_PORT HOSTNQN LIMITED_NQN FREE_NQN BW_NQN
+# usage: sh qos-guest.sh PORT CTL_PORT HOSTNQN LIMITED_NQN FREE_NQN BW_NQN PACED_NQN
+#   PACED_NQN has no limit: fio paces itself to 300 IOPS there, the same work as LIMITED's
+#   without QoS (the control for the neighbour's figures).
 #   CTL_PORT: the host test's control port; the line "raise" sent there makes the host raise
 #   LIMITED to 600 IOPS with ControllerModifyVolume, answered once the call returned.
 
@@ -51,7 +54,7 @@ if [ "$1" = --raise ]; then
     exit 0
 fi
 
-self=$0 port=$1 ctl=$2 host=$3 limited=$4 free=$5 bw=$6
+self=$0 port=$1 ctl=$2 host=$3 limited=$4 free=$5 bw=$6 paced=$7
 fabric="-t tcp -a 10.0.2.2 -s $port"
 # shellcheck source=qemu/guest-lib.sh
 . /lib/edgevol/guest-lib.sh
@@ -63,23 +66,31 @@ step net 10 sh -c 'ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0'
     step connect-limited 30 nvme connect $fabric -n "$limited" --hostnqn "$host"
     step connect-free 30 nvme connect $fabric -n "$free" --hostnqn "$host"
     step connect-bw 30 nvme connect $fabric -n "$bw" --hostnqn "$host"
+    step connect-paced 30 nvme connect $fabric -n "$paced" --hostnqn "$host"
 }
-lim_dev=$(ns_of "$limited") free_dev=$(ns_of "$free") bw_dev=$(ns_of "$bw")
-echo "devices: limited $lim_dev free $free_dev bw $bw_dev"
+lim_dev=$(ns_of "$limited") free_dev=$(ns_of "$free") bw_dev=$(ns_of "$bw") paced_dev=$(ns_of "$paced")
+echo "devices: limited $lim_dev free $free_dev bw $bw_dev paced $paced_dev"
 
 # The unlimited neighbour alone, then next to the limited volume (that one at QD16), for 5 s
-# each; first at QD1 (latency: what a noisy neighbour harms), then at QD16 (throughput; in a
-# TCG guest the whole rig is CPU-bound there, so the limited volume's 300 IOPS of work take
-# their share whatever the target does). The guest has 2 vCPUs, one per fio. The first second
-# (fio starting, the bucket's burst) is not measured.
+# each; first at QD1 (latency: what a noisy neighbour harms), then at QD16 (throughput). In a
+# TCG guest on two host cores the rig is CPU-bound: any 300 IOPS of work take their share, so
+# the QD1 neighbour is also measured next to PACED doing the same 300 IOPS without QoS. The
+# guest has 2 vCPUs, one per fio. The first second (fio starting, the bucket's burst) is not
+# measured.
+pair() { # NAME QD OTHER-FIO-ARGS...
+    name=$1 qd=$2
+    shift 2
+    step "$name" 30 sh -c "sh '$self' --fio $* --ramp_time=1 >/tmp/other &
+        sh '$self' --fio '$free_dev' 4k $qd 5 --ramp_time=1 | sed 's/^/free-/'
+        wait \$! && sed 's/^/other-/' /tmp/other"
+}
 for qd in 1 16; do
     step "free-alone-qd$qd" 30 sh "$self" --fio "$free_dev" 4k "$qd" 5 --ramp_time=1
-    step "together-qd$qd" 30 sh -c "sh '$self' --fio '$lim_dev' 4k 16 5 --ramp_time=1 >/tmp/lim &
-        sh '$self' --fio '$free_dev' 4k $qd 5 --ramp_time=1 | sed 's/^/free-/'
-        wait \$! && sed 's/^/limited-/' /tmp/lim"
+    pair "together-qd$qd" "$qd" "$lim_dev" 4k 16 5
 done
+pair paced-qd1 1 "$paced_dev" 4k 16 5 --rate_iops=300
 step raise 60 sh "$self" --raise "$lim_dev" "$ctl"
 step bandwidth 30 sh "$self" --fio "$bw_dev" 128k 4 5 --ramp_time=1
 step disconnect 30 sh -c "nvme disconnect -n '$limited' && nvme disconnect -n '$free' &&
-    nvme disconnect -n '$bw'"
+    nvme disconnect -n '$bw' && nvme disconnect -n '$paced'"
 echo "EVQ-DONE"

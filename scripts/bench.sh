@@ -104,6 +104,7 @@ run "hal" cargo run -q "${profile[@]}" -p edgevol-hal --bin hal-bench -- "$hal_f
 rm -f "$hal_file"
 
 run "data path" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench data_path -- "${qarg[@]}"
+run "QoS" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench qos -- "${qarg[@]}"
 run "DH-HMAC-CHAP transaction (target side)" cargo bench -q "${bench_profile[@]}" -p edgevol-nvmeof \
     --features test-initiator --bench auth -- "${qarg[@]}"
 
