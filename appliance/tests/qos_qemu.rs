@@ -88,7 +88,7 @@ async fn serve_raise(listener: tokio::net::TcpListener, channel: Channel, volume
                 volume_id,
                 mutable_parameters: HashMap::from([(
                     "maxIops".to_owned(),
-                    (RAISED_IOPS as u64).to_string(),
+                    format!("{RAISED_IOPS:.0}"),
                 )]),
                 ..Default::default()
             })
