@@ -95,13 +95,13 @@ async fn reads(q: &mut Queue, bytes: u64, qd: usize, dur: Duration) -> f64 {
 
 /// 4k reads at `rate` per second for `dur`, paced by the initiator (up to 32 in flight): what
 /// a host that limits itself sends.
-async fn paced_reads(q: &mut Queue, rate: f64, dur: Duration) -> f64 {
+async fn paced_reads(q: &mut Queue, rate: u64, dur: Duration) -> f64 {
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     let mut inflight = VecDeque::new();
     let (t0, mut issued, mut done) = (Instant::now(), 0u64, 0u64);
     while t0.elapsed() < dur {
         tick.tick().await;
-        let due = (t0.elapsed().as_secs_f64() * rate) as u64;
+        let due = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX) * rate / 1_000_000;
         while issued < due && inflight.len() < 32 {
             let (sqe, none) = io::read(issued % (SPAN / io::BLOCK), 1);
             inflight.push_back(q.submit(sqe, none));
@@ -194,7 +194,7 @@ async fn main() {
         (
             "an unlimited volume paced to 2000 IOPS by the initiator",
             plain,
-            Some(2000.0),
+            Some(2000),
         ),
     ] {
         let noise = tokio::spawn(async move {
