@@ -346,6 +346,92 @@ async fn counters_move_by_exactly_the_known_calls_and_io() {
     app.running.stop().await.unwrap();
 }
 
+/// QoS: the limits a volume carries, and exactly the commands its limit held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qos_limits_and_held_back_commands_are_exported() {
+    let app = dev_with_metrics().await;
+    let metrics = app.running.metrics_addr.expect("exporter runs");
+    let mut admin = ControllerClient::new(app.channel("admin").await);
+    let volume = admin
+        .create_volume(CreateVolumeRequest {
+            mutable_parameters: HashMap::from([
+                ("maxIops".to_owned(), "1".to_owned()),
+                ("maxWriteBandwidthBytes".to_owned(), "65536".to_owned()),
+            ]),
+            ..create("qos")
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    admin
+        .controller_publish_volume(ControllerPublishVolumeRequest {
+            volume_id: volume.clone(),
+            node_id: HOST.into(),
+            volume_capability: Some(block_cap(Mode::SingleNodeWriter)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let limits = Scrape::take(metrics).await;
+    for (limit, value) in [("maxIops", 1.0), ("maxWriteBandwidthBytes", 65536.0)] {
+        assert_eq!(
+            limits.get(
+                "edgevol_volume_qos_limit",
+                &[("volume_id", &volume), ("limit", limit)]
+            ),
+            value
+        );
+    }
+
+    // Three reads at 1 IOPS: the first goes, two are held until the limit is lifted.
+    let nvme = app.running.target.endpoint;
+    let id = Ids::new(&app.running.state.appliance_id)
+        .parse_volume(&volume)
+        .unwrap();
+    let nqn = naming::subsystem_nqn("test-box", id);
+    let ctrl = Admin::connect(nvme, &nqn, HOST, 0).await.unwrap();
+    let mut q = ctrl
+        .io_queue(nvme, 1, &nqn, HOST, Digests::NONE)
+        .await
+        .unwrap();
+    let cids: Vec<u16> = (0..3)
+        .map(|_| {
+            let (sqe, none) = io::read(0, 1);
+            q.submit(sqe, none)
+        })
+        .collect();
+    ok(&q.wait(cids[0]).await);
+    admin
+        .controller_modify_volume(ControllerModifyVolumeRequest {
+            volume_id: volume.clone(),
+            mutable_parameters: HashMap::from([("maxIops".to_owned(), String::new())]),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for &cid in &cids[1..] {
+        ok(&tokio::time::timeout(WAIT, q.wait(cid))
+            .await
+            .expect("lifted"));
+    }
+    let after = Scrape::take(metrics).await;
+    let v = [("volume_id", volume.as_str())];
+    assert_eq!(after.get("edgevol_volume_qos_delayed_total", &v), 2.0);
+    assert!(after.get("edgevol_volume_qos_wait_seconds_total", &v) > 0.0);
+    assert_eq!(
+        after.get(
+            "edgevol_volume_qos_limit",
+            &[("volume_id", &volume), ("limit", "maxIops")]
+        ),
+        0.0,
+        "a removed limit is not exported"
+    );
+    app.running.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn an_address_asked_for_must_bind_and_the_dev_default_may_not() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
