@@ -1,8 +1,9 @@
 //! The I/O engines: one OS thread per core, each running its own single-threaded tokio runtime.
-//! An I/O queue moves onto engine `(qid - 1) % threads` once its Connect binds it and stays
-//! there: its socket, its PDUs and (on a page-cache device) its reads and writes all run on that
-//! thread to completion, with no hand-off per command. A host's queues (Linux makes one per CPU)
-//! so land on different threads and use every core. Admin and discovery queues stay on the
+//! An I/O queue moves onto the engine with the fewest queues once its Connect binds it (on a tie,
+//! engine `(qid - 1) % threads`) and stays there: its socket, its PDUs and (on a page-cache
+//! device) its reads and writes all run on that thread to completion, with no hand-off per
+//! command. A host's queues (Linux makes one per CPU) so land on different threads and use
+//! every core, and so do the single queues of many volumes (each of which is qid 1). Admin and discovery queues stay on the
 //! daemon's runtime: they are few and not on the data path.
 
 use std::future::Future;
@@ -78,9 +79,16 @@ impl Engines {
         self.engines.len()
     }
 
-    /// The engine of I/O queue `qid` (1-based, as NVMe numbers them).
+    /// The engine for a new I/O queue `qid` (1-based, as NVMe numbers them): the one with the
+    /// fewest queues, the qid's own on a tie.
     pub fn index_of(&self, qid: u16) -> usize {
-        usize::from(qid.saturating_sub(1)) % self.engines.len()
+        let n = self.engines.len();
+        let own = usize::from(qid.saturating_sub(1)) % n;
+        let load = |i: usize| self.engines[i].queues.load(Ordering::Relaxed);
+        (0..n)
+            .map(|k| (own + k) % n)
+            .min_by_key(|&i| load(i))
+            .unwrap_or(own)
     }
 
     /// Runs `queue` (an I/O queue's remaining life) on the engine of `qid`.
@@ -157,6 +165,26 @@ mod tests {
             ]
         );
         assert_eq!(engines.queues_per_thread(), vec![0, 0]);
+    }
+
+    #[tokio::test]
+    async fn single_queues_of_many_controllers_spread_too() {
+        let engines = Engines::start(2).unwrap();
+        let (release, wait) = tokio::sync::watch::channel(false);
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let mut wait = wait.clone();
+                engines.spawn(1, async move {
+                    let _ = wait.wait_for(|go| *go).await;
+                    thread::current().name().map(str::to_owned)
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        assert_eq!(engines.queues_per_thread(), vec![2, 2]);
+        release.send_replace(true);
+        let names = futures_names(handles).await;
+        assert!(names.iter().any(|n| n == "edgevol-io-1"), "{names:?}");
     }
 
     async fn futures_names(handles: Vec<JoinHandle<Option<String>>>) -> Vec<String> {
