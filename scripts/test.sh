@@ -40,7 +40,7 @@ step 900 "fuzz smoke: NVMe/TCP PDU decoder" ./scripts/fuzz.sh pdu_decode 30
 step 900 "fuzz smoke: DH-HMAC-CHAP message decoder" ./scripts/fuzz.sh auth_decode 30
 step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMART)" \
     ./scripts/test-hal-qemu.sh
-step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target" \
+step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target (interop, nvme-cli, QoS limits with fio)" \
     ./scripts/test-nvme-qemu.sh
 step 600 "QEMU guest: Linux 6.12 DH-HMAC-CHAP against the edgevol target (refusals, rotation, every hash and DH group)" \
     ./scripts/test-auth-qemu.sh
