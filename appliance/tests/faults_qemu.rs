@@ -23,7 +23,7 @@
 
 mod common;
 
-use common::guest::{steps, Step};
+use common::guest::{steps, GuestRun, Step};
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -681,11 +681,7 @@ async fn faults_under_live_io() {
             "{tool} missing: scripts/test-faults-qemu.sh installs nvme-cli and fio"
         );
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cache = std::env::var_os("EDGEVOL_QEMU_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("qemu/.cache"));
-    std::fs::create_dir_all(cache.join("logs")).unwrap();
+    let cache = common::qemu_cache();
     let dir = tempfile::tempdir().unwrap();
     let daemon_log = cache.join("logs/faults-edgevold.log");
     let _ = std::fs::remove_file(&daemon_log);
@@ -777,34 +773,13 @@ async fn faults_under_live_io() {
         "sh /etc/faults-guest.sh {nvme_port} {ctl_port} {HOST} {} {} {} {FAST_IO_FAIL_TMO}",
         nqns["overwrite"], nqns["allocate"], nqns["unpublish"]
     );
-    let mut child = Command::new(root.join("qemu/run-guest.sh"));
-    child
-        // fio's libraries take ~80 MiB of the initramfs.
-        .args(["--name", "faults", "--mem", "1024"])
-        .args(["--timeout", &GUEST_S.to_string()])
-        .arg("--log")
-        .arg(&log)
-        .args(["--host-bin", NVME_CLI, "--host-bin", FIO])
-        .arg("--file")
-        .arg(format!(
-            "{}:/etc/faults-guest.sh",
-            root.join("qemu/faults-guest.sh").display()
-        ))
-        .args(["--module", "nvme-tcp", "--module", "virtio_pci"])
-        .args(["--module", "virtio_net"])
-        .args(["--cmd", &cmd, "--pass-marker", "EVF-DONE"])
-        .args([
-            "--",
-            "-netdev",
-            "user,id=n0",
-            "-device",
-            "virtio-net-pci,netdev=n0",
-        ]);
     let started = Instant::now();
-    let status = tokio::task::spawn_blocking(move || child.status())
-        .await
-        .unwrap()
-        .expect("run-guest.sh");
+    // fio's libraries take ~80 MiB of the initramfs.
+    let status = GuestRun::new("faults", &log, GUEST_S, 1024)
+        .args(["--host-bin", NVME_CLI, "--host-bin", FIO])
+        .script("faults-guest.sh")
+        .run(&cmd, "EVF-DONE")
+        .await;
     eprintln!(
         "faults_qemu: guest finished in {:.0} s ({status})",
         started.elapsed().as_secs_f64()

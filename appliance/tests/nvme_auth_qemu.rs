@@ -20,10 +20,8 @@
 
 mod common;
 
-use common::guest::{steps, Step};
+use common::guest::{steps, GuestRun, Step};
 use std::fmt::Write as _;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -216,11 +214,7 @@ async fn linux_authenticates_to_edgevol_refusals_rotation_every_hash_and_group()
         .unwrap_or(1)
         .max(1);
     let host = host_nqn();
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cache = std::env::var_os("EDGEVOL_QEMU_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("qemu/.cache"));
-    std::fs::create_dir_all(cache.join("logs")).unwrap();
+    let cache = common::qemu_cache();
     // The appliances' log (failures name host NQN, peer and reason), for the record.
     let target_log = cache.join("logs/nvme-auth-target.log");
     let _ = tracing_subscriber::fmt()
@@ -288,46 +282,30 @@ async fn linux_authenticates_to_edgevol_refusals_rotation_every_hash_and_group()
     std::fs::write(&matrix_file, &lines).unwrap();
 
     let log = cache.join("logs/nvme-auth.log");
-    let guest_script = root.join("qemu/nvme-auth-guest.sh");
     // Boot, refusals, I/O and rotation take ~4 min under TCG; each round of the matrix ~2 min.
     let budget = 360 + 180 * runs;
-    let mut child = Command::new(root.join("qemu/run-guest.sh"));
-    child
-        .args(["--kernel", "auth", "--name", "nvme-auth", "--mem", "1024"])
-        .args(["--timeout", &budget.to_string()])
-        .arg("--log")
-        .arg(&log)
-        .args(["--host-bin", NVME_CLI, "--host-bin", FIO])
-        .arg("--file")
-        .arg(format!(
-            "{}:/etc/nvme-auth-guest.sh",
-            guest_script.display()
-        ))
-        .arg("--file")
-        .arg(format!("{}:/etc/nvme-auth.env", env_file.display()))
-        .arg("--file")
-        .arg(format!("{}:/etc/nvme-auth-matrix", matrix_file.display()))
-        .args(["--module", "nvme-tcp", "--module", "virtio_pci"])
-        .args(["--module", "virtio_net", "--module", "virtio_rng"])
+    let status = GuestRun::new("nvme-auth", &log, u64::try_from(budget).unwrap(), 1024)
         .args([
-            "--cmd",
-            "sh /etc/nvme-auth-guest.sh",
-            "--pass-marker",
-            "EVNA-DONE",
+            "--kernel",
+            "auth",
+            "--host-bin",
+            NVME_CLI,
+            "--host-bin",
+            FIO,
+        ])
+        .script("nvme-auth-guest.sh")
+        .args([
+            "--file",
+            &format!("{}:/etc/nvme-auth.env", env_file.display()),
         ])
         .args([
-            "--",
-            "-netdev",
-            "user,id=n0",
-            "-device",
-            "virtio-net-pci,netdev=n0",
-            "-device",
-            "virtio-rng-pci",
-        ]);
-    let status = tokio::task::spawn_blocking(move || child.status())
-        .await
-        .unwrap()
-        .unwrap();
+            "--file",
+            &format!("{}:/etc/nvme-auth-matrix", matrix_file.display()),
+        ])
+        .args(["--module", "virtio_rng"])
+        .device("virtio-rng-pci")
+        .run("sh /etc/nvme-auth-guest.sh", "EVNA-DONE")
+        .await;
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     // The guest's report, for the record (the boot's own messages left out).
     if let (Some(a), Some(b)) = (

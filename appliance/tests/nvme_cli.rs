@@ -10,8 +10,7 @@
 
 mod common;
 
-use common::guest::{steps, Step};
-use std::process::Command;
+use common::guest::{steps, GuestRun, Step};
 use std::time::Duration;
 
 use edgevol_appliance::csi::ids::Ids;
@@ -182,17 +181,12 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
         snapped_tx,
     ));
 
-    let (root, cache) = (common::repo_root(), common::qemu_cache());
+    let cache = common::qemu_cache();
     let log = cache.join("logs/nvme-cli.log");
-    let guest_script = root.join("qemu/nvme-cli-guest.sh");
     let cmd =
         format!("sh /etc/nvme-cli-guest.sh {port} {ctl_port} {nqn} {other_nqn} {HOST} {STRANGER}");
-    let mut child = Command::new(root.join("qemu/run-guest.sh"));
-    child
-        // fio's libraries take ~80 MiB of the initramfs.
-        .args(["--name", "nvme-cli", "--timeout", "420", "--mem", "1024"])
-        .arg("--log")
-        .arg(&log)
+    // fio's libraries take ~80 MiB of the initramfs.
+    let status = GuestRun::new("nvme-cli", &log, 420, 1024)
         .args([
             "--host-bin",
             NVME_CLI,
@@ -202,22 +196,9 @@ async fn nvme_cli_discovers_connects_identifies_and_is_refused() {
             MKFS,
         ])
         .args(["--file", "/etc/mke2fs.conf:/etc/mke2fs.conf"])
-        .arg("--file")
-        .arg(format!("{}:/etc/nvme-cli-guest.sh", guest_script.display()))
-        .args(["--module", "nvme-tcp", "--module", "virtio_pci"])
-        .args(["--module", "virtio_net"])
-        .args(["--cmd", &cmd, "--pass-marker", "EVCLI-DONE"])
-        .args([
-            "--",
-            "-netdev",
-            "user,id=n0",
-            "-device",
-            "virtio-net-pci,netdev=n0",
-        ]);
-    let status = tokio::task::spawn_blocking(move || child.status())
-        .await
-        .unwrap()
-        .unwrap();
+        .script("nvme-cli-guest.sh")
+        .run(&cmd, "EVCLI-DONE")
+        .await;
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         status.success(),

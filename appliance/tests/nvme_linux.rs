@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use edgevol_appliance::naming;
 use edgevol_core::VolumeSpec;
 
@@ -46,34 +44,15 @@ async fn linux_initiator_writes_and_reads_back() {
          cmp /tmp/a /tmp/b && echo NVME-TCP-ROUNDTRIP-PASS && \
          echo 1 > /sys/class/nvme/nvme0/delete_controller"
     );
-    let root = common::repo_root();
-    let mut child = Command::new(root.join("qemu/run-guest.sh"));
-    child
-        .args(["--name", "nvme-tcp", "--timeout", "150", "--mem", "512"])
-        .args([
-            "--module",
-            "nvme-tcp",
-            "--module",
-            "virtio_pci",
-            "--module",
-            "virtio_net",
-        ])
-        .args(["--cmd", &cmd, "--pass-marker", "NVME-TCP-ROUNDTRIP-PASS"])
+    let log = common::qemu_cache().join("logs/nvme-tcp.log");
+    let status = common::guest::GuestRun::new("nvme-tcp", &log, 150, 512)
         .args(["--fail-marker", "REFUSED-CONNECTED"])
-        .args([
-            "--",
-            "-netdev",
-            "user,id=n0",
-            "-device",
-            "virtio-net-pci,netdev=n0",
-        ]);
-    let status = tokio::task::spawn_blocking(move || child.status())
-        .await
-        .unwrap()
-        .unwrap();
+        .run(&cmd, "NVME-TCP-ROUNDTRIP-PASS")
+        .await;
     assert!(
         status.success(),
-        "guest run failed: {status} (see qemu/.cache/logs/nvme-tcp.log)"
+        "guest run failed: {status} (see {})",
+        log.display()
     );
 
     let data = common::volume_bytes(&state, id, MIB, 2 * MIB).await;

@@ -19,9 +19,8 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Command;
 
-use common::guest::{steps, Step};
+use common::guest::{steps, GuestRun, Step};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::{
     CapacityRange, ControllerModifyVolumeRequest, ControllerPublishVolumeRequest,
@@ -141,45 +140,16 @@ async fn linux_hosts_get_the_limits_set_and_raised_live() {
     let ctl_port = ctl.local_addr().unwrap().port();
     tokio::spawn(serve_raise(ctl, channel, limited));
 
-    let (root, cache) = (common::repo_root(), common::qemu_cache());
+    let cache = common::qemu_cache();
     let log = cache.join("logs/qos.log");
     let cmd =
         format!("sh /etc/qos-guest.sh {port} {ctl_port} {HOST} {limited_nqn} {free_nqn} {bw_nqn} {paced_nqn}");
-    let mut child = Command::new(root.join("qemu/run-guest.sh"));
-    child
-        // fio's libraries take ~80 MiB of the initramfs.
-        .args([
-            "--name",
-            "qos",
-            "--timeout",
-            "240",
-            "--mem",
-            "1024",
-            "--smp",
-            "2",
-        ])
-        .arg("--log")
-        .arg(&log)
-        .args(["--host-bin", NVME_CLI, "--host-bin", FIO])
-        .arg("--file")
-        .arg(format!(
-            "{}:/etc/qos-guest.sh",
-            root.join("qemu/qos-guest.sh").display()
-        ))
-        .args(["--module", "nvme-tcp", "--module", "virtio_pci"])
-        .args(["--module", "virtio_net"])
-        .args(["--cmd", &cmd, "--pass-marker", "EVQ-DONE"])
-        .args([
-            "--",
-            "-netdev",
-            "user,id=n0",
-            "-device",
-            "virtio-net-pci,netdev=n0",
-        ]);
-    let status = tokio::task::spawn_blocking(move || child.status())
-        .await
-        .unwrap()
-        .unwrap();
+    // fio's libraries take ~80 MiB of the initramfs; one vCPU per fio.
+    let status = GuestRun::new("qos", &log, 240, 1024)
+        .args(["--smp", "2", "--host-bin", NVME_CLI, "--host-bin", FIO])
+        .script("qos-guest.sh")
+        .run(&cmd, "EVQ-DONE")
+        .await;
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         status.success(),

@@ -67,3 +67,64 @@ pub fn steps(log: &str, mark: &str) -> HashMap<String, Step> {
     }
     steps
 }
+
+/// qemu/run-guest.sh for a guest on slirp (it reaches this host at 10.0.2.2) with the nvme-tcp
+/// and virtio-net modules: run-guest options are added with [`GuestRun::args`], then
+/// [`GuestRun::run`] boots it.
+pub struct GuestRun {
+    cmd: std::process::Command,
+    qemu: Vec<String>,
+}
+
+impl GuestRun {
+    /// A guest named `name` with `mem_mb` of memory, its serial log at `log`, killed after
+    /// `timeout_s`.
+    pub fn new(name: &str, log: &std::path::Path, timeout_s: u64, mem_mb: u32) -> Self {
+        let mut cmd = std::process::Command::new(super::repo_root().join("qemu/run-guest.sh"));
+        cmd.args(["--name", name, "--timeout", &timeout_s.to_string()])
+            .args(["--mem", &mem_mb.to_string()])
+            .arg("--log")
+            .arg(log)
+            .args(["--module", "nvme-tcp", "--module", "virtio_pci"])
+            .args(["--module", "virtio_net"]);
+        let qemu = [
+            "-netdev",
+            "user,id=n0",
+            "-device",
+            "virtio-net-pci,netdev=n0",
+        ];
+        GuestRun {
+            cmd,
+            qemu: qemu.map(str::to_owned).to_vec(),
+        }
+    }
+
+    /// More run-guest.sh options.
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(mut self, args: I) -> Self {
+        self.cmd.args(args);
+        self
+    }
+
+    /// Copies the repository's `qemu/<script>` into the guest as `/etc/<script>`.
+    pub fn script(self, script: &str) -> Self {
+        let src = super::repo_root().join("qemu").join(script);
+        self.args(["--file", &format!("{}:/etc/{script}", src.display())])
+    }
+
+    /// Another QEMU device (after the NIC).
+    pub fn device(mut self, device: &str) -> Self {
+        self.qemu.extend(["-device".to_owned(), device.to_owned()]);
+        self
+    }
+
+    /// Boots the guest to run `cmd`; passes when it exits 0 and printed `pass_marker`.
+    pub async fn run(mut self, cmd: &str, pass_marker: &str) -> std::process::ExitStatus {
+        self.cmd
+            .args(["--cmd", cmd, "--pass-marker", pass_marker, "--"])
+            .args(&self.qemu);
+        tokio::task::spawn_blocking(move || self.cmd.status())
+            .await
+            .unwrap()
+            .expect("qemu/run-guest.sh")
+    }
+}
