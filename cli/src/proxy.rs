@@ -11,6 +11,10 @@
 //! the appliance restarts, the next call opens a new connection; a call that could not even be
 //! sent on a dead connection is retried once on a fresh one. A call that cannot reach the
 //! appliance is answered `UNAVAILABLE`.
+//!
+//! Clients that send the socket path as `:authority` (gRPC C-core, grpc-java) are served too:
+//! [`UnixGrpcStream`] makes it `localhost` before HTTP/2 parsing, and the forwarded request
+//! carries the appliance's authority anyway.
 
 use std::convert::Infallible;
 use std::io;
@@ -19,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use edgevol_uds::UnixGrpcStream;
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use http_body_util::combinators::BoxBody;
@@ -230,7 +235,7 @@ pub async fn serve(
                 }
             });
             if let Err(e) = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(TokioIo::new(UnixGrpcStream::new(stream)), service)
                 .await
             {
                 tracing::debug!(error = %e, "client connection ended");

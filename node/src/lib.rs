@@ -46,7 +46,6 @@ use std::time::Duration;
 use edgevol_proto::csi::v1::identity_server::IdentityServer;
 use edgevol_proto::csi::v1::node_server::NodeServer;
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::csi::identity::IdentityService;
 use crate::csi::node::{NodeInfo, NodeService};
@@ -346,7 +345,7 @@ pub async fn serve(
     let served = tonic::transport::Server::builder()
         .add_service(IdentityServer::new(IdentityService))
         .add_service(NodeServer::new(plugin.node))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(edgevol_uds::incoming(listener), shutdown)
         .await
         .map_err(|e| format!("gRPC server: {e}"));
     if let Some(task) = refresher {
