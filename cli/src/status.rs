@@ -7,7 +7,7 @@
 //! Prometheus exporter when `--metrics HOST:PORT` is given, and are shown as unknown otherwise.
 //! (An extra admin RPC would duplicate the exporter and widen the observer role's policy.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,6 +86,26 @@ pub struct VolumeRow {
     pub published: Vec<String>,
     /// `ok`, or the abnormal condition's message.
     pub condition: String,
+    /// The Kubernetes claim (`namespace/name`) and PV it was provisioned for, when the CO sent
+    /// that metadata (external-provisioner's `--extra-create-metadata`).
+    pub claim: Option<String>,
+    /// The Kubernetes PersistentVolume name, likewise.
+    pub pv: Option<String>,
+}
+
+/// The claim (`namespace/name`) and PV name in a volume's context (its CreateVolume
+/// parameters, which the appliance returns as volume_context).
+fn k8s_names(context: &HashMap<String, String>) -> (Option<String>, Option<String>) {
+    let get = |k: &str| context.get(k).filter(|v| !v.is_empty()).cloned();
+    let claim = match (
+        get("csi.storage.k8s.io/pvc/namespace"),
+        get("csi.storage.k8s.io/pvc/name"),
+    ) {
+        (Some(ns), Some(name)) => Some(format!("{ns}/{name}")),
+        (None, Some(name)) => Some(name),
+        _ => None,
+    };
+    (claim, get("csi.storage.k8s.io/pv/name"))
 }
 
 /// One snapshot, as listed.
@@ -126,6 +146,7 @@ pub async fn volumes(channel: &Channel) -> Result<Vec<VolumeRow>, String> {
                 Some(c) if c.abnormal => format!("ABNORMAL: {}", c.message),
                 _ => "ok".into(),
             };
+            let (claim, pv) = k8s_names(&v.volume_context);
             rows.push(VolumeRow {
                 id: v.volume_id,
                 size: v.capacity_bytes,
@@ -135,6 +156,8 @@ pub async fn volumes(channel: &Channel) -> Result<Vec<VolumeRow>, String> {
                 }),
                 published: status.published_node_ids,
                 condition,
+                claim,
+                pv,
             });
         }
         if page.next_token.is_empty() {
@@ -457,6 +480,8 @@ pub fn render_volumes(rows: &[VolumeRow], metrics: Option<&Metrics>) -> String {
                     v.published.join(",")
                 },
                 connected_hosts(metrics, &v.id),
+                v.claim.clone().unwrap_or_else(|| "-".into()),
+                v.pv.clone().unwrap_or_else(|| "-".into()),
                 v.condition.clone(),
             ]
         })
@@ -468,6 +493,8 @@ pub fn render_volumes(rows: &[VolumeRow], metrics: Option<&Metrics>) -> String {
             "SOURCE",
             "PUBLISHED TO",
             "CONNECTED",
+            "CLAIM",
+            "PV",
             "CONDITION",
         ],
         &cells,
@@ -648,6 +675,26 @@ mod tests {
         assert_eq!(m.get("v", &[("op", "write")]), None);
         assert_eq!(m.get("h_bucket", &[("le", "+Inf")]), Some(2.0));
         assert!(Metrics::parse("x{a=\"1\" 3").is_err());
+    }
+
+    #[test]
+    fn kubernetes_names_come_from_the_volume_context() {
+        let ctx = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            k8s_names(&ctx(&[
+                ("csi.storage.k8s.io/pvc/name", "data"),
+                ("csi.storage.k8s.io/pvc/namespace", "shop"),
+                ("csi.storage.k8s.io/pv/name", "pvc-1234"),
+                ("provisioning", "thin"),
+            ])),
+            (Some("shop/data".into()), Some("pvc-1234".into()))
+        );
+        assert_eq!(k8s_names(&ctx(&[("provisioning", "thin")])), (None, None));
     }
 
     #[test]

@@ -81,7 +81,19 @@ async fn listings_show_what_was_created() {
         .unwrap();
     let mut c = ControllerClient::new(channel);
     let mut volumes = Vec::new();
-    for (name, size) in [("logs", 64i64 << 20), ("db", 1 << 30)] {
+    // "db" as Kubernetes' external-provisioner creates it (--extra-create-metadata).
+    let k8s: std::collections::HashMap<String, String> = [
+        ("csi.storage.k8s.io/pvc/name", "db-data"),
+        ("csi.storage.k8s.io/pvc/namespace", "shop"),
+        ("csi.storage.k8s.io/pv/name", "pvc-5b1e"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    for (name, size, parameters) in [
+        ("logs", 64i64 << 20, Default::default()),
+        ("db", 1 << 30, k8s),
+    ] {
         let v = c
             .create_volume(CreateVolumeRequest {
                 name: name.into(),
@@ -90,6 +102,7 @@ async fn listings_show_what_was_created() {
                     limit_bytes: 0,
                 }),
                 volume_capabilities: vec![cap()],
+                parameters,
                 ..Default::default()
             })
             .await
@@ -153,6 +166,12 @@ async fn listings_show_what_was_created() {
     assert!(row(&volumes[0]).contains("64.0 MiB"), "{out}");
     assert!(row(&volumes[1]).contains("1.0 GiB"), "{out}");
     assert!(row(&volumes[1]).contains(NODE), "{out}");
+    assert!(row(&volumes[1]).contains(" shop/db-data "), "{out}");
+    assert!(row(&volumes[1]).contains(" pvc-5b1e "), "{out}");
+    assert!(
+        lines[0].contains("CLAIM") && lines[0].contains("PV "),
+        "{out}"
+    );
     assert!(row(&volumes[1]).trim_end().ends_with("ok"), "{out}");
     assert!(out.contains("2 volume(s)"), "{out}");
 

@@ -5,8 +5,12 @@
 //! | `provisioning` | `thin`, `thick` | `thin` |
 //! | `fsType` | `ext4`, `xfs` (for mount capabilities that name none) | `ext4` |
 //!
-//! Keys under `csi.storage.k8s.io/` (the Kubernetes provisioner's PVC/PV metadata) are accepted
-//! and kept; any other key is refused, so a typo cannot silently give a thin volume.
+//! The metadata Kubernetes' external-provisioner adds with `--extra-create-metadata`
+//! ([`K8S_METADATA`]: the claim's name and namespace, the PV's name) is accepted and stored with
+//! the volume (its parameters; `edgevol volumes` shows them). The provisioner strips a
+//! StorageClass's `csi.storage.k8s.io/*secret*` keys before calling; one that still arrives is
+//! refused with a message saying so (its value is never echoed). Any other key is refused, so a
+//! typo cannot silently give a thin volume.
 
 use std::collections::HashMap;
 
@@ -15,8 +19,14 @@ use tonic::Status;
 
 use super::capability::FS_TYPES;
 
-/// Prefix of the metadata keys Kubernetes' external-provisioner adds.
+/// Prefix of the keys Kubernetes reserves in StorageClass parameters.
 const K8S_PREFIX: &str = "csi.storage.k8s.io/";
+/// The keys external-provisioner's `--extra-create-metadata` adds.
+pub const K8S_METADATA: [&str; 3] = [
+    "csi.storage.k8s.io/pvc/name",
+    "csi.storage.k8s.io/pvc/namespace",
+    "csi.storage.k8s.io/pv/name",
+];
 
 /// Checked parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +64,20 @@ pub fn parse(map: &HashMap<String, String>) -> Result<Params, Status> {
                 }
                 params.fs_type = value.clone();
             }
-            k if k.starts_with(K8S_PREFIX) => {}
+            k if K8S_METADATA.contains(&k) => {}
+            k if k.starts_with(K8S_PREFIX) && k.contains("secret") => {
+                return Err(Status::invalid_argument(format!(
+                    "parameter {k:?} names a Kubernetes secret: the CO's provisioner resolves \
+                     secret keys and must not pass them on (is the external-provisioner sidecar \
+                     in front of this driver?)"
+                )))
+            }
+            k if k.starts_with(K8S_PREFIX) => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown parameter {k:?} (accepted Kubernetes metadata: {})",
+                    K8S_METADATA.join(", ")
+                )))
+            }
             other => {
                 return Err(Status::invalid_argument(format!(
                     "unknown parameter {other:?} (known: provisioning, fsType)"
@@ -88,9 +111,36 @@ mod tests {
             ("provisioning", "fat"),
             ("fsType", "btrfs"),
             ("provisoning", "thin"),
+            ("csi.storage.k8s.io/pvc/nmae", "data"),
         ] {
             let e = parse(&HashMap::from([(k.to_owned(), v.to_owned())])).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        }
+    }
+
+    #[test]
+    fn extra_create_metadata_is_accepted() {
+        let m: HashMap<String, String> = K8S_METADATA
+            .iter()
+            .map(|k| ((*k).to_owned(), "x".to_owned()))
+            .collect();
+        assert_eq!(parse(&m).unwrap(), parse(&HashMap::new()).unwrap());
+    }
+
+    #[test]
+    fn secret_keys_are_refused_without_echoing_their_value() {
+        for key in [
+            "csi.storage.k8s.io/provisioner-secret-name",
+            "csi.storage.k8s.io/provisioner-secret-namespace",
+            "csi.storage.k8s.io/node-stage-secret-name",
+            "csi.storage.k8s.io/controller-expand-secret-name",
+        ] {
+            let m = HashMap::from([(key.to_owned(), "hunter2".to_owned())]);
+            let e = parse(&m).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().contains(key), "{}", e.message());
+            assert!(e.message().contains("secret"), "{}", e.message());
+            assert!(!e.message().contains("hunter2"), "{}", e.message());
         }
     }
 }
