@@ -38,6 +38,8 @@ step 600 "benchmarks, short mode" ./scripts/bench.sh --quick
 step 900 "fuzz smoke: core metadata decoder" ./scripts/fuzz.sh metadata_decode 30
 step 900 "fuzz smoke: NVMe/TCP PDU decoder" ./scripts/fuzz.sh pdu_decode 30
 step 900 "fuzz smoke: DH-HMAC-CHAP message decoder" ./scripts/fuzz.sh auth_decode 30
+step 300 "deploy: grpcio (gRPC C-core) over the unix sockets of edgevol proxy and edgevol-node, Kubernetes' CreateVolume metadata" \
+    ./scripts/test-deploy.sh grpcio
 step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMART)" \
     ./scripts/test-hal-qemu.sh
 step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target (interop, nvme-cli, QoS limits with fio)" \
