@@ -72,9 +72,29 @@ part_grpcio() {
     log "ok: edgevol volumes shows the claim and PV"
 }
 
+# kubernetes-validate --strict: unknown fields are errors. Custom resources (VolumeSnapshotClass)
+# have no schema there: check_manifests.py checks them against their CRD schema.
+K8S_VERSIONS=(1.30.0 1.34.0)
+part_manifests() {
+    local kv="${PY%/python}/kubernetes-validate" files=() f v
+    for f in $(sed -n 's/^  - \(.*\.yaml\)$/\1/p' deploy/kubernetes/kustomization.yaml); do
+        [[ $f == volumesnapshotclass.yaml ]] || files+=("deploy/kubernetes/$f")
+    done
+    files+=(deploy/kubernetes/examples/pvc.yaml)
+    for v in "${K8S_VERSIONS[@]}"; do
+        "$kv" --strict --quiet -k "$v" "${files[@]}"
+        log "ok: ${#files[@]} manifests valid (strict) against Kubernetes $v"
+    done
+    # storage.k8s.io/v1 VolumeAttributesClass exists from 1.34 on.
+    "$kv" --strict --quiet -k 1.34.0 deploy/kubernetes/examples/volumeattributesclass.yaml
+    log "ok: the VolumeAttributesClass example valid (strict) against Kubernetes 1.34.0"
+    (cd tests/deploy && "$PY" check_manifests.py)
+}
+
 for part in "${parts[@]}"; do
     case "$part" in
     grpcio) part_grpcio ;;
+    manifests) part_manifests ;;
     *) die "unknown part '$part' (grpcio, manifests, images)" ;;
     esac
 done

@@ -40,6 +40,8 @@ step 900 "fuzz smoke: NVMe/TCP PDU decoder" ./scripts/fuzz.sh pdu_decode 30
 step 900 "fuzz smoke: DH-HMAC-CHAP message decoder" ./scripts/fuzz.sh auth_decode 30
 step 300 "deploy: grpcio (gRPC C-core) over the unix sockets of edgevol proxy and edgevol-node, Kubernetes' CreateVolume metadata" \
     ./scripts/test-deploy.sh grpcio
+step 120 "deploy: Kubernetes manifests strictly valid for 1.30 and 1.34, consistency with the code, Nomad and Swarm files" \
+    ./scripts/test-deploy.sh manifests
 step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMART)" \
     ./scripts/test-hal-qemu.sh
 step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target (interop, nvme-cli, QoS limits with fio)" \

@@ -1,0 +1,226 @@
+"""Consistency of deploy/kubernetes with the code and with itself (issue 18's checks): every
+sidecar's --csi-address is the socket edgevol listens on in the same pod; the registrar's
+kubelet path is the DaemonSet's host path; the CSIDriver name is GetPluginInfo's; edgevol's
+images are the ones scripts/build-images.sh builds; the RBAC covers each sidecar's upstream
+rules at the pinned version; the VolumeSnapshotClass fits its CRD schema.
+
+Usage: check_manifests.py  (exit 1 on any failure)
+"""
+
+import json
+import pathlib
+import posixpath
+import sys
+
+import jsonschema
+import yaml
+
+import manifests as m
+
+HERE = pathlib.Path(__file__).resolve().parent
+CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+def pod_spec(workload):
+    return workload["spec"]["template"]["spec"]
+
+
+def arg(container, flag):
+    """The value of --flag=VALUE in a container's args, or None."""
+    for a in container.get("args", []):
+        if a.startswith(f"--{flag}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def volume_path(spec, container, path):
+    """(volume name, path inside the volume) of a container path, through its volumeMounts."""
+    best = None
+    for mount in container.get("volumeMounts", []):
+        mp = mount["mountPath"].rstrip("/")
+        if path == mp or path.startswith(mp + "/"):
+            if best is None or len(mp) > len(best[1]):
+                best = (mount["name"], mp)
+    assert best, f"{container['name']}: {path} is on no volume"
+    name, mp = best
+    assert any(v["name"] == name for v in spec["volumes"]), f"volume {name} not declared"
+    return name, posixpath.relpath(path, mp)
+
+
+def edgevol_socket(spec):
+    """The socket the pod's edgevol container serves: (volume, path inside it)."""
+    for c in spec["containers"]:
+        if c["image"].split(":")[0] in {i.split(":")[0] for i in m.images().values()}:
+            listen = arg(c, "listen") or arg(c, "endpoint")
+            assert listen and listen.startswith("unix://"), f"{c['name']}: no unix socket"
+            return c, volume_path(spec, c, listen[len("unix://"):])
+    raise AssertionError("no edgevol container in the pod")
+
+
+@check
+def sidecars_reach_the_edgevol_socket():
+    docs = m.documents()
+    for kind in ("Deployment", "DaemonSet"):
+        for w in m.find(docs, kind):
+            spec = pod_spec(w)
+            served, socket = edgevol_socket(spec)
+            sidecars = [c for c in spec["containers"] if arg(c, "csi-address")]
+            assert sidecars, f"{kind} {w['metadata']['name']}: no sidecar"
+            for c in sidecars:
+                got = volume_path(spec, c, arg(c, "csi-address"))
+                assert got == socket, f"{c['name']} dials {got}, {served['name']} listens on {socket}"
+
+
+@check
+def registrar_path_is_the_daemonset_host_path():
+    ds = m.find(m.documents(), "DaemonSet")[0]
+    spec = pod_spec(ds)
+    _, (volume, inside) = edgevol_socket(spec)
+    host = next(v for v in spec["volumes"] if v["name"] == volume)["hostPath"]["path"]
+    registrar = next(c for c in spec["containers"] if "node-driver-registrar" in c["image"])
+    assert arg(registrar, "kubelet-registration-path") == posixpath.join(host, inside)
+    assert host == f"/var/lib/kubelet/plugins/{m.driver_name()}", host
+    reg = volume_path(spec, registrar, "/registration")
+    reg_host = next(v for v in spec["volumes"] if v["name"] == reg[0])["hostPath"]["path"]
+    assert reg_host == "/var/lib/kubelet/plugins_registry", reg_host
+
+
+@check
+def driver_name_is_get_plugin_info():
+    docs = m.documents()
+    name = m.driver_name()
+    driver = m.find(docs, "CSIDriver")[0]
+    assert driver["metadata"]["name"] == name
+    assert driver["spec"]["attachRequired"] is True
+    assert driver["spec"]["volumeLifecycleModes"] == ["Persistent"]
+    assert driver["spec"]["fsGroupPolicy"] == "File"
+    for sc in m.find(docs, "StorageClass"):
+        assert sc["provisioner"] == name
+        assert sc["parameters"]["provisioning"] == "thin" and sc["parameters"]["fsType"] == "ext4"
+        keys = [e["key"] for t in sc["allowedTopologies"] for e in t["matchLabelExpressions"]]
+        assert keys == ["edgevol.io/appliance"], keys
+    for vsc in m.find(docs, "VolumeSnapshotClass"):
+        assert vsc["driver"] == name
+    vac = yaml.safe_load((m.K8S / "examples" / "volumeattributesclass.yaml").read_text())
+    assert vac["driverName"] == name
+
+
+@check
+def images_are_the_built_ones():
+    built = m.images()
+    seen = set()
+    for _, doc in m.documents():
+        if doc["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        for c in pod_spec(doc)["containers"]:
+            image = c["image"]
+            if image.startswith("localhost/"):
+                assert image in built.values(), f"{c['name']}: {image} is not built ({built})"
+                seen.add(image)
+            else:
+                assert image.startswith("registry.k8s.io/sig-storage/"), image
+    assert seen == set(built.values()), f"unused built images: {set(built.values()) - seen}"
+    for entry in m.kustomization()["images"]:
+        assert f"{entry['name']}:{entry['newTag']}" in built.values(), entry
+
+
+def sidecar_versions(docs):
+    out = {}
+    for kind in ("Deployment", "DaemonSet"):
+        for w in m.find(docs, kind):
+            for c in pod_spec(w)["containers"]:
+                if c["image"].startswith("registry.k8s.io/sig-storage/"):
+                    name, version = c["image"].rsplit("/", 1)[1].split(":")
+                    assert out.setdefault(name, version) == version, f"{name}: two versions"
+    return out
+
+
+def granted(docs, role_kind, binding_kind, account):
+    """Every (apiGroup, resource, verb) the account gets from role_kind through binding_kind."""
+    roles = {r["metadata"]["name"]: r for r in m.find(docs, role_kind)}
+    out = set()
+    for b in m.find(docs, binding_kind):
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b["subjects"]):
+            continue
+        assert b["roleRef"]["kind"] == role_kind, b["metadata"]["name"]
+        for rule in roles[b["roleRef"]["name"]]["rules"]:
+            for g in rule["apiGroups"]:
+                for r in rule["resources"]:
+                    for v in rule["verbs"]:
+                        out.add((g, r, v))
+    return out
+
+
+@check
+def rbac_covers_each_sidecars_upstream_rules():
+    docs = m.documents()
+    upstream = json.loads((HERE / "upstream-rbac.json").read_text())
+    versions = sidecar_versions(docs)
+    deployment = m.find(docs, "Deployment")[0]
+    account = pod_spec(deployment)["serviceAccountName"]
+    cluster = granted(docs, "ClusterRole", "ClusterRoleBinding", account)
+    namespaced = granted(docs, "Role", "RoleBinding", account)
+    for name, version in versions.items():
+        assert name in upstream, f"{name}: no upstream rules recorded"
+        assert upstream[name]["version"] == version, f"{name} {version} != {upstream[name]['version']}"
+        for scope, have in (("cluster", cluster), ("namespaced", namespaced)):
+            for group, resource, verbs in upstream[name][scope]:
+                missing = [v for v in verbs if (group, resource, v) not in have]
+                assert not missing, f"{name}: {scope} {group}/{resource} lacks {missing}"
+
+
+@check
+def provisioner_sends_extra_metadata_and_node_plugin_has_its_host():
+    docs = m.documents()
+    spec = pod_spec(m.find(docs, "Deployment")[0])
+    prov = next(c for c in spec["containers"] if "csi-provisioner" in c["image"])
+    assert "--extra-create-metadata" in prov["args"]
+    proxy, _ = edgevol_socket(spec)
+    assert proxy["args"][0] == "proxy"
+    spec = pod_spec(m.find(docs, "DaemonSet")[0])
+    node, _ = edgevol_socket(spec)
+    assert node["securityContext"]["privileged"] is True
+    mounts = {mt["mountPath"]: mt for mt in node["volumeMounts"]}
+    assert mounts["/var/lib/kubelet"].get("mountPropagation") == "Bidirectional"
+    hosts = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}
+    for path, host in (("/dev", "/dev"), ("/sys", "/sys"), ("/etc/nvme", "/etc/nvme")):
+        assert hosts[mounts[path]["name"]] == host, path
+    for flag, where in (("node-id-file", "/etc/nvme"), ("hostid-file", "/etc/nvme"), ("state-dir", "/var/lib/edgevol-node")):
+        value = arg(node, flag)
+        volume, _ = volume_path(spec, node, value)
+        assert hosts[volume] and value.startswith(where), f"--{flag}={value} is not on the host"
+
+
+@check
+def volume_snapshot_class_fits_its_crd_schema():
+    schema = json.loads((HERE / "schemas" / "volumesnapshotclass-v1.json").read_text())
+    for vsc in m.find(m.documents(), "VolumeSnapshotClass"):
+        jsonschema.validate(vsc, schema)
+    bad = dict(m.find(m.documents(), "VolumeSnapshotClass")[0], deletionPolicy="Keep")
+    try:
+        jsonschema.validate(bad, schema)
+        raise AssertionError("the CRD schema accepted deletionPolicy: Keep")
+    except jsonschema.ValidationError:
+        pass
+
+
+def main():
+    failed = 0
+    for fn in CHECKS:
+        try:
+            fn()
+            print(f"ok: {fn.__name__}")
+        except AssertionError as e:
+            failed += 1
+            print(f"FAILED: {fn.__name__}: {e}")
+    print(f"{len(CHECKS) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
