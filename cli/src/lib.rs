@@ -4,5 +4,6 @@
 #![deny(missing_docs)]
 
 pub mod keys;
+pub mod node_route;
 pub mod proxy;
 pub mod status;

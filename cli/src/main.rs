@@ -43,6 +43,10 @@ enum Command {
         /// Name to verify in the appliance certificate (default: HOST).
         #[arg(long)]
         server_name: Option<String>,
+        /// Send csi.v1.Node calls to the node plugin listening here (unix:///path or /path)
+        /// instead of the appliance: one socket for both, as a Docker Swarm plugin needs.
+        #[arg(long)]
+        node_socket: Option<String>,
     },
     /// Pool capacity, health and connected hosts of an appliance (observer role is enough).
     Status {
@@ -223,8 +227,14 @@ fn run(command: Command) -> Result<(), String> {
             cert,
             key,
             server_name,
+            node_socket,
         } => {
             let path = proxy::socket_path(&listen)?;
+            let node = node_socket
+                .as_deref()
+                .map(proxy::socket_path)
+                .transpose()?
+                .map(edgevol_cli::node_route::NodeRoute::new);
             let tls = client_config(TlsFiles {
                 ca: &ca,
                 cert: &cert,
@@ -236,7 +246,7 @@ fn run(command: Command) -> Result<(), String> {
             runtime.block_on(async {
                 let listener = proxy::bind(&path).await?;
                 tracing::info!(socket = %path.display(), appliance = %appliance, "proxy serving");
-                proxy::serve(listener, upstream, shutdown_signal()).await;
+                proxy::serve_with_node(listener, upstream, node, shutdown_signal()).await;
                 let _ = std::fs::remove_file(&path);
                 Ok(())
             })

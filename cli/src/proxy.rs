@@ -38,6 +38,8 @@ use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::TlsConnector;
 use tonic::Status;
 
+use crate::node_route::{NodeRoute, NODE_SERVICE};
+
 /// Time allowed to connect and handshake with the appliance.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 keep-alive towards the appliance, so a vanished box is noticed between calls.
@@ -204,7 +206,19 @@ pub async fn serve(
     upstream: Upstream,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    serve_with_node(listener, upstream, None, shutdown).await;
+}
+
+/// [`serve`], with `csi.v1.Node` calls sent to the node plugin of `node` when given (one socket
+/// for a Docker Swarm plugin, see [`crate::node_route`]).
+pub async fn serve_with_node(
+    listener: UnixListener,
+    upstream: Upstream,
+    node: Option<NodeRoute>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let forwarder = Arc::new(Forwarder::new(upstream));
+    let node = node.map(Arc::new);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -219,12 +233,18 @@ pub async fn serve(
             () = &mut shutdown => return,
         };
         let forwarder = forwarder.clone();
+        let node = node.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let forwarder = forwarder.clone();
+                let node = node.clone();
                 async move {
                     let path = req.uri().path().to_owned();
-                    let resp = match forwarder.forward(req).await {
+                    let forwarded = match node.as_deref() {
+                        Some(node) if path.starts_with(NODE_SERVICE) => node.forward(req).await,
+                        _ => forwarder.forward(req).await,
+                    };
+                    let resp = match forwarded {
                         Ok(resp) => resp.map(BodyExt::boxed),
                         Err(status) => {
                             tracing::warn!(method = %path, error = %status.message(), "call not forwarded");
