@@ -2,10 +2,13 @@
 # The deploy checks (issue 18), on the host, no VM: PARTS are any of
 #   grpcio     grpcio (gRPC C-core, from PyPI) over the unix sockets of `edgevol proxy` (in front of
 #              a dev edgevold) and `edgevol-node`: Identity and Node calls, Kubernetes' CreateVolume
-#              with --extra-create-metadata, a secret key refused, the claim in `edgevol volumes`
+#              with --extra-create-metadata, a secret key refused, the claim in `edgevol volumes`;
+#              then the CreateVolume calls each orchestrator makes from deploy/ (the StorageClass,
+#              Nomad's volume specification, every Swarm scope x sharing x type) replayed
 #   manifests  deploy/kubernetes validated offline and strictly against the Kubernetes 1.30 and
 #              1.34 schemas (kubernetes-validate), the VolumeSnapshotClass against its CRD schema,
-#              the manifests' consistency test, the Nomad and Swarm files parsed and checked
+#              the manifests' consistency test, the Nomad and Swarm files parsed and checked, the
+#              README's Swarm access-mode table
 #   images     the OCI images built (scripts/build-images.sh) and their binaries run inside
 # (default: all). Needs the debug binaries (cargo build, done here) and Python tools from
 # scripts/setup-python.sh.
@@ -27,7 +30,10 @@ cleanup() {
     local p
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done # gone is fine
     wait 2>/dev/null || true
-    rm -rf "$work"
+    # A chroot interrupted by the step's timeout may leave /proc and /dev mounted in an
+    # unpacked image: unmount them, and never let rm cross into another filesystem.
+    findmnt -rn -o TARGET | grep "^$work/" | sort -r | xargs -r umount -l 2>/dev/null || true
+    rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
 
@@ -89,12 +95,66 @@ part_manifests() {
     "$kv" --strict --quiet -k 1.34.0 deploy/kubernetes/examples/volumeattributesclass.yaml
     log "ok: the VolumeAttributesClass example valid (strict) against Kubernetes 1.34.0"
     (cd tests/deploy && "$PY" check_manifests.py)
+    (cd tests/deploy && "$PY" check_orchestrators.py)
+}
+
+# run_in ROOTFS CMD...: CMD inside an unpacked image's root filesystem (chroot), with /proc and
+# /dev of the host mounted there for the duration.
+run_in() {
+    local r=$1 rc=0
+    shift
+    mount -t proc proc "$r/proc"
+    mount --bind /dev "$r/dev"
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$r" "$@" || rc=$?
+    umount "$r/dev" "$r/proc"
+    return "$rc"
+}
+
+# unpack ARCHIVE DIR: the image's root filesystem, as a runtime would see it, in DIR/rootfs.
+unpack() {
+    local layout="$2.layout" tag
+    mkdir -p "$layout"
+    tar -xf "$1" -C "$layout"
+    tag="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"])' "$layout/index.json")"
+    umoci unpack --image "$layout:$tag" "$2" >/dev/null 2>&1
+}
+
+part_images() {
+    local images cli node v
+    mapfile -t images < <(./scripts/build-images.sh --out "$work/oci")
+    cli="$work/img-cli" node="$work/img-node"
+    unpack "${images[0]}" "$cli"
+    unpack "${images[1]}" "$node"
+    v="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)"
+    run_in "$cli/rootfs" edgevol --version | grep -qx "edgevol $v"
+    run_in "$node/rootfs" edgevol-node --version | grep -qx "edgevol-node $v"
+    log "ok: edgevol and edgevol-node $v run inside their images"
+    # The host tools edgevol-node runs, on a file in the image's /tmp (a loop device for mount).
+    local img=/tmp/fs.img
+    truncate -s 320M "$node/rootfs$img"
+    run_in "$node/rootfs" mkfs.ext4 -q -F "$img"
+    run_in "$node/rootfs" blkid -p -o value -s TYPE "$img" | grep -qx ext4
+    run_in "$node/rootfs" e2fsck -p "$img" >/dev/null
+    truncate -s 400M "$node/rootfs$img"
+    run_in "$node/rootfs" resize2fs "$img" >/dev/null 2>&1
+    mkdir -p "$node/rootfs/mnt"
+    run_in "$node/rootfs" sh -c true 2>/dev/null && die "the node image has a shell; it should hold only its tools"
+    run_in "$node/rootfs" mount -o loop "$img" /mnt
+    run_in "$node/rootfs" umount /mnt
+    run_in "$node/rootfs" mkfs.xfs -q -f "$img"
+    run_in "$node/rootfs" blkid -p -o value -s TYPE "$img" | grep -qx xfs
+    run_in "$node/rootfs" mount -o loop "$img" /mnt
+    run_in "$node/rootfs" xfs_growfs /mnt >/dev/null
+    run_in "$node/rootfs" umount /mnt
+    run_in "$node/rootfs" fsck --version >/dev/null
+    log "ok: mkfs.ext4, e2fsck, resize2fs, mkfs.xfs, blkid, mount (loop), xfs_growfs, umount, fsck run inside the node image"
 }
 
 for part in "${parts[@]}"; do
     case "$part" in
     grpcio) part_grpcio ;;
     manifests) part_manifests ;;
+    images) part_images ;;
     *) die "unknown part '$part' (grpcio, manifests, images)" ;;
     esac
 done

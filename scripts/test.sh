@@ -38,7 +38,7 @@ step 600 "benchmarks, short mode" ./scripts/bench.sh --quick
 step 900 "fuzz smoke: core metadata decoder" ./scripts/fuzz.sh metadata_decode 30
 step 900 "fuzz smoke: NVMe/TCP PDU decoder" ./scripts/fuzz.sh pdu_decode 30
 step 900 "fuzz smoke: DH-HMAC-CHAP message decoder" ./scripts/fuzz.sh auth_decode 30
-step 300 "deploy: grpcio (gRPC C-core) over the unix sockets of edgevol proxy and edgevol-node, Kubernetes' CreateVolume metadata" \
+step 300 "deploy: grpcio (gRPC C-core) over the unix sockets of edgevol proxy and edgevol-node; Kubernetes, Nomad and Swarm CreateVolume calls replayed" \
     ./scripts/test-deploy.sh grpcio
 step 120 "deploy: Kubernetes manifests strictly valid for 1.30 and 1.34, consistency with the code, Nomad and Swarm files" \
     ./scripts/test-deploy.sh manifests

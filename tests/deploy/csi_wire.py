@@ -47,12 +47,17 @@ def capability(mode, fs_type=None):
     return field(2, field(1, fs_type)) + access
 
 
-def create_volume(name, size, caps, parameters):
+def create_volume(name, size, caps, parameters, requisite=None):
+    """A CreateVolumeRequest; requisite: topology segments ({key: value}) the volume needs."""
+    topology = b""
+    if requisite:
+        topology = field(7, field(1, string_map(1, requisite)))
     return (
         field(1, name)
         + field(2, field(1, size))
         + b"".join(field(3, c) for c in caps)
         + string_map(4, parameters)
+        + topology
     )
 
 

@@ -12,8 +12,13 @@ import argparse
 import sys
 
 import grpc
+import hcl2
+import yaml
 
+import check_orchestrators as co
 import csi_wire as w
+import manifests as m
+import orchestrators as o
 
 DRIVER = "csi.edgevol.io"
 
@@ -64,6 +69,71 @@ def check_proxy(path):
         return volume_id
 
 
+def create(ch, name, size, caps, params, requisite):
+    """CreateVolume: the volume's id, or the gRPC status code of the refusal."""
+    request = w.create_volume(name, size, caps, params, requisite)
+    try:
+        volume = w.decode(call(ch, "/csi.v1.Controller/CreateVolume", request)[1][0])
+        return volume[2][0].decode()
+    except grpc.RpcError as e:
+        return e.code()
+
+
+def appliance_id(ch):
+    info = call(ch, "/csi.v1.Identity/GetPluginInfo")
+    return w.decode_map(info.get(3, []))["appliance-id"]
+
+
+def replay_kubernetes(ch, box):
+    """external-provisioner's CreateVolume for deploy/kubernetes' StorageClass and example claim."""
+    sc = yaml.safe_load((m.K8S / "storageclass.yaml").read_text())
+    # The provisioner strips csi.storage.k8s.io/ keys and adds --extra-create-metadata's.
+    params = {k: v for k, v in sc["parameters"].items() if not k.startswith("csi.storage.k8s.io/")}
+    params.update({
+        "csi.storage.k8s.io/pvc/name": "data",
+        "csi.storage.k8s.io/pvc/namespace": "default",
+        "csi.storage.k8s.io/pv/name": "pvc-replay-k8s",
+    })
+    fs = sc["parameters"]["csi.storage.k8s.io/fstype"]
+    got = create(ch, "pvc-replay-k8s", 1 << 30, [w.capability("SINGLE_NODE_WRITER", fs)], params,
+                 {"edgevol.io/appliance": box})
+    assert isinstance(got, str), f"Kubernetes' CreateVolume refused: {got}"
+    print("ok: Kubernetes StorageClass CreateVolume (extra metadata, topology) accepted")
+
+
+def replay_nomad(ch, box):
+    """`nomad volume create deploy/nomad/volume.hcl`: its capabilities, parameters, topology."""
+    vol = co.unquote(hcl2.load(open(co.NOMAD / "volume.hcl")))
+    fs = vol["mount_options"][0]["fs_type"]
+    caps = []
+    for cap in vol["capability"]:
+        mode = o.NOMAD[cap["access_mode"]]
+        caps.append(w.capability(mode, fs if cap["attachment_mode"] == "file-system" else None))
+    got = create(ch, "nomad-replay-" + vol["id"], 64 << 20, caps, vol["parameters"][0],
+                 {"edgevol.io/appliance": box})
+    assert isinstance(got, str), f"Nomad's CreateVolume refused: {got}"
+    print(f"ok: Nomad volume specification CreateVolume ({len(caps)} capabilities) accepted")
+
+
+def replay_swarm(ch, box):
+    """`docker volume create --scope S --sharing H --type T`: each combination Docker sends,
+    accepted or refused (INVALID_ARGUMENT) as the README's table says."""
+    n = 0
+    for (scope, sharing), mode in o.SWARM.items():
+        if mode is None:
+            continue
+        for kind in ("mount", "block"):
+            cap = w.capability(mode, "ext4" if kind == "mount" else None)
+            got = create(ch, f"swarm-{scope}-{sharing}-{kind}", 16 << 20, [cap], {},
+                         {"edgevol.io/appliance": box})
+            if o.accepted(mode, kind):
+                assert isinstance(got, str), f"swarm {scope}/{sharing}/{kind}: refused {got}"
+            else:
+                assert got == grpc.StatusCode.INVALID_ARGUMENT, f"swarm {scope}/{sharing}/{kind}: {got}"
+            n += 1
+    print(f"ok: {n} Swarm scope x sharing x type combinations answered as the README says")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--proxy", required=True)
@@ -71,6 +141,11 @@ def main():
     args = ap.parse_args()
     check_node(args.node)
     print(check_proxy(args.proxy))
+    with grpc.insecure_channel("unix:" + args.proxy) as ch:
+        box = appliance_id(ch)
+        replay_kubernetes(ch, box)
+        replay_nomad(ch, box)
+        replay_swarm(ch, box)
 
 
 if __name__ == "__main__":

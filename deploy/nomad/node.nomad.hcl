@@ -1,0 +1,95 @@
+# The edgevol CSI node plugin on every client: edgevol-node connects the kernel's NVMe/TCP
+# initiator (nvme-tcp module on the host), formats and mounts. Privileged, host network,
+# /dev and /sys of the host; the host NQN/host id (/etc/nvme) and the staged-volume records
+# (/var/lib/edgevol-node) stay on the host across restarts. Each client's node certificate is in
+# its /etc/edgevol (ca.pem, node.pem, node.key: `edgevol pki issue --role node --name CLIENT`).
+#   nomad job run -var appliance=192.0.2.10:9500 -var server_name=192.0.2.10 \
+#     -var appliance_id=box-7 node.nomad.hcl
+# The Docker driver needs `allow_privileged = true` and `volumes { enabled = true }`.
+
+variable "appliance" {
+  type        = string
+  description = "HOST:PORT of edgevold's CSI endpoint (enrolment for data-path keys)"
+}
+
+variable "server_name" {
+  type        = string
+  description = "Name the appliance's certificate carries"
+}
+
+variable "appliance_id" {
+  type        = string
+  description = "The appliance id: the node reports edgevol.io/appliance=<id>"
+}
+
+job "edgevol-node" {
+  type = "system"
+
+  group "node" {
+    task "plugin" {
+      driver = "docker"
+
+      config {
+        image        = "localhost/edgevol-node:0.1.0"
+        privileged   = true
+        network_mode = "host"
+        args = [
+          "--endpoint=unix:///csi/csi.sock",
+          "--node-id-file=/etc/nvme/hostnqn",
+          "--hostid-file=/etc/nvme/hostid",
+          "--state-dir=/var/lib/edgevol-node",
+          "--topology=edgevol.io/appliance=${var.appliance_id}",
+          "--appliance=${var.appliance}",
+          "--appliance-server-name=${var.server_name}",
+          "--appliance-ca=/etc/edgevol/ca.pem",
+          "--node-cert=/etc/edgevol/node.pem",
+          "--node-key=/etc/edgevol/node.key",
+        ]
+
+        mount {
+          type   = "bind"
+          source = "/dev"
+          target = "/dev"
+        }
+        mount {
+          type   = "bind"
+          source = "/sys"
+          target = "/sys"
+        }
+        mount {
+          type   = "bind"
+          source = "/etc/nvme"
+          target = "/etc/nvme"
+        }
+        mount {
+          type   = "bind"
+          source = "/var/lib/edgevol-node"
+          target = "/var/lib/edgevol-node"
+        }
+        mount {
+          type     = "bind"
+          source   = "/lib/modules"
+          target   = "/lib/modules"
+          readonly = true
+        }
+        mount {
+          type     = "bind"
+          source   = "/etc/edgevol"
+          target   = "/etc/edgevol"
+          readonly = true
+        }
+      }
+
+      csi_plugin {
+        id        = "edgevol"
+        type      = "node"
+        mount_dir = "/csi"
+      }
+
+      resources {
+        cpu    = 100
+        memory = 128
+      }
+    }
+  }
+}
