@@ -10,6 +10,7 @@ Usage: check_manifests.py  (exit 1 on any failure)
 import json
 import pathlib
 import posixpath
+import re
 import sys
 
 import jsonschema
@@ -108,6 +109,9 @@ def driver_name_is_get_plugin_info():
         assert vsc["driver"] == name
     vac = yaml.safe_load((m.K8S / "examples" / "volumeattributesclass.yaml").read_text())
     assert vac["driverName"] == name
+    limits = (m.ROOT / "appliance" / "src" / "qos" / "limits.rs").read_text()
+    keys = set(re.findall(r'^\s*\(?\s*"(max\w+)",', limits, re.M))
+    assert keys and set(vac["parameters"]) <= keys, f"VAC keys {set(vac['parameters'])} not in {keys}"
 
 
 @check
