@@ -36,7 +36,10 @@ git -C "$ROOT" diff --quiet HEAD 2>/dev/null || REVISION="$REVISION-dirty"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
 log "cargo build (static, $EDGEVOL_GUEST_TARGET): edgevol, edgevol-node"
-cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-cli -p edgevol-node >&2
+# The same package sets as image/build.sh and scripts/test-e2e-qemu.sh build, so that after them
+# (scripts/test.sh) these are cache hits: features unify per set, and another set would rebuild.
+cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-appliance -p edgevol-cli >&2
+cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
 BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
 for b in edgevol edgevol-node; do
     file "$BIN/$b" | grep -q 'statically linked\|static-pie linked' || die "$BIN/$b is not static"

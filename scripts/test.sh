@@ -50,6 +50,9 @@ step 600 "QEMU guest: Linux 6.12 DH-HMAC-CHAP against the edgevol target (refusa
     ./scripts/test-auth-qemu.sh
 step 1500 "QEMU end to end: appliance image + node VM, CSI life cycle, Node conformance, node faults" \
     ./scripts/test-e2e-qemu.sh
+# After the QEMU steps: the static binaries they built are the images' (cache hits).
+step 300 "deploy: OCI images built offline (umoci), edgevol and edgevol-node run inside them, the node image's mkfs/mount/blkid" \
+    ./scripts/test-deploy.sh images
 step 1200 "QEMU faults under live I/O: kill -9 under fio, unpublish during I/O, appliance power cut" \
     ./scripts/test-faults-qemu.sh
 
