@@ -85,9 +85,9 @@ part_grpcio() {
 K8S_VERSIONS=(1.30.0 1.34.0)
 part_manifests() {
     local kv="${PY%/python}/kubernetes-validate" files=() f v
-    for f in $(sed -n 's/^  - \(.*\.yaml\)$/\1/p' deploy/kubernetes/kustomization.yaml); do
+    while read -r f; do
         [[ $f == volumesnapshotclass.yaml ]] || files+=("deploy/kubernetes/$f")
-    done
+    done < <(sed -n 's/^  - \(.*\.yaml\)$/\1/p' deploy/kubernetes/kustomization.yaml)
     files+=(deploy/kubernetes/examples/pvc.yaml)
     for v in "${K8S_VERSIONS[@]}"; do
         "$kv" --strict --quiet -k "$v" "${files[@]}"
