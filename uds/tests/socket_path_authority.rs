@@ -97,3 +97,13 @@ async fn wrapped_server_keeps_a_valid_authority() {
     assert_eq!(kind, HEADERS);
     assert_eq!(body, b"localhost:7000");
 }
+
+#[tokio::test]
+async fn wrapped_server_answers_grpc_javas_raw_socket_path() {
+    // grpc-java (Netty, DomainSocketAddress) sends the path itself, not percent-encoded.
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    serve(UnixGrpcStream::new(server));
+    let (kind, body) = call(client, "/var/run/edgevol/csi.sock").await;
+    assert_eq!(kind, HEADERS);
+    assert_eq!(body, b"localhost");
+}
