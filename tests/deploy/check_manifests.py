@@ -64,6 +64,17 @@ def edgevol_socket(spec):
 
 
 @check
+def kustomization_lists_every_manifest_once():
+    k = m.kustomization()
+    files = sorted(p.name for p in m.K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(k["resources"]) == files, f"resources {k['resources']} != files {files}"
+    assert k["namespace"] == "edgevol"
+    for _, doc in m.documents():
+        ns = doc["metadata"].get("namespace")
+        assert ns in (None, "edgevol"), f"{doc['kind']} {doc['metadata']['name']} in {ns}"
+
+
+@check
 def sidecars_reach_the_edgevol_socket():
     docs = m.documents()
     for kind in ("Deployment", "DaemonSet"):
