@@ -14,6 +14,10 @@
 #   3c. tests/e2e/tests/node_faults.rs: edgevol-node SIGKILLed and restarted with a volume staged
 #      and published; stats, expand, unpublish, unstage work after it; the connect options
 #      (fast_io_fail_tmo...) as the kernel shows them;
+#   3d. tests/e2e/tests/orchestrators.rs: the CreateVolume calls of Kubernetes (StorageClass,
+#      --extra-create-metadata, the node's topology), Nomad (volume.hcl's capabilities) and
+#      Docker Swarm (scope x sharing x type as access modes), each volume staged, published and
+#      written on the node; mounted multi-node writers refused (INVALID_ARGUMENT);
 #   4. a power cut of the appliance VM (SIGKILL of its QEMU) while the node has a volume staged
 #      and published with unwritten data: NodeUnpublish + NodeUnstage complete within the bound
 #      and leave nothing on the node (node_faults.rs); then a later boot opens the pool: no first
@@ -52,8 +56,8 @@ cat "$run/image-sizes.txt" >&2
 say "building edgevol-node and e2e-agent (static) and the host test"
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
     cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
-cargo test --locked -p edgevol-e2e --test lifecycle --test node_conformance --test node_faults \
-    --test data_path_auth --no-run >&2
+cargo test --locked -p edgevol-e2e --test lifecycle --test node_conformance --test orchestrators \
+    --test node_faults --test data_path_auth --no-run >&2
 BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
 say "builds done in $((SECONDS - t0)) s"
 
@@ -138,6 +142,11 @@ say "3c. edgevol-node restarted with a volume staged and published"
 fault_t=$SECONDS
 e2e_test 240 node_faults --exact restart_keeps_staged_and_published_volumes_serviceable
 say "ok: node restart in $((SECONDS - fault_t)) s"
+
+say "3d. the calls of Kubernetes, Nomad and Docker Swarm (deploy/) replayed, node side included"
+orch_t=$SECONDS
+e2e_test 420 orchestrators
+say "ok: orchestrator calls in $((SECONDS - orch_t)) s"
 
 # --- 4. power cut and a later boot -------------------------------------------------------------
 say "4. power cut with a volume staged on the node, then a later boot opens the pool"
