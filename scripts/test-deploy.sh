@@ -150,6 +150,24 @@ part_images() {
     run_in "$node/rootfs" umount /mnt
     run_in "$node/rootfs" fsck --version >/dev/null
     log "ok: mkfs.ext4, e2fsck, resize2fs, mkfs.xfs, blkid, mount (loop), xfs_growfs, umount, fsck run inside the node image"
+
+    # The Swarm plugin: its config.json's entrypoint runs in its rootfs (busybox sh) and
+    # refuses to start unconfigured, naming the setting.
+    local plugin="$work/plugin" out
+    mkdir -p "$plugin"
+    tar -xzf "${images[2]}" -C "$plugin"
+    plugin="$plugin/edgevol-swarm-plugin"
+    cmp -s "$plugin/config.json" deploy/swarm/config.json
+    local entry
+    entry="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["entrypoint"][0])' "$plugin/config.json")"
+    run_in "$plugin/rootfs" busybox sh -n "$entry"
+    run_in "$plugin/rootfs" edgevol --version | grep -qx "edgevol $v"
+    run_in "$plugin/rootfs" edgevol-node --version | grep -qx "edgevol-node $v"
+    if out="$(run_in "$plugin/rootfs" "$entry" 2>&1)"; then
+        die "the Swarm plugin's entrypoint started without EDGEVOL_APPLIANCE"
+    fi
+    grep -q EDGEVOL_APPLIANCE <<<"$out" || die "unexpected entrypoint failure: $out"
+    log "ok: the Swarm plugin's entrypoint runs in its rootfs and asks for its settings"
 }
 
 for part in "${parts[@]}"; do
