@@ -145,7 +145,7 @@ say "ok: node restart in $((SECONDS - fault_t)) s"
 
 say "3d. the calls of Kubernetes, Nomad and Docker Swarm (deploy/) replayed, node side included"
 orch_t=$SECONDS
-e2e_test 420 orchestrators
+e2e_test 240 orchestrators
 say "ok: orchestrator calls in $((SECONDS - orch_t)) s"
 
 # --- 4. power cut and a later boot -------------------------------------------------------------
