@@ -69,11 +69,6 @@ impl VolumeQos {
         self.limiter.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The limits enforced now.
-    pub fn limits(&self) -> Limits {
-        self.lock().limits()
-    }
-
     /// A new queue of this volume.
     pub fn waiter(&self) -> Shared {
         Arc::new(Waiter {
@@ -174,12 +169,6 @@ impl Throttles {
         if let Some(qos) = live {
             qos.set(limits);
         }
-    }
-
-    /// The limits of `volume` if it has a live queue (for the exporter).
-    pub fn limits(&self, volume: VolumeId) -> Option<Limits> {
-        let live = self.map().get(&volume).and_then(Weak::upgrade);
-        live.map(|q| q.limits())
     }
 }
 
