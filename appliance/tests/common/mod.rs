@@ -212,7 +212,9 @@ pub async fn qemu_appliance(dir: &Path, appliance_id: &str) -> Running {
 
 /// The QEMU cache (kernels, logs): `EDGEVOL_QEMU_CACHE` or qemu/.cache, with its logs/ made.
 pub fn qemu_cache() -> PathBuf {
+    // Set but empty counts as unset, as in scripts/lib.sh.
     let cache = std::env::var_os("EDGEVOL_QEMU_CACHE")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("qemu/.cache"));
     std::fs::create_dir_all(cache.join("logs")).unwrap();
