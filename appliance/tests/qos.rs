@@ -1,7 +1,7 @@
 //! Per-volume QoS through the whole stack: limits set by CreateVolume's mutable_parameters hold
-//! a volume's commands back, in order; ControllerModifyVolume changes (or removes) them on
+//! a volume's commands back; ControllerModifyVolume changes (or removes) them on
 //! connected queues without a reconnect; they survive a restart; an unlimited neighbour is not
-//! held. The achieved rates are measured by the data_path bench, not here: these tests only
+//! held. The achieved rates are measured by the qos bench, not here: these tests only
 //! count commands and wait with bounded timeouts.
 
 mod common;
@@ -144,7 +144,7 @@ fn delayed(app: &DevAppliance, volume_id: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn modify_reaches_held_commands_of_a_connected_queue_and_order_is_kept() {
+async fn modify_reaches_held_commands_of_a_connected_queue() {
     let app = DevAppliance::start().await;
     ready(&app).await;
     let mut c = ControllerClient::new(app.channel("controller").await);
@@ -157,7 +157,9 @@ async fn modify_reaches_held_commands_of_a_connected_queue_and_order_is_kept() {
         held(&mut q, cids[cids.len() - 1]).await,
         "1 IOPS holds the last write back"
     );
-    // Raised on the live queue: the held writes go now, in the order they came.
+    // Raised on the live queue: the held writes go now. (They start in the order they came;
+    // NVMe lets outstanding commands complete in any order, so the content of the block they
+    // all overwrite proves nothing: the limiter's tests check the order.)
     modify(&mut c, &id, &[("maxIops", "100000")]).await;
     all_done(
         &mut q,
@@ -165,13 +167,6 @@ async fn modify_reaches_held_commands_of_a_connected_queue_and_order_is_kept() {
         "raised limit not applied to the held writes",
     )
     .await;
-    let read = q.cmd(io::read(0, 1).0, io::read(0, 1).1).await;
-    ok(&read);
-    assert_eq!(
-        read.data,
-        vec![DEPTH - 1; 4096],
-        "the last write landed last"
-    );
     assert!(delayed(&app, &id) >= 1);
 
     // Lowered again, then the key removed: the limit is lifted.
@@ -180,8 +175,6 @@ async fn modify_reaches_held_commands_of_a_connected_queue_and_order_is_kept() {
     ok(&q.wait(cids[0]).await);
     modify(&mut c, &id, &[("maxIops", "")]).await;
     all_done(&mut q, &cids[1..], "removed limit still holds the writes").await;
-    let read = q.cmd(io::read(0, 1).0, io::read(0, 1).1).await;
-    assert_eq!(read.data, vec![100 + DEPTH - 1; 4096]);
     app.running.stop().await.unwrap();
 }
 
@@ -220,8 +213,6 @@ async fn limits_survive_a_restart_and_an_unlimited_neighbour_is_not_held() {
         held(&mut slow_q, slow_cids[slow_cids.len() - 1]).await,
         "the stored limit holds reads back after the restart"
     );
-    // A write is not a read: maxReadIops does not hold it, and it goes after the held reads
-    // only because a queue keeps its order.
     let mut c = ControllerClient::new(app.channel("controller").await);
     modify(&mut c, &slow, &[("maxReadIops", "")]).await;
     all_done(
