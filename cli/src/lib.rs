@@ -1,8 +1,9 @@
-//! The `edgevol` admin CLI: PKI management, the CO-side proxy, the operator's status
-//! listings, and the nodes' data-path keys.
+//! The `edgevol` admin CLI: PKI management (firmware signing keys included), the CO-side
+//! proxy, the operator's status listings, and the nodes' data-path keys.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod firmware_keys;
 pub mod keys;
 pub mod node_route;
 pub mod proxy;

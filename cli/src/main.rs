@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use edgevol_cli::firmware_keys::{self, SignRequest};
 use edgevol_cli::{keys, proxy, status};
 use edgevol_pki::files::{self, Pair, LEAF_DAYS};
 use edgevol_pki::tls::{client_config, TlsFiles};
@@ -174,6 +175,50 @@ enum PkiCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Create the firmware signing key: DIR/firmware-signing.key (keep it off the appliance)
+    /// and DIR/firmware-signing.pub (image/build.sh bakes it into the image).
+    FirmwareKey {
+        /// Where to put the key pair.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Overwrite an existing key (appliances built with the old one will refuse bundles
+        /// signed with the new one).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Build and sign a firmware update bundle from a kernel and an initramfs.
+    SignFirmware {
+        /// The signing key (firmware-signing.key).
+        #[arg(long)]
+        key: PathBuf,
+        /// The kernel image.
+        #[arg(long)]
+        kernel: PathBuf,
+        /// The initramfs.
+        #[arg(long)]
+        initramfs: PathBuf,
+        /// The firmware version the bundle installs.
+        #[arg(long)]
+        version: String,
+        /// The target architecture.
+        #[arg(long, default_value = std::env::consts::ARCH)]
+        arch: String,
+        /// The bundle to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Check a firmware bundle against a verification key, as the appliance does.
+    VerifyFirmware {
+        /// The bundle.
+        #[arg(long)]
+        bundle: PathBuf,
+        /// The verification key (firmware-signing.pub).
+        #[arg(long)]
+        public: PathBuf,
+        /// The architecture to expect.
+        #[arg(long, default_value = std::env::consts::ARCH)]
+        arch: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -218,6 +263,54 @@ fn run(command: Command) -> Result<(), String> {
             let pair = files::issue(&dir, role, &name, Validity::days(days), force)
                 .map_err(|e| e.to_string())?;
             print_pair(&format!("{role} client {name:?}"), &pair);
+            Ok(())
+        }
+        Command::Pki {
+            command: PkiCommand::FirmwareKey { dir, force },
+        } => {
+            let files = firmware_keys::create_key(&dir, force)?;
+            println!(
+                "firmware signing key {}: {} (public {})",
+                files.id,
+                files.private.display(),
+                files.public.display()
+            );
+            Ok(())
+        }
+        Command::Pki {
+            command:
+                PkiCommand::SignFirmware {
+                    key,
+                    kernel,
+                    initramfs,
+                    version,
+                    arch,
+                    out,
+                },
+        } => {
+            let manifest = firmware_keys::sign(&SignRequest {
+                key: &key,
+                kernel: &kernel,
+                initramfs: &initramfs,
+                version: &version,
+                arch: &arch,
+                out: &out,
+            })?;
+            println!("bundle {}", out.display());
+            print!("{}", firmware_keys::render_manifest(&manifest));
+            Ok(())
+        }
+        Command::Pki {
+            command:
+                PkiCommand::VerifyFirmware {
+                    bundle,
+                    public,
+                    arch,
+                },
+        } => {
+            let manifest = firmware_keys::verify(&bundle, &public, &arch)?;
+            println!("bundle {}: verified", bundle.display());
+            print!("{}", firmware_keys::render_manifest(&manifest));
             Ok(())
         }
         Command::Proxy {

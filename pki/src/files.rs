@@ -140,7 +140,9 @@ pub fn write_pair(pair: &Pair, issued: &Issued) -> Result<(), PkiError> {
     write_atomic(&pair.cert, issued.cert_pem.as_bytes(), 0o644)
 }
 
-fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), PkiError> {
+/// Writes `data` to `path` with `mode` through a synced temporary file and a rename: a crash
+/// leaves the old file or the new one, never half of one.
+pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), PkiError> {
     let io = |source| PkiError::Io {
         path: path.to_path_buf(),
         source,
