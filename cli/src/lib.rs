@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod boot_files;
 pub mod firmware_keys;
 pub mod keys;
 pub mod node_route;

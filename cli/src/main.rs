@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use edgevol_cli::firmware_keys::{self, SignRequest};
-use edgevol_cli::{keys, proxy, status};
+use edgevol_cli::{boot_files, keys, proxy, status};
 use edgevol_pki::files::{self, Pair, LEAF_DAYS};
 use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_pki::{Role, Validity};
@@ -64,11 +64,27 @@ enum Command {
         #[command(flatten)]
         conn: Connection,
     },
+    /// Firmware A/B slots.
+    Firmware {
+        #[command(subcommand)]
+        command: FirmwareCommand,
+    },
     /// The nodes' NVMe data-path keys (DH-HMAC-CHAP): rotate, revoke, list. Needs an admin
     /// certificate; no secret is ever shown.
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum FirmwareCommand {
+    /// Write the boot loaders' files of a factory image (slot A primary, no trial) into DIR:
+    /// grub.cfg and grubenv (UEFI), syslinux.cfg (BIOS). Used by image/build.sh.
+    BootFiles {
+        /// Where to write them.
+        #[arg(long)]
+        out: PathBuf,
     },
 }
 
@@ -348,6 +364,14 @@ fn run(command: Command) -> Result<(), String> {
         Command::Volumes { conn } => show(&conn, Show::Volumes),
         Command::Snapshots { conn } => show(&conn, Show::Snapshots),
         Command::Keys { command } => manage_keys(command),
+        Command::Firmware {
+            command: FirmwareCommand::BootFiles { out },
+        } => {
+            for path in boot_files::write_factory(&out)? {
+                println!("{}", path.display());
+            }
+            Ok(())
+        }
     }
 }
 

@@ -7,6 +7,11 @@
 //!   (hex, baked into the image).
 //! - [`slots`]: the A/B slot state machine (good / try-once / bad, boot counters, why the last
 //!   update was rolled back) and the boot-loader view derived from it.
+//! - [`bootenv`]: the boot loaders' files that implement that env: GRUB's `grubenv` and
+//!   `grub.cfg` (UEFI), syslinux's `syslinux.cfg` and boot-once ADV (BIOS).
+//! - [`boot_dir`]: the mounted boot partition: slots written, synced and read back from the
+//!   device; the loaders' files rewritten in place.
+//! - [`manager`]: the three kept in step for the daemon: update, confirm, fail, rollback, status.
 //! - [`record`]: that state persisted as two checksummed, sequenced copies, so a power cut in the
 //!   middle of a write leaves the previous state.
 //!
@@ -14,8 +19,11 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod boot_dir;
+pub mod bootenv;
 pub mod bundle;
 pub mod dir_media;
 pub mod key;
+pub mod manager;
 pub mod record;
 pub mod slots;

@@ -240,17 +240,22 @@ pub struct Slots {
 impl Slots {
     /// A factory image: `version` in slot A, good and primary; slot B empty.
     pub fn factory(version: &str) -> Result<Slots, SlotError> {
+        Slots::first_boot(SlotId::A, version)
+    }
+
+    /// No state recorded yet and `running` booted: it holds `version`, good and primary; the
+    /// other slot is empty.
+    pub fn first_boot(running: SlotId, version: &str) -> Result<Slots, SlotError> {
         crate::bundle::check_version(version).map_err(|_| SlotError::BadVersion)?;
+        let mut slots = [Slot::empty(), Slot::empty()];
+        slots[running.index()] = Slot {
+            status: Status::Good,
+            version: version.to_owned(),
+            boots: 0,
+        };
         Ok(Slots {
-            primary: SlotId::A,
-            slots: [
-                Slot {
-                    status: Status::Good,
-                    version: version.to_owned(),
-                    boots: 0,
-                },
-                Slot::empty(),
-            ],
+            primary: running,
+            slots,
             last_rollback: None,
         })
     }
