@@ -4,23 +4,34 @@
 #   image/out/initramfs.gz   busybox (pinned busybox-static .deb), static musl edgevold + edgevol
 #                            (for `edgevol pki` on first boot), virtio modules, image/init and the
 #                            guest helpers it sources (qemu/guest-lib.sh)
-#   image/out/edgevol.img    raw disk, MBR: p1 FAT "EDGEVOLBOOT" (syslinux from the pinned
-#                            syslinux-common .deb, BIOS boot: kernel + initramfs + syslinux.cfg),
+#   image/out/edgevol.bundle the same kernel + initramfs as a signed firmware update bundle
+#   image/out/edgevol.img    raw disk, MBR: p1 FAT "EDGEVOLBOOT" (A/B slots /slot-a and /slot-b,
+#                            this build in slot A; BIOS: syslinux from the pinned syslinux-common
+#                            .deb, syslinux.cfg + its boot-once ADV; UEFI: GRUB EFI from the pinned
+#                            grub-efi-amd64-bin .deb as /EFI/BOOT/BOOTX64.EFI, grub.cfg + grubenv),
 #                            p2 ext4 "EDGEVOL-PERSIST" (edgevold.toml, network.conf; PKI and
 #                            daemon state are added by the first boot)
 # No root, no loop devices: partitions are built as files (mkfs.fat + mtools, mkfs.ext4 -d) and
 # copied into the disk at their offsets; `syslinux --offset` installs the boot loader in place.
 #
-# usage: image/build.sh [--out DIR] [--config FILE] [--network FILE]
+# usage: image/build.sh [--out DIR] [--config FILE] [--network FILE] [--version V] [--signing-dir D]
 #   --config/--network replace image/defaults/{edgevold.toml,network.conf} on the persistent
-#   partition. Prints the artifact sizes. Needs: scripts/setup-qemu.sh (kernel), apt packages
-#   from image/versions.env (installed when missing).
+#   partition. --version: the firmware version (default: workspace version + git commit).
+#   --signing-dir: holds firmware-signing.key and .pub (`edgevol pki firmware-key`); the public
+#   key is baked into the initramfs, the private one signs the bundle (default: a development key
+#   made once in the QEMU cache). Prints the artifact sizes. Needs: scripts/setup-qemu.sh
+#   (kernel), apt packages from image/versions.env (installed when missing).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 out="$ROOT/image/out" config="$ROOT/image/defaults/edgevold.toml" network="$ROOT/image/defaults/network.conf"
-opts_parse 'out config network' "$@"
+version="" signing_dir="$CACHE/firmware-dev-key"
+opts_parse 'out config network version signing-dir' "$@"
+if [[ -z "$version" ]]; then
+    version="$(awk -F'"' '/^version = /{ print $2; exit }' "$ROOT/Cargo.toml")"
+    version+="-g$(git -C "$ROOT" rev-parse --short=10 HEAD 2>/dev/null || echo unknown)"
+fi
 t0=$SECONDS
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
 # shellcheck disable=SC2086 # a list of package names
@@ -34,8 +45,10 @@ for spec in $EDGEVOL_IMAGE_DEBS; do
 done
 BUSYBOX="$debs/busybox-static/bin/busybox"
 SYSLINUX_DIR="$debs/syslinux-common/usr/lib/syslinux"
-[[ -x "$BUSYBOX" && -f "$SYSLINUX_DIR/mbr/mbr.bin" && -f "$SYSLINUX_DIR/modules/bios/ldlinux.c32" ]] ||
-    { echo "build.sh: pinned packages lack busybox or syslinux files" >&2; exit 1; }
+GRUB_EFI_DIR="$debs/grub-efi-amd64-bin/usr/lib/grub/x86_64-efi"
+[[ -x "$BUSYBOX" && -f "$SYSLINUX_DIR/mbr/mbr.bin" && -f "$SYSLINUX_DIR/modules/bios/ldlinux.c32" &&
+    -f "$GRUB_EFI_DIR/loadenv.mod" ]] ||
+    { echo "build.sh: pinned packages lack busybox, syslinux or GRUB EFI files" >&2; exit 1; }
 
 # --- static daemon + CLI (ring's C code needs musl-gcc) -----------------------------------------
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -48,37 +61,55 @@ for b in edgevold edgevol; do
         { echo "build.sh: $BIN/$b is not static" >&2; exit 1; }
 done
 
+# --- firmware signing key: the public half goes into the image ----------------------------------
+if [[ ! -f "$signing_dir/firmware-signing.key" ]]; then
+    log "no firmware signing key in $signing_dir: creating one"
+    "$BIN/edgevol" pki firmware-key --dir "$signing_dir" >&2
+fi
+[[ -f "$signing_dir/firmware-signing.pub" ]] ||
+    { echo "build.sh: $signing_dir/firmware-signing.pub missing" >&2; exit 1; }
+
 # --- initramfs -----------------------------------------------------------------------------------
 mkdir -p "$out"
 work="$(mktemp -d "$out/.work.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 rootfs="$work/rootfs"
-mkdir -p "$rootfs"/{bin,sbin,etc,proc,sys,dev,tmp,run,persist,lib/modules,lib/edgevol,usr/bin,usr/sbin}
+mkdir -p "$rootfs"/{bin,sbin,etc/edgevol,proc,sys,dev,tmp,run,persist,boot,lib/modules,lib/edgevol,usr/bin,usr/sbin}
 install -m 0755 "$BUSYBOX" "$rootfs/bin/busybox"
 install -m 0755 "$BIN/edgevold" "$BIN/edgevol" "$rootfs/bin/"
 install -m 0755 "$ROOT/image/init" "$rootfs/init"
 install -m 0644 "$ROOT/qemu/guest-lib.sh" "$rootfs/lib/edgevol/guest-lib.sh"
-# The cloud kernel has NVMe PCI, ext4 and TCP built in; virtio transport, disk and NIC are modules.
-modules_install "$MODDIR" "$rootfs" virtio_pci virtio_blk virtio_net || exit 1
+install -m 0644 "$signing_dir/firmware-signing.pub" "$rootfs/etc/edgevol/firmware-signing.pub"
+echo "$version" >"$rootfs/etc/edgevol/firmware-version"
+# The cloud kernel has NVMe PCI, ext4 and TCP built in; virtio transport, disk and NIC are modules,
+# and so is vfat (the boot partition, where the A/B slots live).
+modules_install "$MODDIR" "$rootfs" virtio_pci virtio_blk virtio_net vfat nls_cp437 nls_ascii || exit 1
 (cd "$rootfs" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) |
     gzip -9 -n >"$out/initramfs.gz"
 cp "$KERNEL" "$out/vmlinuz"
 
-# --- boot partition: FAT + syslinux ------------------------------------------------------------
+# --- the signed update bundle of this very kernel + initramfs ----------------------------------
+"$BIN/edgevol" pki sign-firmware --key "$signing_dir/firmware-signing.key" --kernel "$out/vmlinuz" \
+    --initramfs "$out/initramfs.gz" --version "$version" --out "$out/edgevol.bundle" >&2
+
+# --- boot partition: FAT; slot A = this build, slot B empty; syslinux (BIOS) + GRUB (UEFI) -------
 boot="$work/boot.fat"
 truncate -s "${EDGEVOL_BOOT_MIB}M" "$boot"
 mkfs.fat -F 16 -n EDGEVOLBOOT "$boot" >/dev/null
-cat >"$work/syslinux.cfg" <<CFG
-DEFAULT edgevol
-PROMPT 0
-TIMEOUT 0
-LABEL edgevol
-  KERNEL /vmlinuz
-  INITRD /initramfs.gz
-  APPEND console=ttyS0 panic=10 loglevel=4
+# grub.cfg, grubenv (UEFI) and syslinux.cfg (BIOS) of the factory state: slot A, no trial.
+"$BIN/edgevol" firmware boot-files --out "$work/bootfiles" >/dev/null
+cat >"$work/early.cfg" <<'CFG'
+search --no-floppy --label EDGEVOLBOOT --set root
+configfile ($root)/grub.cfg
 CFG
+# shellcheck disable=SC2086 # a list of module names
+grub-mkimage -O x86_64-efi -d "$GRUB_EFI_DIR" -c "$work/early.cfg" -p /EFI/BOOT \
+    -o "$work/BOOTX64.EFI" $EDGEVOL_GRUB_EFI_MODULES
 export MTOOLS_SKIP_CHECK=1
-mcopy -i "$boot" "$out/vmlinuz" "$out/initramfs.gz" "$work/syslinux.cfg" ::/
+mmd -i "$boot" ::/slot-a ::/slot-b ::/EFI ::/EFI/BOOT
+mcopy -i "$boot" "$out/vmlinuz" "$out/initramfs.gz" ::/slot-a/
+mcopy -i "$boot" "$work/bootfiles/grub.cfg" "$work/bootfiles/grubenv" "$work/bootfiles/syslinux.cfg" ::/
+mcopy -i "$boot" "$work/BOOTX64.EFI" ::/EFI/BOOT/
 mcopy -i "$boot" "$SYSLINUX_DIR/modules/bios/ldlinux.c32" ::/
 
 # --- persistent partition: ext4 with the defaults ------------------------------------------------
@@ -112,5 +143,9 @@ printf '%-26s %10s bytes\n' \
     "edgevol (static musl)" "$(size "$BIN/edgevol")" \
     "vmlinuz" "$(size "$out/vmlinuz")" \
     "initramfs.gz" "$(size "$out/initramfs.gz")" \
+    "edgevol.bundle (signed)" "$(size "$out/edgevol.bundle")" \
+    "BOOTX64.EFI (GRUB)" "$(size "$work/BOOTX64.EFI")" \
     "edgevol.img (raw disk)" "$(size "$out/edgevol.img")"
 echo "EDGEVOL_IMAGE=$out/edgevol.img"
+echo "EDGEVOL_BUNDLE=$out/edgevol.bundle"
+echo "EDGEVOL_FIRMWARE_VERSION=$version"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Boot the appliance firmware disk (image/build.sh's edgevol.img) under QEMU (TCG), BIOS boot
-# through syslinux, with emulated NVMe drives, a management NIC on slirp (the host reaches CSI
+# (SeaBIOS, syslinux) or UEFI boot (OVMF from the pinned ovmf .deb, GRUB EFI), with emulated NVMe
+# drives, a management NIC on slirp (the host reaches CSI
 # over mTLS on 127.0.0.1:--csi-port) and a storage NIC on a `-netdev dgram` link to node VMs.
 # Serial console -> log file. Waits for a marker, then leaves the VM running (detached) or stops it.
 #
@@ -15,6 +16,7 @@
 #   --stop                stop the VM once the marker appeared (default: keep it running)
 #   --timeout SECS        budget to reach the marker (default 180)
 #   --lifetime SECS       hard limit of a detached VM's life, enforced by a watchdog (default 900)
+#   --firmware bios|uefi  SeaBIOS (QEMU's default) or OVMF (default bios)
 #   --mem MB (default 512), --smp N (default 1), --log FILE, --pidfile FILE
 # Exit: 0 as expected, 1 otherwise, 124 timeout, 2 usage. The log keeps the whole console.
 set -euo pipefail
@@ -23,10 +25,10 @@ set -euo pipefail
 
 name=appliance disk="" csi_port="" nvme_port="" link="" wait_for="EDGEVOL-APPLIANCE READY"
 fail_marker="EDGEVOL-APPLIANCE FAILED" expect_fail=0 stop=0 timeout=180 lifetime=900
-mem=512 smp=1 log="" pidfile=""
+mem=512 smp=1 log="" pidfile="" firmware=bios
 nvme=()
 opts_parse 'name disk nvme+ csi-port nvme-port link wait-for fail-marker expect-fail! stop! timeout
-    lifetime mem smp log pidfile' "$@"
+    lifetime mem smp log pidfile firmware' "$@"
 [[ -f "$disk" ]] || die "--disk: no such file '$disk' (build it with image/build.sh)"
 ((${#nvme[@]})) || die "at least one --nvme FILE"
 mkdir -p "$CACHE/logs" "$CACHE/run"
@@ -42,6 +44,18 @@ args=(qemu-system-x86_64 -accel tcg -m "$mem" -smp "$smp" -nodefaults -no-reboot
     -device "virtio-blk-pci,drive=boot,bootindex=0"
     -netdev "user,id=mgmt,restrict=on$fwd"
     -device "virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:01")
+case "$firmware" in
+bios) ;;
+uefi)
+    ovmf="$CACHE/image-debs/ovmf"
+    deb_unpack ovmf "$EDGEVOL_OVMF_VERSION" "$ovmf"
+    # OVMF keeps its variables in a writable flash: a fresh copy per VM, no state between runs.
+    cp "$ovmf/usr/share/OVMF/OVMF_VARS_4M.fd" "$CACHE/run/$name.ovmf-vars.fd"
+    args+=(-drive "if=pflash,format=raw,unit=0,readonly=on,file=$ovmf/usr/share/OVMF/OVMF_CODE_4M.fd"
+        -drive "if=pflash,format=raw,unit=1,file=$CACHE/run/$name.ovmf-vars.fd")
+    ;;
+*) die "--firmware: bios or uefi, not '$firmware'" ;;
+esac
 if [[ -n "$link" ]]; then
     args+=(-netdev "$(link_netdev "$link")" -device "virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:01")
 fi
