@@ -238,6 +238,14 @@ mod tests {
             ("edgevol.v1.HostKeys", "Rotate", [true, false, false, false]),
             ("edgevol.v1.HostKeys", "Revoke", [true, false, false, false]),
             ("edgevol.v1.HostKeys", "List", [true, false, false, false]),
+            // Firmware: admin only, reads included (the status names versions and slots).
+            ("edgevol.v1.Firmware", "Status", [true, false, false, false]),
+            ("edgevol.v1.Firmware", "Update", [true, false, false, false]),
+            (
+                "edgevol.v1.Firmware",
+                "Rollback",
+                [true, false, false, false],
+            ),
             // A look-alike of the enrolment service is not it.
             (
                 "edgevol.v1.EnrolmentX",

@@ -119,6 +119,73 @@ struct FileConfig {
     #[serde(default)]
     format_blank: bool,
     sync_interval_ms: Option<u64>,
+    firmware: Option<FileFirmware>,
+}
+
+/// `[firmware]`: present on an appliance image, absent elsewhere (no firmware service then).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileFirmware {
+    boot_dir: Option<PathBuf>,
+    public_key: Option<PathBuf>,
+    version_file: Option<PathBuf>,
+    cmdline: Option<PathBuf>,
+    health_secs: Option<u64>,
+    watchdog: Option<String>,
+    reboot_command: Option<Vec<String>>,
+}
+
+/// Firmware management (the A/B slots on the boot partition), from `[firmware]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirmwareConfig {
+    /// Where the boot partition is mounted (`/boot`).
+    pub boot_dir: PathBuf,
+    /// The bundle verification key baked into the image.
+    pub public_key: PathBuf,
+    /// The running firmware's version, baked into the image.
+    pub version_file: PathBuf,
+    /// The kernel command line (`edgevol.slot=`).
+    pub cmdline: PathBuf,
+    /// How long a trial boot must stay healthy before it is kept (`health_secs`).
+    pub health_hold: Duration,
+    /// The watchdog device, or `None` (`watchdog = "off"`).
+    pub watchdog: Option<PathBuf>,
+    /// How to reboot (program and arguments).
+    pub reboot_command: Vec<String>,
+}
+
+/// Default of `firmware.health_secs`.
+pub const DEFAULT_HEALTH_SECS: u64 = 60;
+
+impl FileFirmware {
+    fn resolve(self, rel: impl Fn(PathBuf) -> PathBuf) -> Result<FirmwareConfig, ConfigError> {
+        let health_secs = self.health_secs.unwrap_or(DEFAULT_HEALTH_SECS);
+        if !(1..=3600).contains(&health_secs) {
+            return Err(ConfigError(format!(
+                "firmware.health_secs = {health_secs}: must be 1 to 3600"
+            )));
+        }
+        let reboot_command = self
+            .reboot_command
+            .unwrap_or_else(|| vec!["reboot".into(), "-f".into()]);
+        if reboot_command.is_empty() {
+            return Err(ConfigError("firmware.reboot_command is empty".into()));
+        }
+        let path = |p: Option<PathBuf>, default: &str| rel(p.unwrap_or_else(|| default.into()));
+        Ok(FirmwareConfig {
+            boot_dir: path(self.boot_dir, "/boot"),
+            public_key: path(self.public_key, "/etc/edgevol/firmware-signing.pub"),
+            version_file: path(self.version_file, "/etc/edgevol/firmware-version"),
+            cmdline: path(self.cmdline, "/proc/cmdline"),
+            health_hold: Duration::from_secs(health_secs),
+            watchdog: match self.watchdog.as_deref() {
+                Some("off") => None,
+                Some(p) => Some(rel(p.into())),
+                None => Some("/dev/watchdog".into()),
+            },
+            reboot_command,
+        })
+    }
 }
 
 /// `[metrics] listen = "ADDR"` or `"off"`.
@@ -229,6 +296,8 @@ pub struct Config {
     pub sync_interval: Duration,
     /// Who must authenticate on the data path (`nvme.allow_unauthenticated_hosts`).
     pub host_auth: HostAuthPolicy,
+    /// Firmware management, if `[firmware]` is configured.
+    pub firmware: Option<FirmwareConfig>,
 }
 
 /// Who must authenticate (DH-HMAC-CHAP) on the NVMe/TCP data path, and with what.
@@ -445,6 +514,7 @@ impl Config {
             },
             None => MetricsConfig::default(),
         };
+        let firmware_config = file.firmware.map(|f| f.resolve(rel)).transpose()?;
         Ok(Config {
             dev: args.dev,
             appliance_id,
@@ -465,6 +535,7 @@ impl Config {
             format_blank: args.format_blank || file.format_blank,
             sync_interval: Duration::from_millis(sync_ms),
             host_auth,
+            firmware: firmware_config,
         })
     }
 }
@@ -843,6 +914,40 @@ ca = "pki/ca.pem"
         assert_eq!(a.nvme_allow_unauthenticated_hosts, Some(false));
         assert!(parse(&["--nvme-allow-unauthenticated-hosts", "maybe"]).is_err());
         assert_eq!(parse(&[]).unwrap().nvme_allow_unauthenticated_hosts, None);
+    }
+
+    #[test]
+    fn firmware_section_defaults_bounds_and_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |text: &str| {
+            Config::from_args(Args {
+                dev: true,
+                config: Some(write(dir.path(), text)),
+                ..Args::default()
+            })
+        };
+        assert_eq!(load("").unwrap().firmware, None);
+        let f = load("[firmware]\n").unwrap().firmware.unwrap();
+        assert_eq!(f.boot_dir, PathBuf::from("/boot"));
+        assert_eq!(
+            f.public_key,
+            PathBuf::from("/etc/edgevol/firmware-signing.pub")
+        );
+        assert_eq!(f.cmdline, PathBuf::from("/proc/cmdline"));
+        assert_eq!(f.health_hold, Duration::from_secs(DEFAULT_HEALTH_SECS));
+        assert_eq!(f.watchdog, Some(PathBuf::from("/dev/watchdog")));
+        assert_eq!(f.reboot_command, ["reboot", "-f"]);
+        let f = load("[firmware]\nhealth_secs = 5\nwatchdog = \"off\"\nboot_dir = \"b\"\n")
+            .unwrap()
+            .firmware
+            .unwrap();
+        assert_eq!((f.health_hold, f.watchdog), (Duration::from_secs(5), None));
+        assert_eq!(f.boot_dir, dir.path().join("b"));
+        let e = load("[firmware]\nhealth_secs = 0\n").unwrap_err().0;
+        assert!(e.contains("firmware.health_secs = 0"), "{e}");
+        let e = load("[firmware]\nreboot_command = []\n").unwrap_err().0;
+        assert!(e.contains("reboot_command is empty"), "{e}");
+        assert!(load("[firmware]\nbogus = 1\n").is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use edgevol_pki::tls::{server_config, TlsFiles};
 use edgevol_pki::PkiError;
 use edgevol_proto::edgevol::v1::enrolment_server::EnrolmentServer;
+use edgevol_proto::edgevol::v1::firmware_server::FirmwareServer;
 use edgevol_proto::edgevol::v1::host_keys_server::HostKeysServer;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -56,6 +57,8 @@ pub enum DaemonError {
     Pool(pool::PoolError),
     /// The host-key store could not be read (missing is fine; damaged is not).
     HostKeys(crate::hostkeys::StoreError),
+    /// Firmware management could not start.
+    Firmware(crate::firmware::StartError),
     /// The gRPC server failed.
     Serve(tonic::transport::Error),
     /// The server task died.
@@ -78,6 +81,7 @@ impl fmt::Display for DaemonError {
             DaemonError::Listen { addr, error } => write!(f, "listen {addr}: {error}"),
             DaemonError::Pool(e) => write!(f, "pool: {e}"),
             DaemonError::HostKeys(e) => write!(f, "{e}"),
+            DaemonError::Firmware(e) => write!(f, "{e}"),
             DaemonError::Serve(e) => write!(f, "gRPC server: {e}"),
             DaemonError::Task(e) => write!(f, "server task: {e}"),
         }
@@ -138,6 +142,14 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         edgevol_pki::files::ensure_dev(&data_dir.join("pki")).map_err(DaemonError::Pki)?;
     }
     let host_keys = Arc::new(HostKeys::open(data_dir).map_err(DaemonError::HostKeys)?);
+    // Before anything serves: this boot is recorded (trial, or fallback from one) first.
+    let firmware = match &config.firmware {
+        Some(fc) => Some((
+            crate::firmware::start(fc).map_err(DaemonError::Firmware)?,
+            fc.clone(),
+        )),
+        None => None,
+    };
     if let Some(warning) = config.host_auth.warning() {
         tracing::warn!("{warning}");
     }
@@ -230,7 +242,36 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         .add_service(HostKeysServer::new(HostKeysService::new(host_keys.clone())))
         .add_service(EnrolmentServer::new(EnrolmentService::new(
             host_keys.clone(),
-        )));
+        )))
+        .add_optional_service(firmware.as_ref().map(|(fw, fc)| {
+            FirmwareServer::new(crate::firmware::service::FirmwareService::new(
+                fw.clone(),
+                crate::firmware::Reboot::new(fc.reboot_command.clone()),
+            ))
+            // A bundle streams in chunks; each message stays small.
+        }));
+    let health = firmware.map(|(fw, fc)| {
+        let probes = crate::firmware::health::Probes {
+            state: state.clone(),
+            csi: loopback_if_unspecified(local_addr),
+            nvme: target_info.endpoint,
+        };
+        let watchdog = fc.watchdog.as_deref().and_then(|path| {
+            crate::firmware::watchdog::Watchdog::open(path)
+                .inspect(|_| tracing::info!(device = %path.display(), "watchdog armed"))
+                .map_err(
+                    |e| tracing::error!(device = %path.display(), error = %e, "watchdog not armed"),
+                )
+                .ok()
+        });
+        tokio::spawn(crate::firmware::health::supervise(
+            fw,
+            probes,
+            fc.health_hold,
+            watchdog,
+            crate::firmware::Reboot::new(fc.reboot_command),
+        ))
+    });
     let incoming = transport::incoming(listener, tls);
     // The power-loss window: unflushed writes become durable every `sync_interval`.
     let stop_sync = Arc::new(Notify::new());
@@ -245,6 +286,10 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
             let served = server
                 .serve_with_incoming_shutdown(incoming, stop.notified())
                 .await;
+            // No more health: a watchdog stops being petted, as it should when the daemon ends.
+            if let Some(health) = health {
+                health.abort();
+            }
             stop_sync.notify_one();
             let _ = sync.await;
             served.map_err(DaemonError::Serve)?;
@@ -273,6 +318,19 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         _lock: lock,
         _device_locks: device_locks,
     })
+}
+
+/// Where to reach a listener bound to 0.0.0.0 or [::] from this host.
+fn loopback_if_unspecified(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), addr.port())
+        }
+        _ => addr,
+    }
 }
 
 /// Binds the exporter's listener (see [`config::MetricsConfig`] for when a failure only warns).

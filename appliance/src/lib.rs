@@ -30,6 +30,7 @@ pub mod auth;
 pub mod config;
 pub mod csi;
 pub mod daemon;
+pub mod firmware;
 pub mod format;
 pub mod group_commit;
 pub mod hostkeys;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use edgevol_cli::firmware_keys::{self, SignRequest};
-use edgevol_cli::{boot_files, keys, proxy, status};
+use edgevol_cli::{boot_files, firmware, keys, proxy, status};
 use edgevol_pki::files::{self, Pair, LEAF_DAYS};
 use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_pki::{Role, Validity};
@@ -64,7 +64,7 @@ enum Command {
         #[command(flatten)]
         conn: Connection,
     },
-    /// Firmware A/B slots.
+    /// The appliance's A/B firmware: status, update, activate, rollback (admin certificate).
     Firmware {
         #[command(subcommand)]
         command: FirmwareCommand,
@@ -79,6 +79,30 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum FirmwareCommand {
+    /// Both slots, which one runs, what the boot loaders boot next, why the last update was
+    /// rolled back.
+    Status {
+        #[command(flatten)]
+        appliance: Appliance,
+    },
+    /// Send a signed bundle: verified, written into the other slot, armed to boot once.
+    Update {
+        /// The bundle (`edgevol pki sign-firmware`, image/build.sh's edgevol.bundle).
+        bundle: PathBuf,
+        #[command(flatten)]
+        appliance: Appliance,
+    },
+    /// Reboot the appliance into the armed update (or the slot a rollback chose).
+    Activate {
+        #[command(flatten)]
+        appliance: Appliance,
+    },
+    /// Cancel an armed update, fail a running trial, or go back to the other good slot (at the
+    /// next reboot: activate).
+    Rollback {
+        #[command(flatten)]
+        appliance: Appliance,
+    },
     /// Write the boot loaders' files of a factory image (slot A primary, no trial) into DIR:
     /// grub.cfg and grubenv (UEFI), syslinux.cfg (BIOS). Used by image/build.sh.
     BootFiles {
@@ -364,14 +388,7 @@ fn run(command: Command) -> Result<(), String> {
         Command::Volumes { conn } => show(&conn, Show::Volumes),
         Command::Snapshots { conn } => show(&conn, Show::Snapshots),
         Command::Keys { command } => manage_keys(command),
-        Command::Firmware {
-            command: FirmwareCommand::BootFiles { out },
-        } => {
-            for path in boot_files::write_factory(&out)? {
-                println!("{}", path.display());
-            }
-            Ok(())
-        }
+        Command::Firmware { command } => manage_firmware(command),
     }
 }
 
@@ -393,6 +410,42 @@ fn manage_keys(command: KeysCommand) -> Result<(), String> {
                 let channel = appliance.channel().await?;
                 Ok(keys::render_list(&keys::list(&channel).await?))
             }
+        }
+    })?;
+    print!("{text}");
+    Ok(())
+}
+
+fn manage_firmware(command: FirmwareCommand) -> Result<(), String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let text = runtime.block_on(async {
+        match command {
+            FirmwareCommand::Status { appliance } => {
+                let channel = appliance.channel().await?;
+                Ok::<_, String>(firmware::render_status(&firmware::status(&channel).await?))
+            }
+            FirmwareCommand::Update { bundle, appliance } => {
+                let channel = appliance.channel().await?;
+                Ok(firmware::render_updated(
+                    &firmware::update(&channel, &bundle).await?,
+                ))
+            }
+            FirmwareCommand::Activate { appliance } => {
+                let channel = appliance.channel().await?;
+                let slot = firmware::activate(&channel).await?;
+                Ok(format!("rebooting into slot {slot}\n"))
+            }
+            FirmwareCommand::Rollback { appliance } => {
+                let channel = appliance.channel().await?;
+                let slot = firmware::rollback(&channel).await?;
+                Ok(format!(
+                    "the next boot runs slot {slot} (`edgevol firmware activate` reboots now)\n"
+                ))
+            }
+            FirmwareCommand::BootFiles { out } => Ok(boot_files::write_factory(&out)?
+                .iter()
+                .map(|p| format!("{}\n", p.display()))
+                .collect()),
         }
     })?;
     print!("{text}");

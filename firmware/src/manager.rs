@@ -110,6 +110,11 @@ impl<M: Media> Firmware<M> {
         Ok(firmware)
     }
 
+    /// The running firmware's version.
+    pub fn running_version(&self) -> &str {
+        &self.identity.version
+    }
+
     /// This boot's outcome.
     pub fn outcome(&self) -> &BootOutcome {
         &self.outcome

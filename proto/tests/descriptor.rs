@@ -216,12 +216,47 @@ fn edgevol_v1_services_and_enrolment_fields() {
     assert_eq!(ev.syntax(), "proto3");
     assert_eq!(ev.dependency, ["google/protobuf/timestamp.proto"]);
     let services: Vec<&str> = ev.service.iter().map(|s| s.name()).collect();
-    assert_eq!(services, ["Enrolment", "HostKeys"]);
+    assert_eq!(services, ["Enrolment", "HostKeys", "Firmware"]);
     check_service(ev, "Enrolment", &[unary!("Enrol")]);
     check_service(
         ev,
         "HostKeys",
         &[unary!("Rotate"), unary!("Revoke"), unary!("List")],
+    );
+    // The CLI streams a bundle in chunks (Update); the rest are unary.
+    check_service(
+        ev,
+        "Firmware",
+        &[
+            (
+                "Status",
+                "FirmwareStatusRequest",
+                "FirmwareStatusResponse",
+                false,
+                false,
+            ),
+            (
+                "Update",
+                "FirmwareChunk",
+                "FirmwareUpdateResponse",
+                true,
+                false,
+            ),
+            (
+                "Activate",
+                "FirmwareActivateRequest",
+                "FirmwareActivateResponse",
+                false,
+                false,
+            ),
+            (
+                "Rollback",
+                "FirmwareRollbackRequest",
+                "FirmwareRollbackResponse",
+                false,
+                false,
+            ),
+        ],
     );
     let fields = |message: &str| -> Vec<(String, i32)> {
         ev.message_type

@@ -1,0 +1,208 @@
+//! The health check that decides a trial boot, and the watchdog it feeds.
+//!
+//! [`Trial`] is the decision, without I/O or clock: fed one probe result per tick, it confirms
+//! after `hold` of uninterrupted health and fails after `max_failures` failed probes in a row
+//! (a daemon that cannot even listen should not wait for the watchdog). [`supervise`] runs the
+//! probes (pool open, CSI and NVMe/TCP listeners accepting), pets the watchdog after each healthy
+//! probe only, and acts on the verdict: confirm the slot, or record why it failed and reboot.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use edgevol_firmware::dir_media::DirMedia;
+use edgevol_firmware::manager::Firmware;
+use edgevol_firmware::slots::Reason;
+
+use super::watchdog::Watchdog;
+use super::Reboot;
+use crate::state::State;
+
+/// Time between probes (and watchdog pets).
+pub const TICK: Duration = Duration::from_secs(1);
+/// Failed probes in a row that fail a trial.
+pub const MAX_FAILURES: u32 = 10;
+
+/// What a trial boot should do now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep probing.
+    Pending,
+    /// Healthy for long enough: keep this slot.
+    Confirm,
+    /// Give up: roll back, for this reason.
+    Fail(String),
+}
+
+/// A trial's progress.
+#[derive(Debug)]
+pub struct Trial {
+    hold: Duration,
+    healthy_for: Duration,
+    failures: u32,
+    max_failures: u32,
+}
+
+impl Trial {
+    /// Confirms after `hold` of health; fails after `max_failures` failed probes in a row.
+    pub fn new(hold: Duration, max_failures: u32) -> Trial {
+        Trial {
+            hold,
+            healthy_for: Duration::ZERO,
+            failures: 0,
+            max_failures,
+        }
+    }
+
+    /// One probe, `tick` after the previous one.
+    pub fn observe(&mut self, probe: Result<(), String>, tick: Duration) -> Verdict {
+        match probe {
+            Ok(()) => {
+                self.failures = 0;
+                self.healthy_for += tick;
+                if self.healthy_for >= self.hold {
+                    Verdict::Confirm
+                } else {
+                    Verdict::Pending
+                }
+            }
+            Err(why) => {
+                self.healthy_for = Duration::ZERO;
+                self.failures += 1;
+                if self.failures >= self.max_failures {
+                    Verdict::Fail(why)
+                } else {
+                    Verdict::Pending
+                }
+            }
+        }
+    }
+}
+
+/// What is probed.
+#[derive(Debug, Clone)]
+pub struct Probes {
+    /// The pool (open or not).
+    pub state: Arc<State>,
+    /// The CSI endpoint.
+    pub csi: SocketAddr,
+    /// The NVMe/TCP endpoint.
+    pub nvme: SocketAddr,
+}
+
+impl Probes {
+    /// Every check once; the first failure named.
+    pub async fn run(&self) -> Result<(), String> {
+        if !self.state.is_ready() {
+            return Err("pool not open".into());
+        }
+        for (what, addr) in [("CSI", self.csi), ("NVMe/TCP target", self.nvme)] {
+            match tokio::time::timeout(TICK, tokio::net::TcpStream::connect(addr)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(format!("{what} not accepting on {addr}: {e}")),
+                Err(_) => return Err(format!("{what} not accepting on {addr} within {TICK:?}")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Probes forever: pets the watchdog while healthy; on a trial boot, confirms the slot or fails
+/// it and reboots.
+pub async fn supervise(
+    firmware: Arc<Mutex<Firmware<DirMedia>>>,
+    probes: Probes,
+    hold: Duration,
+    mut watchdog: Option<Watchdog>,
+    reboot: Reboot,
+) {
+    let on_trial = firmware.lock().map(|f| f.on_trial()).unwrap_or(false);
+    let mut trial = on_trial.then(|| Trial::new(hold, MAX_FAILURES));
+    if on_trial {
+        tracing::info!(
+            hold_s = hold.as_secs(),
+            "firmware: trial boot, health check running"
+        );
+    }
+    let mut interval = tokio::time::interval(TICK);
+    loop {
+        interval.tick().await;
+        let probe = probes.run().await;
+        if probe.is_ok() {
+            if let Some(dog) = &mut watchdog {
+                if let Err(e) = dog.pet() {
+                    tracing::error!(error = %e, "watchdog: pet failed");
+                }
+            }
+        }
+        let Some(t) = &mut trial else { continue };
+        match t.observe(probe, TICK) {
+            Verdict::Pending => {}
+            Verdict::Confirm => {
+                trial = None;
+                let fw = firmware.clone();
+                let confirmed = tokio::task::spawn_blocking(move || {
+                    fw.lock().map_err(|_| None)?.confirm().map_err(Some)
+                })
+                .await;
+                match confirmed {
+                    Ok(Ok(())) => tracing::info!("firmware: trial healthy, slot confirmed"),
+                    Ok(Err(e)) => {
+                        tracing::error!(error = ?e.map(|e| e.to_string()), "firmware: confirm failed")
+                    }
+                    Err(e) => tracing::error!(error = %e, "firmware: confirm task failed"),
+                }
+            }
+            Verdict::Fail(why) => {
+                tracing::error!(reason = %why, "firmware: trial failed its health check, rolling back");
+                let fw = firmware.clone();
+                let reason = Reason::HealthCheckFailed(why);
+                let failed = tokio::task::spawn_blocking(move || {
+                    fw.lock()
+                        .map_err(|_| None)?
+                        .fail_trial(reason)
+                        .map_err(Some)
+                })
+                .await;
+                if let Ok(Err(e)) = &failed {
+                    tracing::error!(error = ?e.as_ref().map(|e| e.to_string()), "firmware: recording the failure failed");
+                }
+                // Recorded or not, the previous slot boots next: the loader's boot-once is spent.
+                reboot.now();
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn confirms_after_the_hold_of_uninterrupted_health() {
+        let mut t = Trial::new(Duration::from_secs(3), 5);
+        assert_eq!(t.observe(Ok(()), S), Verdict::Pending);
+        assert_eq!(t.observe(Ok(()), S), Verdict::Pending);
+        // A failure restarts the hold.
+        assert_eq!(t.observe(Err("x".into()), S), Verdict::Pending);
+        assert_eq!(t.observe(Ok(()), S), Verdict::Pending);
+        assert_eq!(t.observe(Ok(()), S), Verdict::Pending);
+        assert_eq!(t.observe(Ok(()), S), Verdict::Confirm);
+    }
+
+    #[test]
+    fn fails_after_consecutive_failures_with_the_last_reason() {
+        let mut t = Trial::new(Duration::from_secs(60), 3);
+        assert_eq!(t.observe(Err("a".into()), S), Verdict::Pending);
+        assert_eq!(t.observe(Ok(()), S), Verdict::Pending);
+        assert_eq!(t.observe(Err("b".into()), S), Verdict::Pending);
+        assert_eq!(t.observe(Err("c".into()), S), Verdict::Pending);
+        assert_eq!(
+            t.observe(Err("NVMe/TCP target not accepting".into()), S),
+            Verdict::Fail("NVMe/TCP target not accepting".into())
+        );
+    }
+}

@@ -1,0 +1,274 @@
+//! `edgevol.v1.Firmware`: status, update, activate, rollback. Admin only (the auth layer lets no
+//! other role reach an `edgevol.v1` service it does not list). Thin handlers: the manager does
+//! the work off the reactor; every refusal becomes a status in [`status`], the one mapping.
+
+use std::time::Duration;
+
+use edgevol_firmware::boot_dir::LoaderView;
+use edgevol_firmware::manager::{FirmwareError, FirmwareStatus};
+use edgevol_firmware::slots::{BootEnv, BootOutcome, SlotError};
+use edgevol_proto::edgevol::v1 as pb;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{Reboot, Shared};
+
+/// Largest bundle accepted: more than a boot partition slot can hold, so anything bigger is
+/// refused while it streams, before it fills memory.
+pub const MAX_BUNDLE: usize = 64 << 20;
+/// Time between answering Activate and rebooting, so the answer reaches the client.
+const REBOOT_DELAY: Duration = Duration::from_millis(500);
+
+/// The one mapping from a firmware error to what a client is told. Exhaustive.
+pub fn status(e: &FirmwareError) -> Status {
+    match e {
+        FirmwareError::Bundle(_) => Status::invalid_argument(e.to_string()),
+        FirmwareError::Slot(slot) => match slot {
+            SlotError::TrialInProgress
+            | SlotError::WrongState { .. }
+            | SlotError::NothingToRollBackTo => Status::failed_precondition(e.to_string()),
+            SlotError::BadVersion => Status::invalid_argument(e.to_string()),
+            SlotError::BootedUnusable { .. } => Status::internal(e.to_string()),
+        },
+        // Disk full or an I/O error on the boot partition: may succeed later; the state saved
+        // before the failure is consistent (a half-written slot stays "writing", never booted).
+        FirmwareError::Store(_) | FirmwareError::Boot(_) => Status::unavailable(e.to_string()),
+    }
+}
+
+/// The service.
+#[derive(Debug, Clone)]
+pub struct FirmwareService {
+    firmware: Shared,
+    reboot: Reboot,
+}
+
+impl FirmwareService {
+    /// Serves `firmware`; Activate reboots with `reboot`.
+    pub fn new(firmware: Shared, reboot: Reboot) -> Self {
+        FirmwareService { firmware, reboot }
+    }
+
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(
+                &mut edgevol_firmware::manager::Firmware<edgevol_firmware::dir_media::DirMedia>,
+            ) -> Result<T, FirmwareError>
+            + Send
+            + 'static,
+    ) -> Result<T, Status> {
+        let firmware = self.firmware.clone();
+        match tokio::task::spawn_blocking(move || {
+            let mut guard = firmware
+                .lock()
+                .map_err(|_| Status::internal("firmware manager poisoned by an earlier panic"))?;
+            f(&mut guard).map_err(|e| status(&e))
+        })
+        .await
+        {
+            Ok(result) => result,
+            Err(join) => Err(Status::internal(format!("firmware task: {join}"))),
+        }
+    }
+}
+
+fn env_text(env: &Result<BootEnv, String>) -> String {
+    match env {
+        Ok(BootEnv {
+            primary,
+            trial: Some(trial),
+        }) => format!("slot {trial} once, then slot {primary}"),
+        Ok(BootEnv {
+            primary,
+            trial: None,
+        }) => format!("slot {primary}"),
+        Err(e) => format!("unreadable: {e}"),
+    }
+}
+
+/// Encodes a status for the wire.
+pub fn encode_status(s: &FirmwareStatus, running_version: &str) -> pb::FirmwareStatusResponse {
+    let LoaderView { grub, syslinux } = &s.loaders;
+    pb::FirmwareStatusResponse {
+        running: s.running.to_string(),
+        running_version: running_version.to_owned(),
+        primary: s.slots.primary.to_string(),
+        boot: match &s.boot {
+            BootOutcome::Normal => "normal".into(),
+            BootOutcome::Trial => "trial".into(),
+            BootOutcome::RolledBack(_) => "rolled back".into(),
+        },
+        slots: [
+            edgevol_firmware::slots::SlotId::A,
+            edgevol_firmware::slots::SlotId::B,
+        ]
+        .into_iter()
+        .map(|id| {
+            let slot = s.slots.slot(id);
+            pb::FirmwareSlot {
+                name: id.to_string(),
+                state: slot.status.to_string(),
+                version: slot.version.clone(),
+                boots: slot.boots,
+            }
+        })
+        .collect(),
+        last_rollback: s
+            .slots
+            .last_rollback
+            .as_ref()
+            .map(|rb| format!("slot {} (version {}): {}", rb.slot, rb.version, rb.reason))
+            .unwrap_or_default(),
+        uefi_loader: env_text(grub),
+        bios_loader: env_text(syslinux),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::firmware_server::Firmware for FirmwareService {
+    async fn status(
+        &self,
+        _request: Request<pb::FirmwareStatusRequest>,
+    ) -> Result<Response<pb::FirmwareStatusResponse>, Status> {
+        let (status, version) = self
+            .with(|f| Ok((f.status(), f.running_version().to_owned())))
+            .await?;
+        Ok(Response::new(encode_status(&status, &version)))
+    }
+
+    async fn update(
+        &self,
+        request: Request<Streaming<pb::FirmwareChunk>>,
+    ) -> Result<Response<pb::FirmwareUpdateResponse>, Status> {
+        let mut stream = request.into_inner();
+        let mut bundle = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if bundle.len() + chunk.data.len() > MAX_BUNDLE {
+                return Err(Status::invalid_argument(format!(
+                    "bundle larger than {MAX_BUNDLE} bytes: refused, nothing written"
+                )));
+            }
+            bundle.extend_from_slice(&chunk.data);
+        }
+        let (slot, manifest) = self
+            .with(move |f| {
+                let manifest = f.update(&bundle)?;
+                Ok((f.status().slots.trial(), manifest))
+            })
+            .await?;
+        tracing::info!(version = %manifest.version, "firmware: update written and armed");
+        Ok(Response::new(pb::FirmwareUpdateResponse {
+            slot: slot.map(|s| s.to_string()).unwrap_or_default(),
+            version: manifest.version,
+        }))
+    }
+
+    async fn activate(
+        &self,
+        _request: Request<pb::FirmwareActivateRequest>,
+    ) -> Result<Response<pb::FirmwareActivateResponse>, Status> {
+        let next = self
+            .with(|f| {
+                Ok(f.reboot_changes_slot().then(|| {
+                    let env = f.status().slots.boot_env();
+                    env.trial.unwrap_or(env.primary)
+                }))
+            })
+            .await?;
+        let Some(slot) = next else {
+            return Err(Status::failed_precondition(
+                "nothing to activate: a reboot would run the same slot (update or roll back first)",
+            ));
+        };
+        let reboot = self.reboot.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(REBOOT_DELAY).await;
+            let _ = tokio::task::spawn_blocking(move || reboot.now()).await;
+        });
+        Ok(Response::new(pb::FirmwareActivateResponse {
+            slot: slot.to_string(),
+        }))
+    }
+
+    async fn rollback(
+        &self,
+        _request: Request<pb::FirmwareRollbackRequest>,
+    ) -> Result<Response<pb::FirmwareRollbackResponse>, Status> {
+        let slot = self.with(|f| f.rollback()).await?;
+        tracing::warn!(next = %slot, "firmware: rollback requested");
+        Ok(Response::new(pb::FirmwareRollbackResponse {
+            slot: slot.to_string(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgevol_firmware::bundle::BundleError;
+    use edgevol_firmware::slots::{SlotId, Status as SlotStatus};
+    use tonic::Code;
+
+    #[test]
+    fn every_error_maps_to_a_status() {
+        let cases = [
+            (
+                FirmwareError::Bundle(BundleError::BadSignature),
+                Code::InvalidArgument,
+            ),
+            (
+                FirmwareError::Slot(SlotError::TrialInProgress),
+                Code::FailedPrecondition,
+            ),
+            (
+                FirmwareError::Slot(SlotError::NothingToRollBackTo),
+                Code::FailedPrecondition,
+            ),
+            (
+                FirmwareError::Slot(SlotError::WrongState {
+                    slot: SlotId::A,
+                    status: SlotStatus::Bad,
+                    action: "confirm",
+                }),
+                Code::FailedPrecondition,
+            ),
+            (
+                FirmwareError::Slot(SlotError::BadVersion),
+                Code::InvalidArgument,
+            ),
+            (
+                FirmwareError::Slot(SlotError::BootedUnusable {
+                    slot: SlotId::B,
+                    status: SlotStatus::Empty,
+                }),
+                Code::Internal,
+            ),
+            (FirmwareError::Store("disk full".into()), Code::Unavailable),
+        ];
+        for (e, code) in cases {
+            let s = status(&e);
+            assert_eq!(s.code(), code, "{e}");
+            assert_eq!(s.message(), e.to_string());
+        }
+    }
+
+    #[test]
+    fn loader_views_read_as_text() {
+        assert_eq!(
+            env_text(&Ok(BootEnv {
+                primary: SlotId::A,
+                trial: Some(SlotId::B)
+            })),
+            "slot B once, then slot A"
+        );
+        assert_eq!(
+            env_text(&Ok(BootEnv {
+                primary: SlotId::B,
+                trial: None
+            })),
+            "slot B"
+        );
+        assert_eq!(env_text(&Err("gone".into())), "unreadable: gone");
+    }
+}

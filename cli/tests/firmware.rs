@@ -1,0 +1,302 @@
+//! `edgevol firmware status|update|activate|rollback` as an operator runs them: the real binary
+//! against an in-process dev appliance whose boot partition is a temp directory laid out as
+//! image/build.sh lays it out, over mTLS. The "reboot" is a command that leaves a marker; the
+//! next boot is a new daemon on the same directories with the loader's choice on its command
+//! line, as GRUB would make it from grubenv.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use edgevol_appliance::config::FirmwareConfig;
+use edgevol_appliance::{start, Running};
+use edgevol_firmware::bootenv;
+use edgevol_firmware::bundle;
+use edgevol_firmware::key::SigningKey;
+use edgevol_firmware::slots::SlotId;
+
+mod common;
+
+struct Box_ {
+    dir: tempfile::TempDir,
+    key: SigningKey,
+}
+
+impl Box_ {
+    fn new() -> Box_ {
+        let dir = tempfile::tempdir().unwrap();
+        let boot = dir.path().join("boot");
+        std::fs::create_dir_all(boot.join("slot-a")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_edgevol"))
+            .args(["firmware", "boot-files", "--out"])
+            .arg(&boot)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        // ldlinux.sys: loader code, then the empty ADV syslinux installs.
+        let mut ldlinux = vec![0x90u8; 4096];
+        ldlinux.extend_from_slice(&bootenv::adv(None));
+        std::fs::write(boot.join("ldlinux.sys"), ldlinux).unwrap();
+        std::fs::write(boot.join("slot-a/vmlinuz"), b"kernel 1.0").unwrap();
+        std::fs::write(boot.join("slot-a/initramfs.gz"), b"initramfs 1.0").unwrap();
+        let (key, _) = SigningKey::generate().unwrap();
+        std::fs::write(
+            dir.path().join("firmware.pub"),
+            key.verifying_key().to_hex(),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("watchdog"), b"").unwrap();
+        Box_ { dir, key }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Boots `slot` running `version`: the kernel command line and the image's version file.
+    async fn boot(&self, slot: SlotId, version: &str) -> Running {
+        std::fs::write(
+            self.path("cmdline"),
+            format!("console=ttyS0 edgevol.slot={}\n", slot.letter()),
+        )
+        .unwrap();
+        std::fs::write(self.path("version"), format!("{version}\n")).unwrap();
+        let _ = std::fs::remove_file(self.path("rebooted"));
+        let mut config =
+            common::dev_config(&self.path("data"), "127.0.0.1:0".parse().unwrap(), "fw-box");
+        config.firmware = Some(FirmwareConfig {
+            boot_dir: self.path("boot"),
+            public_key: self.path("firmware.pub"),
+            version_file: self.path("version"),
+            cmdline: self.path("cmdline"),
+            health_hold: Duration::from_secs(2),
+            watchdog: Some(self.path("watchdog")),
+            reboot_command: vec!["touch".into(), self.path("rebooted").display().to_string()],
+        });
+        let running = start(config).await.unwrap();
+        for _ in 0..2000 {
+            if running.state.is_ready() {
+                return running;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("pool did not open");
+    }
+
+    /// What GRUB does at boot: the trial once (cleared first), else the primary.
+    fn loader_pick(&self) -> SlotId {
+        let path = self.path("boot/grubenv");
+        let mut env = bootenv::parse_grubenv(&std::fs::read(&path).unwrap()).unwrap();
+        let slot = env.trial.take().unwrap_or(env.primary);
+        std::fs::write(&path, bootenv::grubenv(&env)).unwrap();
+        slot
+    }
+
+    fn bundle(&self, key: &SigningKey, arch: &str, version: &str) -> PathBuf {
+        let bytes = bundle::build(
+            key,
+            arch,
+            version,
+            format!("kernel {version}").as_bytes(),
+            format!("initramfs {version}").as_bytes(),
+        )
+        .unwrap();
+        let id = key.verifying_key().id();
+        let path = self.path(&format!("{version}-{arch}-{id}.bundle"));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+}
+
+/// Runs `edgevol firmware <args> ...` with the dev certificate of `who`.
+async fn firmware(running: &Running, data: &Path, who: &str, args: &[&str]) -> Output {
+    let pki = data.join("pki");
+    let mut all: Vec<String> = ["firmware"]
+        .iter()
+        .chain(args)
+        .map(|s| s.to_string())
+        .collect();
+    let file = |name: String| -> String { pki.join(name).display().to_string() };
+    all.extend([
+        "--appliance".into(),
+        running.local_addr.to_string(),
+        "--server-name".into(),
+        "localhost".into(),
+        "--ca".into(),
+        file("ca.pem".into()),
+        "--cert".into(),
+        file(format!("{who}.pem")),
+        "--key".into(),
+        file(format!("{who}.key")),
+    ]);
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_edgevol"))
+            .args(&all)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "edgevol failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn err(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "edgevol succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+async fn wait_for(path: &Path) {
+    for _ in 0..100 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_activate_confirm_and_roll_back() {
+    let b = Box_::new();
+    let data = b.path("data");
+    let running = b.boot(SlotId::A, "1.0").await;
+
+    let status = ok(&firmware(&running, &data, "admin", &["status"]).await);
+    assert!(
+        status.contains("running    slot A (version 1.0), normal boot"),
+        "{status}"
+    );
+    assert!(status.contains("slot B     empty"), "{status}");
+    // Admin only: not even an observer may read it.
+    let denied = err(&firmware(&running, &data, "observer", &["status"]).await);
+    assert!(
+        denied.contains("PermissionDenied") || denied.contains("may not call"),
+        "{denied}"
+    );
+    let denied = err(&firmware(&running, &data, "controller", &["rollback"]).await);
+    assert!(denied.contains("may not call"), "{denied}");
+
+    // Refused bundles: nothing written.
+    let other = SigningKey::generate().unwrap().0;
+    let good = b.bundle(&b.key, "x86_64", "2.0");
+    let truncated = b.path("truncated.bundle");
+    let bytes = std::fs::read(&good).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() - 100]).unwrap();
+    for (bad, why) in [
+        (truncated, "truncated bundle"),
+        (b.bundle(&other, "x86_64", "2.0"), "trusts key"),
+        (b.bundle(&b.key, "aarch64", "2.0"), "architecture"),
+    ] {
+        let e = err(&firmware(&running, &data, "admin", &["update", bad.to_str().unwrap()]).await);
+        assert!(e.contains(why) && e.contains("nothing written"), "{e}");
+    }
+    assert!(
+        !b.path("boot/slot-b").exists(),
+        "a refused bundle wrote something"
+    );
+    let e = err(&firmware(&running, &data, "admin", &["activate"]).await);
+    assert!(e.contains("nothing to activate"), "{e}");
+
+    // A good one: written into B, armed in both loaders.
+    let out = ok(&firmware(
+        &running,
+        &data,
+        "admin",
+        &["update", good.to_str().unwrap()],
+    )
+    .await);
+    assert!(out.contains("version 2.0 written to slot B"), "{out}");
+    assert_eq!(
+        std::fs::read(b.path("boot/slot-b/vmlinuz")).unwrap(),
+        b"kernel 2.0"
+    );
+    let status = ok(&firmware(&running, &data, "admin", &["status"]).await);
+    assert!(status.contains("slot B     try-once"), "{status}");
+    assert!(
+        status
+            .contains("next boot  UEFI: slot B once, then slot A; BIOS: slot B once, then slot A"),
+        "{status}"
+    );
+    let out = ok(&firmware(&running, &data, "admin", &["activate"]).await);
+    assert!(out.contains("rebooting into slot B"), "{out}");
+    wait_for(&b.path("rebooted")).await;
+    running.stop().await.unwrap();
+
+    // The trial boot: healthy for the hold, so it confirms itself.
+    assert_eq!(b.loader_pick(), SlotId::B);
+    let running = b.boot(SlotId::B, "2.0").await;
+    let mut confirmed = String::new();
+    for _ in 0..100 {
+        confirmed = ok(&firmware(&running, &data, "admin", &["status"]).await);
+        if confirmed.contains("slot B     good") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(confirmed.contains("primary    slot B"), "{confirmed}");
+    assert!(confirmed.contains("slot A     good"), "{confirmed}");
+    assert!(
+        !std::fs::read(b.path("watchdog")).unwrap().is_empty(),
+        "the watchdog was never petted"
+    );
+
+    // And back, by hand.
+    let out = ok(&firmware(&running, &data, "admin", &["rollback"]).await);
+    assert!(out.contains("the next boot runs slot A"), "{out}");
+    let status = ok(&firmware(&running, &data, "admin", &["status"]).await);
+    assert!(
+        status.contains("rollback requested by an admin"),
+        "{status}"
+    );
+    running.stop().await.unwrap();
+    assert_eq!(b.loader_pick(), SlotId::A);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trial_that_never_confirms_rolls_back_and_says_why() {
+    let b = Box_::new();
+    let data = b.path("data");
+    let running = b.boot(SlotId::A, "1.0").await;
+    let good = b.bundle(&b.key, "x86_64", "2.0");
+    ok(&firmware(
+        &running,
+        &data,
+        "admin",
+        &["update", good.to_str().unwrap()],
+    )
+    .await);
+    running.stop().await.unwrap();
+
+    // The trial boot dies before its health hold (stopped at once: a hang the watchdog cuts).
+    assert_eq!(b.loader_pick(), SlotId::B);
+    let running = b.boot(SlotId::B, "2.0").await;
+    running.stop().await.unwrap();
+
+    assert_eq!(b.loader_pick(), SlotId::A);
+    let running = b.boot(SlotId::A, "1.0").await;
+    let status = ok(&firmware(&running, &data, "admin", &["status"]).await);
+    assert!(
+        status.contains("running    slot A (version 1.0), rolled back boot"),
+        "{status}"
+    );
+    assert!(status.contains("slot B     bad"), "{status}");
+    assert!(
+        status
+            .contains("slot B (version 2.0): the trial boot ended before its health check passed"),
+        "{status}"
+    );
+    running.stop().await.unwrap();
+}
