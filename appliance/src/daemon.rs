@@ -250,11 +250,17 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
             ))
             // A bundle streams in chunks; each message stays small.
         }));
+    let csi_serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let health = firmware.map(|(fw, fc)| {
         let probes = crate::firmware::health::Probes {
             state: state.clone(),
-            csi: loopback_if_unspecified(local_addr),
-            nvme: target_info.endpoint,
+            csi_serving: csi_serving.clone(),
+            // The listener itself, not the advertised address: a box without its storage link
+            // is still healthy enough to keep (the operator may be fixing the network).
+            nvme: loopback_if_unspecified(SocketAddr::new(
+                config.nvme.listen.ip(),
+                target_info.endpoint.port(),
+            )),
         };
         let watchdog = fc.watchdog.as_deref().and_then(|path| {
             crate::firmware::watchdog::Watchdog::open(path)
@@ -283,9 +289,11 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let task = {
         let (stop, state) = (stop.clone(), state.clone());
         tokio::spawn(async move {
+            csi_serving.store(true, std::sync::atomic::Ordering::Release);
             let served = server
                 .serve_with_incoming_shutdown(incoming, stop.notified())
                 .await;
+            csi_serving.store(false, std::sync::atomic::Ordering::Release);
             // No more health: a watchdog stops being petted, as it should when the daemon ends.
             if let Some(health) = health {
                 health.abort();

@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 
 pub mod boot_files;
+pub mod fail_trial;
 pub mod firmware;
 pub mod firmware_keys;
 pub mod keys;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use edgevol_cli::fail_trial::{self, Outcome};
 use edgevol_cli::firmware_keys::{self, SignRequest};
 use edgevol_cli::{boot_files, firmware, keys, proxy, status};
 use edgevol_pki::files::{self, Pair, LEAF_DAYS};
@@ -79,6 +80,43 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum FirmwareCommand {
+    #[command(flatten)]
+    Remote(RemoteFirmware),
+    /// On the appliance, for its init: mark the running trial boot failed (edgevold exited or
+    /// never became ready) so the previous slot boots next. Exit status 0: rolled back, reboot
+    /// now; 3: not a trial boot, nothing changed.
+    FailTrial {
+        /// edgevold's exit status as the shell reports it (above 128: killed by a signal).
+        #[arg(long, conflicts_with = "reason", required_unless_present = "reason")]
+        exit_status: Option<i32>,
+        /// What failed, when the daemon did not exit by itself.
+        #[arg(long)]
+        reason: Option<String>,
+        /// The mounted boot partition.
+        #[arg(long, default_value = "/boot")]
+        boot_dir: PathBuf,
+        /// The verification key baked into the image.
+        #[arg(long, default_value = "/etc/edgevol/firmware-signing.pub")]
+        public_key: PathBuf,
+        /// The running version.
+        #[arg(long, default_value = "/etc/edgevol/firmware-version")]
+        version_file: PathBuf,
+        /// The kernel command line.
+        #[arg(long, default_value = "/proc/cmdline")]
+        cmdline: PathBuf,
+    },
+    /// Write the boot loaders' files of a factory image (slot A primary, no trial) into DIR:
+    /// grub.cfg and grubenv (UEFI), syslinux.cfg (BIOS). Used by image/build.sh.
+    BootFiles {
+        /// Where to write them.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// The firmware commands that talk to an appliance.
+#[derive(Debug, Subcommand)]
+enum RemoteFirmware {
     /// Both slots, which one runs, what the boot loaders boot next, why the last update was
     /// rolled back.
     Status {
@@ -102,13 +140,6 @@ enum FirmwareCommand {
     Rollback {
         #[command(flatten)]
         appliance: Appliance,
-    },
-    /// Write the boot loaders' files of a factory image (slot A primary, no trial) into DIR:
-    /// grub.cfg and grubenv (UEFI), syslinux.cfg (BIOS). Used by image/build.sh.
-    BootFiles {
-        /// Where to write them.
-        #[arg(long)]
-        out: PathBuf,
     },
 }
 
@@ -417,35 +448,76 @@ fn manage_keys(command: KeysCommand) -> Result<(), String> {
 }
 
 fn manage_firmware(command: FirmwareCommand) -> Result<(), String> {
+    match command {
+        FirmwareCommand::Remote(remote) => remote_firmware(remote),
+        FirmwareCommand::BootFiles { out } => {
+            for path in boot_files::write_factory(&out)? {
+                println!("{}", path.display());
+            }
+            Ok(())
+        }
+        FirmwareCommand::FailTrial {
+            exit_status,
+            reason,
+            boot_dir,
+            public_key,
+            version_file,
+            cmdline,
+        } => {
+            let reason = match (exit_status, reason) {
+                (Some(status), _) => fail_trial::exit_reason(status),
+                (None, Some(text)) => edgevol_firmware::slots::Reason::HealthCheckFailed(text),
+                (None, None) => return Err("give --exit-status or --reason".into()),
+            };
+            let paths = fail_trial::Paths {
+                boot_dir,
+                public_key,
+                version_file,
+                cmdline,
+            };
+            match fail_trial::fail_trial(&paths, reason)? {
+                Outcome::RolledBack(slot) => {
+                    println!("trial failed: slot {slot} boots next");
+                    Ok(())
+                }
+                Outcome::NotOnTrial => {
+                    println!("not a trial boot: nothing changed");
+                    std::process::exit(NOT_ON_TRIAL)
+                }
+            }
+        }
+    }
+}
+
+/// `fail-trial`'s exit status outside a trial boot (init then keeps the box up).
+const NOT_ON_TRIAL: i32 = 3;
+
+fn remote_firmware(command: RemoteFirmware) -> Result<(), String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let text = runtime.block_on(async {
         match command {
-            FirmwareCommand::Status { appliance } => {
+            RemoteFirmware::Status { appliance } => {
                 let channel = appliance.channel().await?;
                 Ok::<_, String>(firmware::render_status(&firmware::status(&channel).await?))
             }
-            FirmwareCommand::Update { bundle, appliance } => {
+            RemoteFirmware::Update { bundle, appliance } => {
                 let channel = appliance.channel().await?;
                 Ok(firmware::render_updated(
                     &firmware::update(&channel, &bundle).await?,
                 ))
             }
-            FirmwareCommand::Activate { appliance } => {
+            RemoteFirmware::Activate { appliance } => {
                 let channel = appliance.channel().await?;
                 let slot = firmware::activate(&channel).await?;
                 Ok(format!("rebooting into slot {slot}\n"))
             }
-            FirmwareCommand::Rollback { appliance } => {
+            RemoteFirmware::Rollback { appliance } => {
                 let channel = appliance.channel().await?;
                 let slot = firmware::rollback(&channel).await?;
                 Ok(format!(
                     "the next boot runs slot {slot} (`edgevol firmware activate` reboots now)\n"
                 ))
             }
-            FirmwareCommand::BootFiles { out } => Ok(boot_files::write_factory(&out)?
-                .iter()
-                .map(|p| format!("{}\n", p.display()))
-                .collect()),
         }
     })?;
     print!("{text}");

@@ -105,7 +105,7 @@ pub struct Slot {
     pub status: Status,
     /// The firmware version in it (empty when [`Status::Empty`] or [`Status::Writing`]).
     pub version: String,
-    /// How many times the loader booted it (saturating).
+    /// How many times the firmware started on it (saturating; a trial counts once).
     pub boots: u32,
 }
 
@@ -298,12 +298,10 @@ impl Slots {
                 slot.boots = slot.boots.saturating_add(1);
                 Ok(BootOutcome::Trial)
             }
-            // Booted a second time without confirming: the loader did not honour boot-once.
-            // Treat as a failed trial rather than trust it.
-            Status::TryOnce { booted: true } => Err(SlotError::BootedUnusable {
-                slot: booted,
-                status,
-            }),
+            // Recorded already in this boot: a second start (the daemon restarted, or init
+            // recording why it exited). No loader boots a trial twice (boot_env never re-arms a
+            // booted one), so this is still the same trial.
+            Status::TryOnce { booted: true } => Ok(BootOutcome::Trial),
             Status::Good => {
                 let slot = self.slot_mut(booted);
                 slot.boots = slot.boots.saturating_add(1);
@@ -675,13 +673,12 @@ mod tests {
     }
 
     #[test]
-    fn booting_a_bad_or_twice_booted_trial_is_an_error() {
+    fn a_second_start_in_a_trial_boot_is_the_same_trial_and_a_bad_slot_is_unusable() {
         let mut s = armed();
         s.reconcile(SlotId::B).unwrap();
-        assert!(matches!(
-            s.reconcile(SlotId::B),
-            Err(SlotError::BootedUnusable { .. })
-        ));
+        assert_eq!(s.reconcile(SlotId::B), Ok(BootOutcome::Trial));
+        assert_eq!(s.slot(SlotId::B).boots, 1, "one boot, two starts");
+        assert_eq!(s.boot_env().trial, None);
         s.fail_trial(SlotId::B, Reason::Requested).unwrap();
         assert!(matches!(
             s.reconcile(SlotId::B),
