@@ -83,7 +83,10 @@ install -m 0644 "$signing_dir/firmware-signing.pub" "$rootfs/etc/edgevol/firmwar
 echo "$version" >"$rootfs/etc/edgevol/firmware-version"
 # The cloud kernel has NVMe PCI, ext4 and TCP built in; virtio transport, disk and NIC are modules,
 # and so is vfat (the boot partition, where the A/B slots live).
-modules_install "$MODDIR" "$rootfs" virtio_pci virtio_blk virtio_net vfat nls_cp437 nls_ascii || exit 1
+# softdog: /dev/watchdog on a kernel without a hardware watchdog driver (the 6.1 cloud kernel has
+# no i6300esb); it resets the box when edgevold stops petting it.
+modules_install "$MODDIR" "$rootfs" virtio_pci virtio_blk virtio_net vfat nls_cp437 nls_ascii softdog ||
+    exit 1
 (cd "$rootfs" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) |
     gzip -9 -n >"$out/initramfs.gz"
 cp "$KERNEL" "$out/vmlinuz"
