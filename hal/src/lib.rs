@@ -14,12 +14,14 @@
 //! | [`FaultDevice`] | `fault.rs` | power cuts, torn writes, I/O errors, latency, discard outcomes; recording a run to rebuild every crash point (core's crash tests) |
 //! | [`NorSim`], [`NorBlockDevice`] | `nor.rs` | raw NOR flash (feature `nor-flash`) |
 //! | [`discovery`] | `discovery.rs` | candidate devices, format refusal |
+//! | [`uring::Ring`] | `uring.rs` | a queue's own io_uring over a [`DataHandle`]'s descriptor |
 //!
 //! Features (none by default): `nor-flash` adds the NOR module and its `embedded-storage`
 //! dependency.
 //!
 //! `unsafe` is denied workspace-wide and allowed only in `buf.rs` (aligned allocation),
-//! `linux_block.rs` and `nvme.rs` (ioctls), each block with a `SAFETY` comment.
+//! `linux_block.rs` and `nvme.rs` (ioctls) and `uring.rs` (io_uring submissions, whose buffers
+//! the ring owns until the kernel is done), each block with a `SAFETY` comment.
 
 /// The `BlockDevice` impl of a backend whose inherent methods carry the work (`block_size`,
 /// `block_count`, `read_blocks`, `write_blocks`, `sync`, `discard_blocks`): it only forwards.
@@ -70,6 +72,8 @@ mod linux_block;
 pub mod nvme;
 #[cfg(target_os = "linux")]
 mod pool;
+#[cfg(target_os = "linux")]
+pub mod uring;
 
 #[cfg(feature = "nor-flash")]
 pub mod nor;

@@ -149,6 +149,19 @@ impl DataHandle {
         self.dev.block_size()
     }
 
+    /// An io_uring for up to `ops` operations on a duplicate of this handle's descriptor;
+    /// `None` for the fault device, whose I/O must go through its fault plan.
+    pub fn ring(&self, ops: u32) -> Option<Result<crate::uring::Ring, Error>> {
+        let file = match &self.dev {
+            PoolDevice::File(d) => d.try_clone_file(),
+            PoolDevice::Block(d) => d.try_clone_file(),
+            PoolDevice::Faulty(_) => return None,
+        };
+        Some(file.and_then(|f| {
+            crate::uring::Ring::new(f, ops).map_err(|e| Error::io("io_uring setup", None, e))
+        }))
+    }
+
     fn block_of(&self, offset: u64) -> Result<u64, Error> {
         let bs = u64::from(self.block_size());
         if !offset.is_multiple_of(bs) {

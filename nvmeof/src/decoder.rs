@@ -43,6 +43,25 @@ struct Framing {
     plen: usize,
 }
 
+impl Framing {
+    fn trailer(&self) -> usize {
+        if self.ddgst {
+            DIGEST_LEN
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of data (0 when there are none).
+    fn data_len(&self) -> usize {
+        if self.data_start == 0 {
+            0
+        } else {
+            self.plen - self.data_start - self.trailer()
+        }
+    }
+}
+
 /// The incremental decoder. See the module docs.
 #[derive(Debug)]
 pub struct Decoder {
@@ -56,6 +75,9 @@ pub struct Decoder {
     last_header_len: usize,
     /// Data buffers handed back by the consumer ([`Decoder::recycle`]), for the next PDUs' data.
     spare: Vec<Vec<u8>>,
+    /// The data of the PDU being decoded: copied from the input straight into the buffer the
+    /// PDU will own (the header, padding and digest gather in `buf`).
+    data: Vec<u8>,
 }
 
 /// Spare data buffers kept, and the largest kept (one H2CData PDU at the default MAXH2CDATA).
@@ -91,6 +113,7 @@ impl Decoder {
             last_header: [0; TERM_REQ_MAX_DATA],
             last_header_len: 0,
             spare: Vec::new(),
+            data: Vec::new(),
         }
     }
 
@@ -116,6 +139,12 @@ impl Decoder {
     /// True after a fatal error.
     pub fn is_failed(&self) -> bool {
         self.failed
+    }
+
+    /// Capacity of the header buffer (tests: data does not pass through it).
+    #[cfg(test)]
+    pub(crate) fn header_capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// True when no partial PDU is buffered.
@@ -144,27 +173,34 @@ impl Decoder {
             };
         }
         loop {
-            let need = match self.framing {
-                None => COMMON_HEADER_LEN,
-                Some(f) if !self.header_checked => f.hlen + if f.hdgst { DIGEST_LEN } else { 0 },
-                Some(f) => f.plen,
-            };
-            let have = self.buf.len();
-            if have < need {
-                let take = (need - have).min(input.len() - consumed);
-                self.buf
-                    .extend_from_slice(&input[consumed..consumed + take]);
-                consumed += take;
-                if self.buf.len() < need {
-                    return Decoded {
-                        consumed,
-                        result: None,
-                    };
+            let ready = match self.framing {
+                None => self.fill(input, &mut consumed, COMMON_HEADER_LEN),
+                Some(f) if !self.header_checked => {
+                    let need = f.hlen + if f.hdgst { DIGEST_LEN } else { 0 };
+                    self.fill(input, &mut consumed, need)
                 }
+                Some(f) if f.data_start == 0 => self.fill(input, &mut consumed, f.plen),
+                // Header and padding, then the data into its own buffer, then the digest.
+                Some(f) => {
+                    self.fill(input, &mut consumed, f.data_start)
+                        && self.fill_data(input, &mut consumed, f.data_len())
+                        && self.fill(input, &mut consumed, f.data_start + f.trailer())
+                }
+            };
+            if !ready {
+                return Decoded {
+                    consumed,
+                    result: None,
+                };
             }
             let step = match self.framing {
                 None => self.frame().map(|f| {
-                    self.buf.reserve_exact(f.plen - self.buf.len());
+                    let buffered = if f.data_start == 0 {
+                        f.plen
+                    } else {
+                        f.data_start + f.trailer()
+                    };
+                    self.buf.reserve_exact(buffered - self.buf.len());
                     self.framing = Some(f);
                     None
                 }),
@@ -192,6 +228,35 @@ impl Decoder {
                 }
             }
         }
+    }
+
+    /// Moves input into `buf` until it holds `need` bytes; whether it does.
+    fn fill(&mut self, input: &[u8], consumed: &mut usize, need: usize) -> bool {
+        let have = self.buf.len();
+        if have < need {
+            let take = (need - have).min(input.len() - *consumed);
+            self.buf
+                .extend_from_slice(&input[*consumed..*consumed + take]);
+            *consumed += take;
+        }
+        self.buf.len() >= need
+    }
+
+    /// Moves input into the PDU's data buffer until it holds `len` bytes; whether it does.
+    fn fill_data(&mut self, input: &[u8], consumed: &mut usize, len: usize) -> bool {
+        if self.data.capacity() == 0 {
+            // The PDU's own buffer, recycled when there is one.
+            self.data = self.spare.pop().unwrap_or_default();
+            self.data.reserve_exact(len);
+        }
+        let have = self.data.len();
+        if have < len {
+            let take = (len - have).min(input.len() - *consumed);
+            self.data
+                .extend_from_slice(&input[*consumed..*consumed + take]);
+            *consumed += take;
+        }
+        self.data.len() >= len
     }
 
     fn reset(&mut self) {
@@ -353,22 +418,12 @@ impl Decoder {
     /// Checks the data digest and builds the PDU.
     fn finish(&mut self, f: Framing) -> Result<Result<Pdu, PduError>, PduError> {
         let b = &self.buf;
-        let data = if f.data_start == 0 {
-            &b[0..0]
-        } else {
-            &b[f.data_start..f.plen - if f.ddgst { DIGEST_LEN } else { 0 }]
-        };
-        // The PDU's own copy of its data, in a recycled buffer when there is one.
-        let mut owned = if data.is_empty() {
-            Vec::new()
-        } else {
-            self.spare.pop().unwrap_or_default()
-        };
-        owned.extend_from_slice(data);
-        let pdu = build(f.ty, b, owned);
-        if f.ddgst {
-            let expected = crc32c(data);
-            let received = le32(b, f.plen - DIGEST_LEN);
+        let data = std::mem::take(&mut self.data);
+        let expected = f.ddgst.then(|| crc32c(&data));
+        let pdu = build(f.ty, b, data);
+        if let Some(expected) = expected {
+            // The digest follows the header and padding in `buf` (the data went to its own).
+            let received = le32(b, f.data_start);
             if expected != received {
                 return Ok(Err(PduError::DataDigest {
                     expected,

@@ -7,7 +7,7 @@
 //! daemon's runtime: they are few and not on the data path.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 
@@ -30,6 +30,8 @@ struct Engine {
 #[derive(Debug)]
 pub struct Engines {
     engines: Vec<Engine>,
+    /// Device operations started on queues' io_uring rings.
+    ring_operations: AtomicU64,
 }
 
 /// Counts a queue on its engine while it lives there.
@@ -66,7 +68,10 @@ impl Engines {
                 })
             })
             .collect::<std::io::Result<_>>()?;
-        Ok(Engines { engines })
+        Ok(Engines {
+            engines,
+            ring_operations: AtomicU64::new(0),
+        })
     }
 
     /// One engine per core the process may use.
@@ -77,6 +82,16 @@ impl Engines {
     /// Number of engine threads.
     pub fn threads(&self) -> usize {
         self.engines.len()
+    }
+
+    /// Device operations the engines' queues ran on their io_uring rings (the rest ran in
+    /// place or on the blocking pool).
+    pub fn ring_operations(&self) -> u64 {
+        self.ring_operations.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_ring_operation(&self) {
+        self.ring_operations.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The engine for a new I/O queue `qid` (1-based, as NVMe numbers them): the one with the

@@ -34,8 +34,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use edgevol_core::{
-    BlockDevice, DeviceError, IoTicket, Pool, Prepare, Quiesce, ReadSegment, VolumeId, WriteSegment,
+    BlockDevice, DeviceError, IoTicket, PersistTicket, Pool, Prepare, Quiesce, ReadSegment,
+    VolumeId, WriteSegment,
 };
+use edgevol_hal::uring::{Part, Ring};
 use edgevol_hal::{AlignedBuf, DataHandle};
 use edgevol_nvmeof::io_cmd::{IoCommand, DSM_RANGE_LEN};
 use edgevol_nvmeof::status::StatusCode;
@@ -202,20 +204,34 @@ fn gather(
     out: &mut ReadBuf,
     mut read: impl FnMut(u64, &mut [u8]) -> Result<(), TargetStatus>,
 ) -> Result<(), TargetStatus> {
+    let parts = lay_out(segments, len, out)?;
+    let buf = out.filled();
+    parts
+        .iter()
+        .try_for_each(|p| read(p.device_offset, &mut buf[p.at..p.at + p.len]))
+}
+
+/// Sizes `out` to `len`, zeroes the holes `segments` leave (the buffer is reused: nothing of
+/// an earlier command may show through) and returns where the data parts go.
+fn lay_out(segments: &[ReadSegment], len: u64, out: &mut ReadBuf) -> Result<Parts, TargetStatus> {
     let buf = out.prepare(to_usize(len)?);
+    let mut parts = Parts::new();
     let mut at = 0usize;
     for seg in segments {
         let n = to_usize(seg.len())?;
         let part = buf.get_mut(at..at + n).ok_or(StatusCode::InternalError)?;
         match *seg {
-            ReadSegment::Data { device_offset, .. } => read(device_offset, part)?,
+            ReadSegment::Data { device_offset, .. } => parts.push(Part {
+                device_offset,
+                at,
+                len: n,
+            }),
             ReadSegment::Zero { .. } => part.fill(0),
         }
         at += n;
     }
-    // The buffer is reused: nothing of an earlier command may show through.
     buf.get_mut(at..).ok_or(StatusCode::InternalError)?.fill(0);
-    Ok(())
+    Ok(parts)
 }
 
 /// A read's data: page-aligned, so that a read from an `O_DIRECT` device lands in it directly
@@ -250,6 +266,29 @@ impl ReadBuf {
     /// Forgets the data; keeps the allocation.
     pub fn clear(&mut self) {
         self.len = 0;
+    }
+
+    /// The data, to fill.
+    fn filled(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+
+    /// Holds a copy of `data` (a write's, for the device ring's aligned I/O).
+    pub fn copy_from(&mut self, data: &[u8]) {
+        self.prepare(data.len()).copy_from_slice(data);
+    }
+
+    /// The aligned allocation and the data's length, for the device ring.
+    pub fn into_parts(self) -> (AlignedBuf, usize) {
+        (self.buf, self.len)
+    }
+
+    /// A buffer back from the device ring.
+    pub fn from_parts(buf: AlignedBuf, len: usize) -> Self {
+        ReadBuf {
+            len: len.min(buf.len()),
+            buf,
+        }
     }
 
     /// `len` bytes to fill, growing the allocation if it is smaller.
@@ -424,6 +463,7 @@ impl Quiesce for Gate {
 }
 
 /// A detached write in the gate; leaves it when dropped (the write's I/O has ended).
+#[derive(Debug)]
 struct GateGuard(Arc<Gate>);
 
 impl Drop for GateGuard {
@@ -465,6 +505,19 @@ impl DataPath {
         &self.gate
     }
 
+    /// A queue's own io_uring on this device, for `ops` operations at once; `None` where the
+    /// device has none (the fault device) or io_uring is unavailable: the queue then uses the
+    /// blocking pool.
+    pub fn ring(&self, ops: u32) -> Option<Ring> {
+        match self.dev.ring(ops)? {
+            Ok(ring) => Some(ring),
+            Err(e) => {
+                tracing::debug!(%e, "no io_uring: device I/O on the blocking pool");
+                None
+            }
+        }
+    }
+
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), TargetStatus> {
         self.dev
             .read_at(offset, buf)
@@ -483,71 +536,118 @@ fn lock(state: &State) -> Result<MutexGuard<'_, Pool<Dev>>, TargetStatus> {
     state.lock_pool().map_err(TargetStatus::from)
 }
 
-/// Tickets to complete, under the pool lock, when dropped: on every path out of a command.
-struct Tickets<'a> {
-    state: &'a State,
+/// The I/O tickets pinning a command's clusters: completed under the pool lock when dropped,
+/// on every path (an error, a dropped connection).
+#[derive(Debug)]
+struct Pinned {
+    state: Arc<State>,
     held: SmallVec<[IoTicket; 2]>,
 }
 
-impl Tickets<'_> {
-    fn complete_in(&mut self, pool: &mut Pool<Dev>) {
-        for t in self.held.drain(..) {
+impl Pinned {
+    fn new(state: &Arc<State>) -> Self {
+        Pinned {
+            state: state.clone(),
+            held: SmallVec::new(),
+        }
+    }
+
+    fn complete_in(held: &mut SmallVec<[IoTicket; 2]>, pool: &mut Pool<Dev>) {
+        for t in held.drain(..) {
             pool.complete(t);
         }
     }
 }
 
-impl Drop for Tickets<'_> {
+impl Drop for Pinned {
     fn drop(&mut self) {
         if self.held.is_empty() {
             return;
         }
-        match lock(self.state) {
-            Ok(mut pool) => self.complete_in(&mut pool),
-            // A poisoned pool serves nothing more; the pins go with the process.
+        let state = self.state.clone();
+        let locked = lock(&state);
+        match locked {
+            Ok(mut pool) => Self::complete_in(&mut self.held, &mut pool),
             Err(_) => tracing::error!("pool lock poisoned: I/O tickets left pinned"),
         }
     }
 }
 
-/// Executes `req`: reads and in-place writes do their device I/O outside the pool lock through
-/// `data`; everything else runs under it ([`execute`]). A Read's data goes to `out`.
+/// The device parts of one command: where each lies on the device and in the command's buffer.
+pub type Parts = SmallVec<[Part; SEGMENTS]>;
+
+/// Runs `req` with its device I/O outside the pool lock (reads, and writes into clusters the
+/// volume owns alone); everything else under it.
 pub fn run(
-    state: &State,
+    state: &Arc<State>,
     data: &DataPath,
     req: &Request,
     out: &mut ReadBuf,
 ) -> Result<(), TargetStatus> {
     match req.cmd {
-        IoCommand::Read { slba, blocks, .. } => {
-            let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
-            read_detached(state, data, req.volume, off, len, out)
+        IoCommand::Read { .. } => {
+            let mapped = map_read(state, req, out)?;
+            read_parts(data, &mapped.parts, out)
         }
-        IoCommand::Write {
-            slba, blocks, fua, ..
-        } if !req.readonly => {
-            let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
-            if req.data.len() != to_usize(len)? {
-                return Err(StatusCode::DataSglLengthInvalid.into());
-            }
-            write_detached(state, data, req.volume, off, &req.data, fua || !req.wce)
+        IoCommand::Write { .. } if !req.readonly => {
+            let mapped = map_write(state, data, req)?;
+            let landed = if data.is_direct() && !mapped.parts.is_empty() {
+                // `O_DIRECT` takes aligned memory only: copy into the queue's aligned buffer
+                // rather than have hal allocate a bounce for every write.
+                out.copy_from(&req.data);
+                let landed = write_parts(data, &mapped.parts, out.data());
+                out.clear();
+                landed
+            } else {
+                write_parts(data, &mapped.parts, &req.data)
+            };
+            mapped.finish(landed)
         }
         _ => execute(&mut *lock(state)?, req, out),
     }
 }
 
-fn read_detached(
-    state: &State,
-    data: &DataPath,
-    vol: VolumeId,
-    off: u64,
-    len: u64,
+/// Reads `parts` from the device into `out`'s data.
+pub fn read_parts(data: &DataPath, parts: &[Part], out: &mut ReadBuf) -> Result<(), TargetStatus> {
+    let buf = out.filled();
+    parts.iter().try_for_each(|p| {
+        let part = buf
+            .get_mut(p.at..p.at + p.len)
+            .ok_or(StatusCode::InternalError)?;
+        data.read(p.device_offset, part)
+    })
+}
+
+/// Writes `parts` of `src` to the device.
+pub fn write_parts(data: &DataPath, parts: &[Part], src: &[u8]) -> Result<(), TargetStatus> {
+    parts.iter().try_for_each(|p| {
+        let part = src
+            .get(p.at..p.at + p.len)
+            .ok_or(StatusCode::InternalError)?;
+        data.write(p.device_offset, part)
+    })
+}
+
+/// A Read mapped under the pool lock: `out` holds its length with the holes zeroed, `parts`
+/// are to be read from the device into it. Its clusters stay pinned until it is dropped.
+#[derive(Debug)]
+pub struct MappedRead {
+    /// Device extents to read into the buffer.
+    pub parts: Parts,
+    _pinned: Pinned,
+}
+
+/// Maps a Read (`req.cmd` must be one) and lays out `out` for it.
+pub fn map_read(
+    state: &Arc<State>,
+    req: &Request,
     out: &mut ReadBuf,
-) -> Result<(), TargetStatus> {
-    let mut tickets = Tickets {
-        state,
-        held: SmallVec::new(),
+) -> Result<MappedRead, TargetStatus> {
+    let IoCommand::Read { slba, blocks, .. } = req.cmd else {
+        return Err(StatusCode::InternalError.into());
     };
+    let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
+    let mut pinned = Pinned::new(state);
     let mut segments = Segments::<ReadSegment>::new();
     {
         let mut pool = lock(state)?;
@@ -555,9 +655,9 @@ fn read_detached(
         let mut segs = [ReadSegment::Zero { len: 0 }; SEGMENTS];
         while done < len {
             let (n, ticket) = pool
-                .begin_read(vol, off + done, len - done, &mut segs)
+                .begin_read(req.volume, off + done, len - done, &mut segs)
                 .map_err(|e| from_core(&e))?;
-            tickets.held.push(ticket);
+            pinned.held.push(ticket);
             if n == 0 {
                 return Err(StatusCode::InternalError.into());
             }
@@ -567,76 +667,109 @@ fn read_detached(
             }
         }
     }
-    gather(&segments, len, out, |offset, part| data.read(offset, part))?;
-    drop(tickets);
-    Ok(())
+    let parts = lay_out(&segments, len, out)?;
+    Ok(MappedRead {
+        parts,
+        _pinned: pinned,
+    })
 }
 
-fn write_detached(
-    state: &State,
-    data_path: &DataPath,
-    vol: VolumeId,
-    off: u64,
-    data: &[u8],
+/// A Write mapped under the pool lock: its allocating parts are written already; `parts`
+/// (offsets into the command's data) go to clusters the volume owns alone, outside the lock.
+/// [`MappedWrite::finish`] then makes it durable.
+#[derive(Debug)]
+pub struct MappedWrite {
+    /// Device extents to write, from the command's data.
+    pub parts: Parts,
+    pinned: Pinned,
+    /// Holds snapshots back until the parts have landed.
+    gate: Option<GateGuard>,
+    persist: PersistTicket,
     flush: bool,
-) -> Result<(), TargetStatus> {
-    let len = u64::try_from(data.len()).map_err(|_| StatusCode::InternalError)?;
-    let mut tickets = Tickets {
-        state,
-        held: SmallVec::new(),
+}
+
+/// Maps a Write (`req.cmd` must be one, the host not read-only).
+pub fn map_write(
+    state: &Arc<State>,
+    data_path: &DataPath,
+    req: &Request,
+) -> Result<MappedWrite, TargetStatus> {
+    let IoCommand::Write {
+        slba, blocks, fua, ..
+    } = req.cmd
+    else {
+        return Err(StatusCode::InternalError.into());
     };
-    let mut detached = Segments::<WriteSegment>::new();
+    if req.readonly {
+        return Err(TargetStatus::NamespaceWriteProtected);
+    }
+    let (off, len) = byte_range(slba, blocks, req.lba_shift)?;
+    if req.data.len() != to_usize(len)? {
+        return Err(StatusCode::DataSglLengthInvalid.into());
+    }
+    let data = &req.data;
+    let mut pinned = Pinned::new(state);
+    let mut parts = Parts::new();
     let mut gate = None;
-    let ticket;
-    {
-        let mut pool = lock(state)?;
-        let mut done = 0u64;
-        let mut segs = [WriteSegment::EMPTY; SEGMENTS];
-        while done < len {
-            let (n, ticket) = pool
-                .begin_write(vol, off + done, len - done, &mut segs)
-                .map_err(|e| from_core(&e))?;
-            if n == 0 {
-                pool.complete(ticket);
-                return Err(StatusCode::InternalError.into());
-            }
-            if ticket.detachable() {
-                // In the gate before the lock goes: a snapshot now waits for this write.
-                gate.get_or_insert_with(|| data_path.gate.enter());
-                detached.extend_from_slice(&segs[..n]);
-                tickets.held.push(ticket);
-            } else {
-                // Allocated: the new mapping is visible, so fill it before anyone looks.
-                let result = segs[..n]
-                    .iter()
-                    .try_for_each(|seg| write_segment(&mut pool, seg, off, data));
-                pool.complete(ticket);
-                result?;
-            }
-            done += segs[..n].iter().map(|s| s.len).sum::<u64>();
-        }
-        // Covers this write's allocations and any earlier one it may write through.
-        ticket = pool.persist_ticket();
-    }
-    let landed = detached.iter().try_for_each(|seg| {
-        let start = to_usize(seg.offset - off)?;
-        let part = data
-            .get(start..start + to_usize(seg.len)?)
-            .ok_or(StatusCode::InternalError)?;
-        data_path.write(seg.device_offset, part)
-    });
-    drop(gate);
     let mut pool = lock(state)?;
-    tickets.complete_in(&mut pool);
-    landed?;
-    // Group commit: writers that got here meanwhile share one journal append; a ticket an
-    // earlier append covered returns at once.
-    if flush {
-        pool.flush()
-    } else {
-        pool.persist(ticket)
+    let mut done = 0u64;
+    let mut segs = [WriteSegment::EMPTY; SEGMENTS];
+    while done < len {
+        let (n, ticket) = pool
+            .begin_write(req.volume, off + done, len - done, &mut segs)
+            .map_err(|e| from_core(&e))?;
+        if n == 0 {
+            pool.complete(ticket);
+            return Err(StatusCode::InternalError.into());
+        }
+        if ticket.detachable() {
+            // In the gate before the lock goes: a snapshot now waits for this write.
+            gate.get_or_insert_with(|| data_path.gate.enter());
+            for seg in &segs[..n] {
+                parts.push(Part {
+                    device_offset: seg.device_offset,
+                    at: to_usize(seg.offset - off)?,
+                    len: to_usize(seg.len)?,
+                });
+            }
+            pinned.held.push(ticket);
+        } else {
+            // Allocated: the new mapping is visible, so fill it before anyone looks.
+            let result = segs[..n]
+                .iter()
+                .try_for_each(|seg| write_segment(&mut pool, seg, off, data));
+            pool.complete(ticket);
+            result?;
+        }
+        done += segs[..n].iter().map(|s| s.len).sum::<u64>();
     }
-    .map_err(|e| from_core(&e))
+    Ok(MappedWrite {
+        parts,
+        pinned,
+        gate,
+        // Covers this write's allocations and any earlier one it may write through.
+        persist: pool.persist_ticket(),
+        flush: fua || !req.wce,
+    })
+}
+
+impl MappedWrite {
+    /// After the parts were written (`landed`): unpins, and acknowledges only what is durable.
+    pub fn finish(mut self, landed: Result<(), TargetStatus>) -> Result<(), TargetStatus> {
+        drop(self.gate.take());
+        let state = self.pinned.state.clone();
+        let mut pool = lock(&state)?;
+        Pinned::complete_in(&mut self.pinned.held, &mut pool);
+        landed?;
+        // Group commit: writers that got here meanwhile share one journal append; a ticket an
+        // earlier append covered returns at once.
+        if self.flush {
+            pool.flush()
+        } else {
+            pool.persist(self.persist)
+        }
+        .map_err(|e| from_core(&e))
+    }
 }
 
 #[cfg(test)]

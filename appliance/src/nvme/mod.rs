@@ -27,6 +27,7 @@
 pub mod admin;
 pub mod auth;
 pub mod controller;
+pub mod device_ring;
 pub mod discovery;
 pub mod engine;
 pub mod errors;
@@ -39,6 +40,7 @@ pub mod status;
 pub mod subsys;
 pub mod throttle;
 pub mod transport;
+pub mod workers;
 
 /// The loopback test host of the integration tests (`tests/nvme_host`), for the target's own.
 #[cfg(test)]

@@ -23,6 +23,8 @@ use super::io::DataPath;
 use super::stats::IoStats;
 use super::status::TargetStatus;
 use super::throttle::{stored_limits, Throttles};
+use super::transport::IoJob;
+use super::workers::Workers;
 use super::HostAccess;
 
 /// Highest dynamic controller id (`NVME_CNTLID_MAX`).
@@ -52,7 +54,12 @@ pub struct Subsystems {
     pub engines: Arc<Engines>,
     /// Per-volume QoS limiters.
     pub throttles: Throttles,
+    /// Threads for the I/O commands engines hand off.
+    pub(crate) workers: Workers<IoJob>,
 }
+
+/// Blocking I/O commands running at once, over every queue: the depth a drive can be given.
+const WORKERS: usize = 64;
 
 /// Who a Connect wants, before the pool is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +95,7 @@ impl Subsystems {
             changes: AtomicU64::new(0),
             data: OnceLock::new(),
             throttles: Throttles::default(),
+            workers: Workers::new(WORKERS),
         })
     }
 

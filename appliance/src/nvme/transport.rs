@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
+use edgevol_core::DeviceError;
 use edgevol_nvmeof::admin::AdminCommand;
 use edgevol_nvmeof::auth::{command, AuthCommand, Outcome};
 use edgevol_nvmeof::fabrics::{self as parse, Command, NamespaceInfo, QueueState};
@@ -33,19 +34,21 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::auth::QueueAuth;
 use super::controller::{CcEffect, Controller, Kind, MAX_AERS};
+use super::device_ring::{DeviceRing, Reaped, Refused};
 use super::errors::Origin;
 use super::fabrics::{self, Bound};
-use super::io;
+use super::io::{self, DataPath};
 use super::stats::{IoKind, VolumeCounters};
-use super::status::TargetStatus;
+use super::status::{from_device, Access, TargetStatus};
 use super::subsys::{Subsystems, NSID};
 use super::throttle::{self, stored_limits, VolumeQos, Waiter};
+use super::workers::{Job, Replies};
 use super::{admin, queue_config};
+use crate::state::State;
 
 /// Room made in the receive buffer before each socket read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -109,7 +112,11 @@ struct Conn {
     bound: Option<Bound>,
     lba_shift: u8,
     counters: Option<Arc<VolumeCounters>>,
-    inflight: JoinSet<Done>,
+    /// Commands handed to the workers, and where they come back.
+    handed_off: usize,
+    replies: Arc<Replies<Done>>,
+    /// Kept between passes: the finished commands taken from `replies`.
+    finished: Vec<Done>,
     aers: Vec<Issued>,
     ctrl_watch: Option<watch::Receiver<bool>>,
     end: Option<End>,
@@ -119,11 +126,30 @@ struct Conn {
     in_place: InPlace,
     /// The command being dispatched is the only one: nothing in flight, nothing else received.
     alone: bool,
-    /// Read buffers of finished commands, for the next ones.
+    /// Data buffers of finished commands, for the next ones, and their bytes.
     spare: Vec<io::ReadBuf>,
+    spare_bytes: usize,
     /// The volume's QoS (I/O queues of a volume).
     qos: Option<Qos>,
+    /// Device reads of Reads on an `O_DIRECT` device that do not run in place.
+    ring: Option<DeviceRing<OnRing>>,
 }
+
+/// A Read whose device I/O is on the queue's ring.
+struct OnRing {
+    issued: Issued,
+    kind: IoKind,
+    bytes: u64,
+    started: StdInstant,
+    /// Pins its clusters until the reads land.
+    read: io::MappedRead,
+    /// The read's length (the buffer's data).
+    len: usize,
+}
+
+/// Operations a queue's ring holds at once: the deepest queue Linux's NVMe/TCP host asks for
+/// (128 entries); a Read of more parts than fit now reads in place.
+const RING_OPS: u32 = 128;
 
 /// An I/O queue's share of its volume's QoS: its place in the limiter and the commands held
 /// back, in arrival order (the first waits in the limiter, the others behind it).
@@ -161,9 +187,9 @@ enum InPlace {
     Always,
 }
 
-/// Spare data buffers a queue keeps, and the largest it keeps: a queue holds at most 2 MiB of
-/// them, enough for its depth of common I/O sizes.
-const SPARE_BUFFERS: usize = 16;
+/// Bytes of spare data buffers a queue keeps (a full queue of 4 KiB commands, or 16 of
+/// 128 KiB), and the largest buffer it keeps.
+const SPARE_BYTES: usize = 2 << 20;
 const SPARE_MAX: usize = 128 * 1024;
 
 /// The socket side of a connection and its buffers.
@@ -208,7 +234,9 @@ pub async fn serve(
         bound: None,
         lba_shift: 12,
         counters: None,
-        inflight: JoinSet::new(),
+        handed_off: 0,
+        replies: Arc::default(),
+        finished: Vec::new(),
         aers: Vec::new(),
         ctrl_watch: None,
         end: None,
@@ -216,7 +244,9 @@ pub async fn serve(
         in_place: InPlace::Never,
         alone: false,
         spare: Vec::new(),
+        spare_bytes: 0,
         qos: None,
+        ring: None,
     };
     let (rd, wr) = stream.into_split();
     let mut link = Link {
@@ -252,7 +282,17 @@ pub async fn serve(
             out,
         };
         conn.in_place = match conn.subs.data_path() {
-            Some(data) if data.is_direct() => InPlace::WhenAlone,
+            Some(data) if data.is_direct() => {
+                // On this engine's reactor: the ring's eventfd is registered where it is polled.
+                conn.ring = data.ring(RING_OPS).and_then(|r| match DeviceRing::new(r) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        tracing::debug!(%e, "device ring not registered: using the blocking pool");
+                        None
+                    }
+                });
+                InPlace::WhenAlone
+            }
             // Without a second handle every command takes the pool lock: that wait is short.
             _ => InPlace::Always,
         };
@@ -282,7 +322,7 @@ async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool
             match event {
                 Event::Initialized { .. } => {}
                 Event::Command(c) => {
-                    conn.alone = conn.inflight.is_empty()
+                    conn.alone = conn.nothing_in_flight()
                         && !conn.queue.has_events()
                         && link.rx_start == link.rx.len();
                     conn.dispatch(c).await
@@ -290,6 +330,9 @@ async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool
                 Event::Closed(reason) => conn.end = Some(End::Protocol(reason)),
             }
         }
+        // One system call for the batch's device I/O; what the page cache answered at once
+        // goes out with this pass's transmit.
+        conn.submit_ring();
         if conn.queue.poll_transmit(&mut link.out) {
             if let Err(e) = link.wr.write_all(&link.out).await {
                 return Exit::Ended(End::Socket(e));
@@ -323,18 +366,18 @@ async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool
                     return Exit::Ended(End::ControllerGone);
                 }
             }
-            Some(done) = conn.inflight.join_next(), if !conn.inflight.is_empty() => {
-                conn.joined(done);
-                // Every other finished I/O too, so that one write carries the whole batch.
-                while let Some(done) = conn.inflight.try_join_next() {
-                    conn.joined(done);
-                }
+            () = conn.replies.ready(), if conn.handed_off > 0 => {
+                // Every finished command at once, so that one write carries the whole batch.
+                conn.take_replies();
             }
             read = link.rd.read_buf(&mut link.rx) => match read {
                 Ok(0) => return Exit::Ended(End::PeerClosed),
                 Ok(_) => {}
                 Err(e) => return Exit::Ended(End::Socket(e)),
             },
+            () = ring_ready(conn.ring.as_ref()), if conn.ring.as_ref().is_some_and(|r| r.in_flight() > 0) => {
+                conn.reap_ring();
+            }
             () = notified(ctrl.as_deref()), if aen_wanted => conn.deliver_events(),
             () = qos_turn(conn.qos.as_ref()), if conn.qos.as_ref().is_some_and(|q| !q.held.is_empty()) => {
                 conn.qos_turn_came();
@@ -389,6 +432,13 @@ async fn notified(ctrl: Option<&Controller>) {
     }
 }
 
+async fn ring_ready(ring: Option<&DeviceRing<OnRing>>) {
+    match ring {
+        Some(r) => r.ready().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Until the volume's limiter hands out the queue's first held command.
 async fn qos_turn(qos: Option<&Qos>) {
     match qos {
@@ -404,24 +454,67 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Runs one I/O command; a Read's data goes to `buf`. A panic fails the command with Internal
-/// Error, not the connection (the crate docs say why edgevold unwinds).
+/// Runs one I/O command; a Read's data goes to `buf`.
 fn execute(
-    subs: &Subsystems,
+    state: &Arc<State>,
+    data: Option<&DataPath>,
     request: &io::Request,
     buf: &mut io::ReadBuf,
 ) -> Result<(), TargetStatus> {
+    guarded(request, || match data {
+        Some(data) => io::run(state, data, request, buf),
+        None => state
+            .lock_pool()
+            .map_err(TargetStatus::from)
+            .and_then(|mut pool| io::execute(&mut pool, request, buf)),
+    })
+}
+
+/// An I/O command handed to a worker thread.
+pub(crate) struct IoJob {
+    state: Arc<State>,
+    data: Option<Arc<DataPath>>,
+    request: io::Request,
+    buf: io::ReadBuf,
+    issued: Issued,
+    kind: IoKind,
+    bytes: u64,
+    started: StdInstant,
+    replies: Arc<Replies<Done>>,
+}
+
+impl Job for IoJob {
+    fn run(mut self) {
+        let result = execute(
+            &self.state,
+            self.data.as_deref(),
+            &self.request,
+            &mut self.buf,
+        );
+        self.replies.push(Done {
+            issued: self.issued,
+            result,
+            buf: self.buf,
+            host_data: self.request.data,
+            kind: self.kind,
+            bytes: self.bytes,
+            started: self.started,
+        });
+    }
+}
+
+/// Runs `f`, the work of `request`: a panic fails the command with Internal Error, not the
+/// connection (the crate docs say why edgevold unwinds).
+fn guarded<R>(
+    request: &io::Request,
+    f: impl FnOnce() -> Result<R, TargetStatus>,
+) -> Result<R, TargetStatus> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         #[cfg(test)]
         tests::injected_panic(request);
-        match subs.data_path() {
-            Some(data) => io::run(&subs.state, &data, request, buf),
-            None => subs
-                .state
-                .lock_pool()
-                .map_err(TargetStatus::from)
-                .and_then(|mut pool| io::execute(&mut pool, request, buf)),
-        }
+        #[cfg(not(test))]
+        let _ = request;
+        f()
     }))
     .unwrap_or_else(|_| Err(StatusCode::InternalError.into()))
 }
@@ -770,7 +863,7 @@ impl Conn {
                 let cost = throttle::cost(&next.request.cmd, next.request.lba_shift);
                 q.volume.pass(&q.me, cost)
             });
-            self.alone = self.inflight.is_empty() && !next_passes;
+            self.alone = self.nothing_in_flight() && !next_passes;
             if let Some(c) = &self.counters {
                 c.qos_delayed(held.started.elapsed());
             }
@@ -791,14 +884,19 @@ impl Conn {
             _ => false,
         };
         let mut buf = self.spare.pop().unwrap_or_default();
+        self.spare_bytes -= buf.capacity();
         let in_place = quick
             && match self.in_place {
                 InPlace::Never => false,
                 InPlace::WhenAlone => self.alone,
                 InPlace::Always => true,
             };
+        if !in_place && self.ring.is_some() && matches!(request.cmd, IoCommand::Read { .. }) {
+            return self.read_on_ring(issued, request, started, buf);
+        }
         if in_place {
-            let result = execute(&self.subs, &request, &mut buf);
+            let data = self.subs.data_path();
+            let result = execute(&self.subs.state, data.as_deref(), &request, &mut buf);
             return self.finish_io(Done {
                 issued,
                 result,
@@ -809,26 +907,137 @@ impl Conn {
                 started,
             });
         }
-        // Onto the blocking pool: one hand-off per command, so the queue keeps receiving while
-        // the drive works. Mapping under the pool lock, device I/O outside it where core allows
-        // (io.rs).
-        let subs = self.subs.clone();
-        self.inflight.spawn_blocking(move || Done {
-            result: execute(&subs, &request, &mut buf),
+        // To a worker: one hand-off per command, so the queue keeps receiving while the drive
+        // works. Mapping under the pool lock, device I/O outside it where core allows (io.rs).
+        self.handed_off += 1;
+        self.subs.workers.run(IoJob {
+            state: self.subs.state.clone(),
+            data: self.subs.data_path(),
+            request,
             buf,
-            host_data: request.data,
             issued,
             kind,
             bytes,
             started,
+            replies: self.replies.clone(),
         });
     }
 
-    fn joined(&mut self, done: Result<Done, tokio::task::JoinError>) {
-        match done {
-            Ok(done) => self.finish_io(done),
-            Err(e) => tracing::error!(%e, "I/O task failed"),
+    fn take_replies(&mut self) {
+        let mut finished = std::mem::take(&mut self.finished);
+        self.replies.take(&mut finished);
+        self.handed_off -= finished.len();
+        for done in finished.drain(..) {
+            self.finish_io(done);
         }
+        self.finished = finished;
+    }
+
+    fn nothing_in_flight(&self) -> bool {
+        self.handed_off == 0 && self.ring.as_ref().is_none_or(|r| r.in_flight() == 0)
+    }
+
+    /// Maps a Read under the pool lock and starts its device reads on the ring.
+    ///
+    /// Writes do not go there: a detached write holds the snapshot gate until its data lands,
+    /// and a snapshot waits for the gate while holding the pool lock, so a write whose
+    /// completion only this thread can reap would deadlock the thread's next pool lock.
+    fn read_on_ring(
+        &mut self,
+        issued: Issued,
+        request: io::Request,
+        started: StdInstant,
+        mut buf: io::ReadBuf,
+    ) {
+        let (kind, bytes) = request.accounting();
+        let mapped = guarded(&request, || {
+            io::map_read(&self.subs.state, &request, &mut buf)
+        });
+        let done = |result, buf| Done {
+            issued,
+            result,
+            buf,
+            // A Read carries no host data.
+            host_data: Vec::new(),
+            kind,
+            bytes,
+            started,
+        };
+        let read = match mapped {
+            Ok(read) => read,
+            Err(s) => return self.finish_io(done(Err(s), buf)),
+        };
+        let ring = self.ring.as_mut().expect("checked by run_io");
+        if read.parts.is_empty() || !ring.has_room(read.parts.len()) {
+            // Only holes, or more parts than the ring takes now: read here.
+            let result = match self.subs.data_path() {
+                Some(data) => guarded(&request, || io::read_parts(&data, &read.parts, &mut buf)),
+                None => Err(StatusCode::InternalError.into()),
+            };
+            drop(read);
+            return self.finish_io(done(result, buf));
+        }
+        let parts = read.parts.clone();
+        let (abuf, len) = buf.into_parts();
+        let record = OnRing {
+            issued,
+            kind,
+            bytes,
+            started,
+            read,
+            len,
+        };
+        match ring.read(abuf, &parts, record) {
+            Ok(()) => self.subs.engines.count_ring_operation(),
+            Err(Refused { record, buf, error }) => {
+                // Room and parts were checked: a bug, not the host's.
+                tracing::error!(%error, "device ring refused a read");
+                self.ring_done(record, buf, Err(StatusCode::InternalError.into()));
+            }
+        }
+    }
+
+    /// Submits the ring's queued operations and completes those already done.
+    fn submit_ring(&mut self) {
+        let Some(mut ring) = self.ring.take() else {
+            return;
+        };
+        if let Err(e) = ring.submit(|r| self.reaped(r)) {
+            // Nothing was submitted; the operations stay queued for the next pass.
+            tracing::warn!(%e, "io_uring submit failed");
+        }
+        self.ring = Some(ring);
+    }
+
+    fn reap_ring(&mut self) {
+        if let Some(mut ring) = self.ring.take() {
+            ring.reap(|r| self.reaped(r));
+            self.ring = Some(ring);
+        }
+    }
+
+    fn reaped(&mut self, (record, abuf, landed): Reaped<OnRing>) {
+        let landed = landed.map_err(|e| from_device(e.kind(), Access::Read));
+        self.ring_done(record, abuf, landed);
+    }
+
+    /// A Read's device I/O finished on the ring: unpin its clusters, complete it.
+    fn ring_done(
+        &mut self,
+        record: OnRing,
+        abuf: edgevol_hal::AlignedBuf,
+        landed: Result<(), TargetStatus>,
+    ) {
+        drop(record.read);
+        self.finish_io(Done {
+            issued: record.issued,
+            result: landed,
+            buf: io::ReadBuf::from_parts(abuf, record.len),
+            host_data: Vec::new(),
+            kind: record.kind,
+            bytes: record.bytes,
+            started: record.started,
+        });
     }
 
     fn finish_io(&mut self, done: Done) {
@@ -850,9 +1059,11 @@ impl Conn {
             Err(s) => self.fail(done.issued, s),
         }
         self.queue.recycle(done.host_data);
-        if self.spare.len() < SPARE_BUFFERS && done.buf.capacity() <= SPARE_MAX {
+        let size = done.buf.capacity();
+        if size <= SPARE_MAX && self.spare_bytes + size <= SPARE_BYTES {
             let mut buf = done.buf;
             buf.clear();
+            self.spare_bytes += size;
             self.spare.push(buf);
         }
     }
@@ -873,7 +1084,6 @@ impl Conn {
     }
 
     fn teardown(&mut self, end: &End) {
-        self.inflight.abort_all();
         match &self.bound {
             // The admin queue going away (or keep-alive expiry) ends the controller and so
             // every I/O queue of it (Linux `nvmet_sq_destroy` on qid 0).

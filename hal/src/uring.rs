@@ -1,0 +1,510 @@
+//! A queue's own io_uring for its data-path I/O on a [`DataHandle`](crate::DataHandle): reads and
+//! writes run asynchronously with no thread of their own and no hand-off, and many are submitted
+//! with one system call.
+//!
+//! One [`Ring`] belongs to one NVMe queue, on the thread that runs it (SPDK's qpair-per-thread
+//! shape). The queue submits an operation (one command's buffer and its parts on the device),
+//! waits on the ring's eventfd with the rest of its events, and [`Ring::reap`]s whole
+//! operations: every part done, the buffer handed back.
+//!
+//! Buffers are moved into the ring and owned by it until the kernel has finished with them: the
+//! caller cannot touch or free memory the kernel writes. Dropping a ring waits for what is in
+//! flight for the same reason.
+//!
+//! Short transfers and `EAGAIN`/`EINTR` resubmit the rest; any other error fails the operation
+//! (after its other parts finished: the buffer is not returned while the kernel still uses it).
+// Casts: part indexes < PARTS_MAX, slot indexes < ring entries; lengths fit u32 (checked).
+#![allow(clippy::cast_possible_truncation)]
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use io_uring::{opcode, types, IoUring};
+
+use crate::buf::AlignedBuf;
+use crate::error::Error;
+
+/// Parts of one operation (device extents). A command over more clusters than this is not
+/// given to the ring.
+pub const PARTS_MAX: usize = 16;
+
+/// Where one part of an operation's buffer goes on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// Byte offset on the device.
+    pub device_offset: u64,
+    /// Byte offset in the operation's buffer.
+    pub at: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Read,
+    Write,
+}
+
+struct Op {
+    tag: u64,
+    dir: Dir,
+    buf: AlignedBuf,
+    parts: [Part; PARTS_MAX],
+    /// Bytes of each part already transferred.
+    moved: [usize; PARTS_MAX],
+    /// Parts whose SQE is in the kernel.
+    pending: u32,
+    error: Option<io::Error>,
+}
+
+/// A finished operation.
+#[derive(Debug)]
+pub struct Finished {
+    /// The tag it was submitted with.
+    pub tag: u64,
+    /// Its buffer, back.
+    pub buf: AlignedBuf,
+    /// Every part transferred, or the first error.
+    pub result: Result<(), Error>,
+}
+
+/// An io_uring over one device file, with an eventfd that is readable once a completion is
+/// posted.
+pub struct Ring {
+    ring: IoUring,
+    file: File,
+    event: OwnedFd,
+    ops: Vec<Option<Op>>,
+    free: Vec<u32>,
+    /// SQEs submitted and not completed: never above the CQ's size, so none is lost.
+    in_kernel: u32,
+    cq_entries: u32,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("ops", &(self.ops.len() - self.free.len()))
+            .field("in_kernel", &self.in_kernel)
+            .finish_non_exhaustive()
+    }
+}
+
+fn user_data(slot: u32, part: usize) -> u64 {
+    (u64::from(slot) << 8) | part as u64
+}
+
+impl Ring {
+    /// A ring for at most `ops` operations in flight on `file` (a duplicate of the device's
+    /// descriptor, with its `O_DIRECT` policy). Fails where io_uring is unavailable (old
+    /// kernels, seccomp, `kernel.io_uring_disabled`).
+    pub fn new(file: File, ops: u32) -> io::Result<Self> {
+        let entries = (ops.max(1) * 2).next_power_of_two().min(4096);
+        let ring = IoUring::new(entries)?;
+        // SAFETY: eventfd has no memory arguments; a negative return is an error.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor owned by nothing else.
+        let event = unsafe { OwnedFd::from_raw_fd(fd) };
+        ring.submitter().register_eventfd(event.as_raw_fd())?;
+        let cq_entries = ring.params().cq_entries();
+        Ok(Ring {
+            ring,
+            file,
+            event,
+            ops: Vec::with_capacity(ops as usize),
+            free: Vec::new(),
+            in_kernel: 0,
+            cq_entries,
+        })
+    }
+
+    /// Readable when completions may be waiting; [`Ring::reap`] drains it.
+    pub fn eventfd(&self) -> BorrowedFd<'_> {
+        self.event.as_fd()
+    }
+
+    /// Operations in flight.
+    pub fn in_flight(&self) -> usize {
+        self.ops.len() - self.free.len()
+    }
+
+    /// Whether an operation of `parts` parts fits now.
+    pub fn has_room(&self, parts: usize) -> bool {
+        parts <= PARTS_MAX && self.in_kernel as usize + parts <= self.cq_entries as usize
+    }
+
+    /// Reads each part from the device into `buf`; `tag` comes back with it.
+    pub fn read(
+        &mut self,
+        buf: AlignedBuf,
+        parts: &[Part],
+        tag: u64,
+    ) -> Result<(), (AlignedBuf, io::Error)> {
+        self.start(Dir::Read, buf, parts, tag)
+    }
+
+    /// Writes each part of `buf` to the device; `tag` comes back with it.
+    pub fn write(
+        &mut self,
+        buf: AlignedBuf,
+        parts: &[Part],
+        tag: u64,
+    ) -> Result<(), (AlignedBuf, io::Error)> {
+        self.start(Dir::Write, buf, parts, tag)
+    }
+
+    fn start(
+        &mut self,
+        dir: Dir,
+        buf: AlignedBuf,
+        parts: &[Part],
+        tag: u64,
+    ) -> Result<(), (AlignedBuf, io::Error)> {
+        let fits = parts
+            .iter()
+            .all(|p| p.at.checked_add(p.len).is_some_and(|end| end <= buf.len()) && p.len > 0);
+        if !fits || parts.is_empty() {
+            return Err((buf, io::Error::from(io::ErrorKind::InvalidInput)));
+        }
+        if !self.has_room(parts.len()) {
+            return Err((buf, io::Error::from(io::ErrorKind::WouldBlock)));
+        }
+        let mut op = Op {
+            tag,
+            dir,
+            buf,
+            parts: [Part {
+                device_offset: 0,
+                at: 0,
+                len: 0,
+            }; PARTS_MAX],
+            moved: [0; PARTS_MAX],
+            pending: 0,
+            error: None,
+        };
+        op.parts[..parts.len()].copy_from_slice(parts);
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.ops.push(None);
+                (self.ops.len() - 1) as u32
+            }
+        };
+        self.ops[slot as usize] = Some(op);
+        for i in 0..parts.len() {
+            if let Err(e) = self.push(slot, i) {
+                // Parts already queued still complete; the rest never start.
+                let op = self.ops[slot as usize].as_mut().expect("slot just filled");
+                op.error.get_or_insert(e);
+                if op.pending == 0 {
+                    let op = self.ops[slot as usize].take().expect("slot just filled");
+                    self.free.push(slot);
+                    return Err((op.buf, op.error.expect("set above")));
+                }
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the SQE for what is left of part `i` of the operation in `slot`.
+    fn push(&mut self, slot: u32, i: usize) -> io::Result<()> {
+        let op = self.ops[slot as usize].as_mut().expect("live slot");
+        let part = op.parts[i];
+        let done = op.moved[i];
+        let len = u32::try_from(part.len - done)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let ptr = op.buf[part.at + done..].as_mut_ptr();
+        let fd = types::Fd(self.file.as_raw_fd());
+        let offset = part.device_offset + done as u64;
+        let entry = match op.dir {
+            Dir::Read => opcode::Read::new(fd, ptr, len).offset(offset).build(),
+            Dir::Write => opcode::Write::new(fd, ptr, len).offset(offset).build(),
+        }
+        .user_data(user_data(slot, i));
+        // SAFETY: the buffer is owned by `self.ops[slot]` until this SQE's completion is reaped
+        // (the op is taken out only when `pending` is back to zero, and `Drop` waits for every
+        // SQE), and the descriptor by `self.file`, so both outlive the kernel's use.
+        let pushed = unsafe { self.ring.submission().push(&entry) };
+        if pushed.is_err() {
+            // The SQ is full: hand it to the kernel, then there is room.
+            self.ring.submit()?;
+            // SAFETY: as above.
+            unsafe { self.ring.submission().push(&entry) }
+                .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
+        }
+        op.pending += 1;
+        self.in_kernel += 1;
+        Ok(())
+    }
+
+    /// Hands queued SQEs to the kernel (one system call for all of them).
+    pub fn submit(&mut self) -> io::Result<()> {
+        if !self.ring.submission().is_empty() {
+            self.ring.submit()?;
+        }
+        Ok(())
+    }
+
+    /// Collects completions: every operation whose parts all finished goes to `done`. Also
+    /// resets the eventfd.
+    pub fn reap(&mut self, mut done: impl FnMut(Finished)) {
+        let mut counter = [0u8; 8];
+        // Non-blocking; a failure only means there was nothing to reset.
+        let _ = read_counter(&self.event, &mut counter);
+        loop {
+            let Some(cqe) = self.ring.completion().next() else {
+                break;
+            };
+            self.in_kernel -= 1;
+            let (slot, i) = (
+                (cqe.user_data() >> 8) as u32,
+                (cqe.user_data() & 0xff) as usize,
+            );
+            let res = cqe.result();
+            let Some(op) = self.ops.get_mut(slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            op.pending -= 1;
+            let part_len = op.parts[i].len;
+            let again = match res {
+                n if n > 0 => {
+                    op.moved[i] += n as usize;
+                    op.moved[i] < part_len
+                }
+                0 => {
+                    // End of file before the part: the device is smaller than the mapping says.
+                    op.error
+                        .get_or_insert_with(|| io::Error::from(io::ErrorKind::UnexpectedEof));
+                    false
+                }
+                e if -e == libc::EAGAIN || -e == libc::EINTR => true,
+                e => {
+                    op.error.get_or_insert(io::Error::from_raw_os_error(-e));
+                    false
+                }
+            };
+            if again && op.error.is_none() {
+                if let Err(e) = self.push(slot, i) {
+                    let op = self.ops[slot as usize].as_mut().expect("live slot");
+                    op.error.get_or_insert(e);
+                }
+            }
+            let op = self.ops[slot as usize].as_ref().expect("live slot");
+            if op.pending == 0 {
+                let op = self.ops[slot as usize].take().expect("live slot");
+                self.free.push(slot);
+                let what = match op.dir {
+                    Dir::Read => "io_uring read",
+                    Dir::Write => "io_uring write",
+                };
+                done(Finished {
+                    tag: op.tag,
+                    buf: op.buf,
+                    result: op.error.map_or(Ok(()), |e| Err(Error::io(what, None, e))),
+                });
+            }
+        }
+        // Resubmitted remainders.
+        let _ = self.submit();
+    }
+}
+
+/// Reads the eventfd's counter (resetting it); `WouldBlock` when it was zero.
+fn read_counter(fd: &OwnedFd, counter: &mut [u8; 8]) -> io::Result<()> {
+    // SAFETY: reads at most 8 bytes into a live 8-byte buffer.
+    let n = unsafe { libc::read(fd.as_raw_fd(), counter.as_mut_ptr().cast(), counter.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Ring {
+    /// Waits until the kernel has finished every submitted part; finished operations go to
+    /// `done`.
+    pub fn wait_all(&mut self, mut done: impl FnMut(Finished)) -> io::Result<()> {
+        while self.in_kernel > 0 {
+            self.ring.submit_and_wait(1)?;
+            self.reap(&mut done);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // The kernel may still write into owned buffers: wait until every SQE has completed.
+        if self.wait_all(drop).is_err() {
+            // Cannot wait (should not happen): leak the buffers rather than free memory the
+            // kernel may still write.
+            for op in self.ops.drain(..).flatten() {
+                std::mem::forget(op.buf);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    fn file_with(bytes: &[u8]) -> (tempfile::TempDir, File) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        std::fs::write(&path, bytes).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        (dir, f)
+    }
+
+    fn ring_or_skip(f: &File) -> Option<Ring> {
+        match Ring::new(f.try_clone().unwrap(), 8) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("io_uring unavailable here ({e}): skipped");
+                None
+            }
+        }
+    }
+
+    fn wait_one(ring: &mut Ring) -> Finished {
+        ring.submit().unwrap();
+        loop {
+            let mut got = None;
+            ring.reap(|f| got = Some(f));
+            if let Some(f) = got {
+                return f;
+            }
+            ring.ring.submit_and_wait(1).unwrap();
+        }
+    }
+
+    #[test]
+    fn reads_and_writes_parts_of_one_buffer_at_their_device_offsets() {
+        let image: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 253) as u8).collect();
+        let (_dir, f) = file_with(&image);
+        let Some(mut ring) = ring_or_skip(&f) else {
+            return;
+        };
+        // Two extents into one 12 KiB buffer: 8 KiB from 40 KiB, then 4 KiB from 4 KiB.
+        let parts = [
+            Part {
+                device_offset: 40 << 10,
+                at: 0,
+                len: 8 << 10,
+            },
+            Part {
+                device_offset: 4 << 10,
+                at: 8 << 10,
+                len: 4 << 10,
+            },
+        ];
+        ring.read(AlignedBuf::zeroed(12 << 10), &parts, 7).unwrap();
+        assert_eq!(ring.in_flight(), 1);
+        let f1 = wait_one(&mut ring);
+        assert_eq!(f1.tag, 7);
+        f1.result.unwrap();
+        assert_eq!(&f1.buf[..8 << 10], &image[40 << 10..48 << 10]);
+        assert_eq!(&f1.buf[8 << 10..], &image[4 << 10..8 << 10]);
+        assert_eq!(ring.in_flight(), 0);
+
+        let data = AlignedBuf::from_slice(&[0xa5; 4096]);
+        let part = Part {
+            device_offset: 60 << 10,
+            at: 0,
+            len: 4096,
+        };
+        ring.write(data, &[part], 9).unwrap();
+        let f2 = wait_one(&mut ring);
+        assert_eq!(f2.tag, 9);
+        f2.result.unwrap();
+        let mut back = vec![0u8; 4096];
+        f.read_exact_at(&mut back, 60 << 10).unwrap();
+        assert!(back.iter().all(|&b| b == 0xa5));
+    }
+
+    #[test]
+    fn a_read_past_the_end_fails_and_returns_its_buffer() {
+        let (_dir, f) = file_with(&[1u8; 8192]);
+        let Some(mut ring) = ring_or_skip(&f) else {
+            return;
+        };
+        let part = Part {
+            device_offset: 1 << 20,
+            at: 0,
+            len: 4096,
+        };
+        ring.read(AlignedBuf::zeroed(4096), &[part], 1).unwrap();
+        let done = wait_one(&mut ring);
+        let e = done.result.unwrap_err();
+        assert!(
+            matches!(&e, Error::Io { source, .. } if source.kind() == io::ErrorKind::UnexpectedEof),
+            "{e}"
+        );
+        assert_eq!(done.buf.len(), 4096);
+    }
+
+    #[test]
+    fn parts_outside_the_buffer_or_too_many_are_refused_before_anything_starts() {
+        let (_dir, f) = file_with(&[0u8; 8192]);
+        let Some(mut ring) = ring_or_skip(&f) else {
+            return;
+        };
+        let outside = Part {
+            device_offset: 0,
+            at: 4096,
+            len: 8192,
+        };
+        let (buf, e) = ring
+            .read(AlignedBuf::zeroed(8192), &[outside], 1)
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(buf.len(), 8192);
+        let small = Part {
+            device_offset: 0,
+            at: 0,
+            len: 512,
+        };
+        let many = [small; PARTS_MAX + 1];
+        assert!(ring.read(AlignedBuf::zeroed(8192), &many, 2).is_err());
+        assert_eq!(ring.in_flight(), 0);
+    }
+
+    #[test]
+    fn wait_all_returns_every_operation_in_flight() {
+        let (_dir, f) = file_with(&[3u8; 1 << 20]);
+        let Some(mut ring) = ring_or_skip(&f) else {
+            return;
+        };
+        for tag in 0..4 {
+            let part = Part {
+                device_offset: tag << 18,
+                at: 0,
+                len: 1 << 18,
+            };
+            ring.read(AlignedBuf::zeroed(1 << 18), &[part], tag)
+                .unwrap();
+        }
+        assert_eq!(ring.in_flight(), 4);
+        let mut tags = Vec::new();
+        ring.wait_all(|f| {
+            f.result.unwrap();
+            assert!(f.buf.iter().all(|&b| b == 3));
+            tags.push(f.tag);
+        })
+        .unwrap();
+        tags.sort_unstable();
+        assert_eq!(tags, [0, 1, 2, 3]);
+        assert_eq!(ring.in_flight(), 0);
+    }
+}
