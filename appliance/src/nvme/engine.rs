@@ -85,7 +85,7 @@ impl Engines {
     }
 
     /// Device operations the engines' queues ran on their io_uring rings (the rest ran in
-    /// place or on the blocking pool).
+    /// place or on the worker threads).
     pub fn ring_operations(&self) -> u64 {
         self.ring_operations.load(Ordering::Relaxed)
     }

@@ -3,9 +3,9 @@
 //! # Locking and durability
 //!
 //! Mapping runs under the pool mutex; device I/O of reads and of writes into clusters the volume
-//! already owns alone runs *outside* it, on the blocking pool, through a second handle on the
-//! pool's device ([`DataPath`], opened by path: `pread`/`pwrite` on the same file or block
-//! device). Core makes that safe (`edgevol_core` data-path docs):
+//! already owns alone runs *outside* it (in place, on the queue's io_uring or on a worker
+//! thread), through a second handle on the pool's device ([`DataPath`], opened by path: the same
+//! file or block device). Core makes that safe (`edgevol_core` data-path docs):
 //!
 //! - [`Pool::begin_read`] / [`Pool::begin_write`] pin the physical clusters of the I/O until
 //!   [`Pool::complete`]: a cluster trimmed, deallocated or freed by a volume/snapshot deletion and
@@ -507,12 +507,12 @@ impl DataPath {
 
     /// A queue's own io_uring on this device, for `ops` operations at once; `None` where the
     /// device has none (the fault device) or io_uring is unavailable: the queue then uses the
-    /// blocking pool.
+    /// worker threads.
     pub fn ring(&self, ops: u32) -> Option<Ring> {
         match self.dev.ring(ops)? {
             Ok(ring) => Some(ring),
             Err(e) => {
-                tracing::debug!(%e, "no io_uring: device I/O on the blocking pool");
+                tracing::debug!(%e, "no io_uring: device reads on the worker threads");
                 None
             }
         }

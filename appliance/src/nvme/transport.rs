@@ -10,7 +10,9 @@
 //! on a page-cache device, and on an `O_DIRECT` device when the command is alone (nothing in
 //! flight or received behind it, so there is no depth to give the drive). Everything else
 //! (queued commands on a drive, Flush, FUA, Write Zeroes, Deallocate) runs concurrently, up to
-//! the queue's slots, on the blocking pool. Read buffers are kept per queue and reused.
+//! the queue's slots: queued Reads on the queue's own io_uring ([`super::device_ring`]), the
+//! rest on the target's worker threads ([`super::workers`]). Data buffers are kept per queue
+//! and reused.
 //!
 //! A volume with QoS limits ([`super::throttle`]) holds back I/O commands over its limits: they
 //! wait in the queue's own list, in arrival order, and start when the volume's limiter hands
@@ -287,7 +289,7 @@ pub async fn serve(
                 conn.ring = data.ring(RING_OPS).and_then(|r| match DeviceRing::new(r) {
                     Ok(r) => Some(r),
                     Err(e) => {
-                        tracing::debug!(%e, "device ring not registered: using the blocking pool");
+                        tracing::debug!(%e, "device ring not registered: reads on the worker threads");
                         None
                     }
                 });
@@ -874,7 +876,7 @@ impl Conn {
         }
     }
 
-    /// Starts an I/O command: in place, or on the blocking pool.
+    /// Starts an I/O command: in place, on the queue's ring, or on a worker thread.
     fn run_io(&mut self, issued: Issued, request: io::Request, started: StdInstant) {
         let (kind, bytes) = request.accounting();
         let quick = match request.cmd {
