@@ -75,13 +75,15 @@ pub struct Decoder {
     last_header_len: usize,
     /// Data buffers handed back by the consumer ([`Decoder::recycle`]), for the next PDUs' data.
     spare: Vec<Vec<u8>>,
+    spare_bytes: usize,
     /// The data of the PDU being decoded: copied from the input straight into the buffer the
     /// PDU will own (the header, padding and digest gather in `buf`).
     data: Vec<u8>,
 }
 
-/// Spare data buffers kept, and the largest kept (one H2CData PDU at the default MAXH2CDATA).
-const SPARE_BUFFERS: usize = 16;
+/// Bytes of spare data buffers kept (a full queue of 4 KiB writes, or 16 of 128 KiB), and the
+/// largest kept (one H2CData PDU at the default MAXH2CDATA).
+const SPARE_BYTES: usize = 2 << 20;
 const SPARE_MAX: usize = 128 * 1024;
 
 /// What one [`Decoder::decode`] call produced.
@@ -113,6 +115,7 @@ impl Decoder {
             last_header: [0; TERM_REQ_MAX_DATA],
             last_header_len: 0,
             spare: Vec::new(),
+            spare_bytes: 0,
             data: Vec::new(),
         }
     }
@@ -120,8 +123,10 @@ impl Decoder {
     /// Takes back a PDU's data buffer once its consumer is done with it: the next PDU with data
     /// reuses it instead of allocating.
     pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFFERS && buf.capacity() > 0 && buf.capacity() <= SPARE_MAX {
+        let size = buf.capacity();
+        if size > 0 && size <= SPARE_MAX && self.spare_bytes + size <= SPARE_BYTES {
             buf.clear();
+            self.spare_bytes += size;
             self.spare.push(buf);
         }
     }
@@ -247,6 +252,7 @@ impl Decoder {
         if self.data.capacity() == 0 {
             // The PDU's own buffer, recycled when there is one.
             self.data = self.spare.pop().unwrap_or_default();
+            self.spare_bytes -= self.data.capacity();
             self.data.reserve_exact(len);
         }
         let have = self.data.len();
