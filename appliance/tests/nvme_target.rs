@@ -89,6 +89,18 @@ impl Fixture {
             .unwrap()
     }
 
+    /// An admin queue of `HOST` on volume `id` and its I/O queue 1 (the admin queue keeps the
+    /// controller).
+    async fn connect(&self, id: VolumeId) -> (Admin, Queue) {
+        let nqn = self.nqn(id);
+        let admin = Admin::connect(self.addr, &nqn, HOST, 0).await.unwrap();
+        let q = admin
+            .io_queue(self.addr, 1, &nqn, HOST, Digests::NONE)
+            .await
+            .unwrap();
+        (admin, q)
+    }
+
     fn nqn(&self, id: VolumeId) -> String {
         naming::subsystem_nqn("test-box", id)
     }
@@ -587,12 +599,7 @@ async fn failed_commands_fill_the_error_log_newest_first() {
 async fn bad_pdus_close_only_their_connection() {
     let f = Fixture::start().await;
     let v = f.volume("v", 16 * MIB, HOST, false).await;
-    let nqn = f.nqn(v);
-    let admin = Admin::connect(f.addr, &nqn, HOST, 0).await.unwrap();
-    let mut good = admin
-        .io_queue(f.addr, 1, &nqn, HOST, Digests::NONE)
-        .await
-        .unwrap();
+    let (_admin, mut good) = f.connect(v).await;
     // Unknown PDU type, wrong hlen, oversized plen: each gets a TermReq and a close.
     let bad: [&[u8]; 3] = [
         &[0x7e, 0, 8, 0, 8, 0, 0, 0],
@@ -652,12 +659,7 @@ async fn snapshots_and_trims_race_in_flight_io() {
     let f = Fixture::start().await;
     let id = f.volume("racing", 8 * MIB, HOST, false).await;
     let other = f.volume("churn", 8 * MIB, HOST, false).await;
-    let nqn = f.nqn(id);
-    let admin = Admin::connect(f.addr, &nqn, HOST, 0).await.unwrap();
-    let mut q = admin
-        .io_queue(f.addr, 1, &nqn, HOST, Digests::NONE)
-        .await
-        .unwrap();
+    let (_admin, mut q) = f.connect(id).await;
     let oq_admin = Admin::connect(f.addr, &f.nqn(other), HOST, 0)
         .await
         .unwrap();
@@ -830,12 +832,7 @@ async fn queued_reads_on_an_o_direct_pool_run_on_the_queues_io_uring() {
     let f = Fixture::start().await;
     let engines = f.app.running.target.engines.clone();
     let id = f.volume("ring", 8 * MIB, HOST, false).await;
-    let nqn = f.nqn(id);
-    let admin = Admin::connect(f.addr, &nqn, HOST, 0).await.unwrap();
-    let mut q = admin
-        .io_queue(f.addr, 1, &nqn, HOST, Digests::NONE)
-        .await
-        .unwrap();
+    let (_admin, mut q) = f.connect(id).await;
     let fill = pattern(0xee, 6 * MIB as usize);
     for (i, chunk) in fill.chunks(128 << 10).enumerate() {
         run(&mut q, io::write(i as u64 * 32, chunk, false)).await;

@@ -95,6 +95,16 @@ pub struct Decoded {
     pub result: Option<Result<Pdu, PduError>>,
 }
 
+/// Moves bytes of `input` from `consumed` on into `dst` until it holds `need`; whether it does.
+fn move_into(dst: &mut Vec<u8>, input: &[u8], consumed: &mut usize, need: usize) -> bool {
+    if dst.len() < need {
+        let take = (need - dst.len()).min(input.len() - *consumed);
+        dst.extend_from_slice(&input[*consumed..*consumed + take]);
+        *consumed += take;
+    }
+    dst.len() >= need
+}
+
 fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
@@ -237,14 +247,7 @@ impl Decoder {
 
     /// Moves input into `buf` until it holds `need` bytes; whether it does.
     fn fill(&mut self, input: &[u8], consumed: &mut usize, need: usize) -> bool {
-        let have = self.buf.len();
-        if have < need {
-            let take = (need - have).min(input.len() - *consumed);
-            self.buf
-                .extend_from_slice(&input[*consumed..*consumed + take]);
-            *consumed += take;
-        }
-        self.buf.len() >= need
+        move_into(&mut self.buf, input, consumed, need)
     }
 
     /// Moves input into the PDU's data buffer until it holds `len` bytes; whether it does.
@@ -255,14 +258,7 @@ impl Decoder {
             self.spare_bytes -= self.data.capacity();
             self.data.reserve_exact(len);
         }
-        let have = self.data.len();
-        if have < len {
-            let take = (len - have).min(input.len() - *consumed);
-            self.data
-                .extend_from_slice(&input[*consumed..*consumed + take]);
-            *consumed += take;
-        }
-        self.data.len() >= len
+        move_into(&mut self.data, input, consumed, len)
     }
 
     fn reset(&mut self) {
