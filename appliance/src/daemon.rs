@@ -235,10 +235,25 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     };
     let metrics_addr = metrics.as_ref().map(|m| m.local_addr);
 
+    // On an appliance image the plugin's version is the firmware's: an update shows in
+    // GetPluginInfo once the new slot runs.
+    let vendor_version = match &firmware {
+        // The version never changes while running: a poisoned lock still holds it.
+        Some((fw, _)) => fw
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .running_version()
+            .to_owned(),
+        None => edgevol_driver::identity::VENDOR_VERSION.to_owned(),
+    };
     let server = tonic::transport::Server::builder()
         .layer(crate::metrics::csi::CsiMetricsLayer::new(registry))
         .layer(AuthLayer)
-        .add_routes(crate::csi::routes(&state, Some(target_info.clone())))
+        .add_routes(crate::csi::routes(
+            &state,
+            Some(target_info.clone()),
+            vendor_version,
+        ))
         .add_service(HostKeysServer::new(HostKeysService::new(host_keys.clone())))
         .add_service(EnrolmentServer::new(EnrolmentService::new(
             host_keys.clone(),
@@ -264,7 +279,19 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         };
         let watchdog = fc.watchdog.as_deref().and_then(|path| {
             crate::firmware::watchdog::Watchdog::open(path)
-                .inspect(|_| tracing::info!(device = %path.display(), "watchdog armed"))
+                .inspect(|dog| match dog.info(Path::new("/sys/class/watchdog")) {
+                    Some(info) => tracing::info!(
+                        device = %path.display(),
+                        driver = %info.identity,
+                        timeout = %info
+                            .timeout_s
+                            .map_or_else(|| "unknown".to_owned(), |t| format!("{t}s")),
+                        "watchdog armed"
+                    ),
+                    None => {
+                        tracing::info!(device = %path.display(), "watchdog armed (driver unknown)")
+                    }
+                })
                 .map_err(
                     |e| tracing::error!(device = %path.display(), error = %e, "watchdog not armed"),
                 )

@@ -79,7 +79,7 @@ pub fn render_status(s: &FirmwareStatusResponse) -> String {
         };
         let _ = writeln!(
             out,
-            "slot {}     {:<9} version {:<24} boots {}",
+            "slot {}     {:<11} version {:<24} boots {}",
             slot.name, slot.state, version, slot.boots
         );
     }

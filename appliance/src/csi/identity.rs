@@ -17,12 +17,18 @@ use crate::state::State;
 #[derive(Debug, Clone)]
 pub struct IdentityService {
     state: Arc<State>,
+    vendor_version: String,
 }
 
 impl IdentityService {
-    /// Serves the identity of `state`'s appliance.
-    pub fn new(state: Arc<State>) -> Self {
-        IdentityService { state }
+    /// Serves the identity of `state`'s appliance; `vendor_version` is what GetPluginInfo
+    /// reports: the running firmware's version on an appliance image (so an operator sees an
+    /// update take effect), else the daemon's own ([`identity::VENDOR_VERSION`]).
+    pub fn new(state: Arc<State>, vendor_version: String) -> Self {
+        IdentityService {
+            state,
+            vendor_version,
+        }
     }
 }
 
@@ -41,7 +47,7 @@ impl Identity for IdentityService {
         ]);
         Ok(Response::new(GetPluginInfoResponse {
             name: identity::PLUGIN_NAME.to_owned(),
-            vendor_version: identity::VENDOR_VERSION.to_owned(),
+            vendor_version: self.vendor_version.clone(),
             manifest,
         }))
     }
@@ -77,7 +83,7 @@ mod tests {
     #[tokio::test]
     async fn probe_reports_not_ready_until_the_pool_is_open() {
         let state = Arc::new(State::new("box".into(), Default::default()));
-        let service = IdentityService::new(state.clone());
+        let service = IdentityService::new(state.clone(), identity::VENDOR_VERSION.into());
         let probe = || async {
             service
                 .probe(Request::new(ProbeRequest {}))
@@ -94,6 +100,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn plugin_info_reports_the_version_it_was_given() {
+        let state = Arc::new(State::new("box".into(), Default::default()));
+        let info = IdentityService::new(state, "1.0.0-fw7".into())
+            .get_plugin_info(Request::new(GetPluginInfoRequest {}))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(info.vendor_version, "1.0.0-fw7");
+        assert_eq!(info.manifest["appliance-id"], "box");
+    }
+
+    #[tokio::test]
     async fn probe_reports_a_poisoned_pool_as_unhealthy() {
         let state = Arc::new(State::new("box".into(), Default::default()));
         let dir = tempfile::tempdir().unwrap();
@@ -104,7 +122,7 @@ mod tests {
             panic!("injected: poisons the pool lock");
         })
         .join();
-        let err = IdentityService::new(state)
+        let err = IdentityService::new(state, identity::VENDOR_VERSION.into())
             .probe(Request::new(ProbeRequest {}))
             .await
             .unwrap_err();

@@ -41,12 +41,13 @@ use crate::pool::PoolDevice;
 use crate::state::State;
 
 /// Every CSI service the appliance serves, routed. `target` is the running NVMe/TCP target, if
-/// any: publishing is offered only with it.
-pub fn routes(state: &Arc<State>, target: Option<TargetInfo>) -> Routes {
+/// any: publishing is offered only with it. `vendor_version` is GetPluginInfo's (see
+/// [`identity::IdentityService::new`]).
+pub fn routes(state: &Arc<State>, target: Option<TargetInfo>, vendor_version: String) -> Routes {
     let mut routes = Routes::builder();
     routes.add_service(
         edgevol_proto::csi::v1::identity_server::IdentityServer::new(
-            identity::IdentityService::new(state.clone()),
+            identity::IdentityService::new(state.clone(), vendor_version),
         ),
     );
     routes.add_service(

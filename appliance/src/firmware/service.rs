@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use edgevol_firmware::boot_dir::LoaderView;
 use edgevol_firmware::manager::{FirmwareError, FirmwareStatus};
-use edgevol_firmware::slots::{BootEnv, BootOutcome, SlotError};
+use edgevol_firmware::slots::{BootEnv, BootOutcome, SlotError, Status as SlotStatus};
 use edgevol_proto::edgevol::v1 as pb;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
@@ -105,9 +105,15 @@ pub fn encode_status(s: &FirmwareStatus, running_version: &str) -> pb::FirmwareS
         .into_iter()
         .map(|id| {
             let slot = s.slots.slot(id);
+            // An update holds the manager for its whole write, so a status never sees one in
+            // progress: a slot still "writing" is one whose write a power cut or crash ended.
+            let state = match slot.status {
+                SlotStatus::Writing => "interrupted".to_owned(),
+                other => other.to_string(),
+            };
             pb::FirmwareSlot {
                 name: id.to_string(),
-                state: slot.status.to_string(),
+                state,
                 version: slot.version.clone(),
                 boots: slot.boots,
             }
@@ -151,6 +157,10 @@ impl pb::firmware_server::Firmware for FirmwareService {
             }
             bundle.extend_from_slice(&chunk.data);
         }
+        tracing::info!(
+            bytes = bundle.len(),
+            "firmware: bundle received, verifying it and writing the inactive slot"
+        );
         let (slot, manifest) = self
             .with(move |f| {
                 let manifest = f.update(&bundle)?;
@@ -207,7 +217,7 @@ impl pb::firmware_server::Firmware for FirmwareService {
 mod tests {
     use super::*;
     use edgevol_firmware::bundle::BundleError;
-    use edgevol_firmware::slots::{SlotId, Status as SlotStatus};
+    use edgevol_firmware::slots::{SlotId, Slots};
     use tonic::Code;
 
     #[test]
@@ -251,6 +261,33 @@ mod tests {
             assert_eq!(s.code(), code, "{e}");
             assert_eq!(s.message(), e.to_string());
         }
+    }
+
+    #[test]
+    fn a_slot_left_writing_reads_as_interrupted() {
+        // A power cut during an update: the record says slot B was being written.
+        let mut slots = Slots::factory("1.0").unwrap();
+        assert_eq!(slots.begin_write(SlotId::A).unwrap(), SlotId::B);
+        assert_eq!(slots.reconcile(SlotId::A).unwrap(), BootOutcome::Normal);
+        let status = FirmwareStatus {
+            running: SlotId::A,
+            boot: BootOutcome::Normal,
+            slots,
+            loaders: LoaderView {
+                grub: Ok(BootEnv {
+                    primary: SlotId::A,
+                    trial: None,
+                }),
+                syslinux: Ok(BootEnv {
+                    primary: SlotId::A,
+                    trial: None,
+                }),
+            },
+        };
+        let wire = encode_status(&status, "1.0");
+        let states: Vec<_> = wire.slots.iter().map(|s| s.state.as_str()).collect();
+        assert_eq!(states, ["good", "interrupted"]);
+        assert_eq!((wire.boot.as_str(), wire.primary.as_str()), ("normal", "A"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! `/dev/watchdog` (QEMU's i6300esb, a board's TCO timer, or softdog): opened once, petted by a
-//! write after every healthy probe. Never disarmed (no magic close): if the daemon hangs or
-//! exits, the timer runs out and the box resets, which on a trial boot means the previous slot.
+//! `/dev/watchdog` (QEMU's i6300esb, a board's TCO timer, or softdog when the box has none):
+//! opened once, petted by a write after every healthy probe. Never disarmed (no magic close): if
+//! the daemon hangs or exits, the timer runs out and the box resets, which on a trial boot means
+//! the previous slot. [`Watchdog::info`] names the driver behind the device (logged when armed).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -34,6 +35,43 @@ impl Watchdog {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The driver behind the device and its timeout, from the kernel's watchdog class
+    /// (`class_dir`, `/sys/class/watchdog` on a box); `None` if the kernel does not say.
+    pub fn info(&self, class_dir: &Path) -> Option<Info> {
+        let dir = class_dir.join(sysfs_name(&self.path)?);
+        let identity = std::fs::read_to_string(dir.join("identity")).ok()?;
+        let timeout_s = std::fs::read_to_string(dir.join("timeout"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        Some(Info {
+            identity: identity.trim().to_owned(),
+            timeout_s,
+        })
+    }
+}
+
+/// What the kernel says about a watchdog device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    /// The driver's name for its timer (`i6300ESB timer`, `Software Watchdog`).
+    pub identity: String,
+    /// Seconds without a pet before the box resets, if the kernel says.
+    pub timeout_s: Option<u32>,
+}
+
+/// The watchdog class entry of a device node: the legacy `/dev/watchdog` is the first
+/// registered timer, `watchdog0`; `/dev/watchdogN` is `watchdogN`.
+fn sysfs_name(device: &Path) -> Option<String> {
+    let name = device.file_name()?.to_str()?;
+    let n = name.strip_prefix("watchdog")?;
+    if n.is_empty() {
+        Some("watchdog0".to_owned())
+    } else if n.bytes().all(|b| b.is_ascii_digit()) {
+        Some(name.to_owned())
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -50,5 +88,42 @@ mod tests {
         dog.pet().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"\0\0");
         assert!(Watchdog::open(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn info_names_the_driver_from_the_watchdog_class() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("watchdog");
+        std::fs::write(&dev, b"").unwrap();
+        let class = dir.path().join("class");
+        std::fs::create_dir_all(class.join("watchdog0")).unwrap();
+        std::fs::create_dir_all(class.join("watchdog1")).unwrap();
+        std::fs::write(class.join("watchdog0/identity"), "i6300ESB timer\n").unwrap();
+        std::fs::write(class.join("watchdog0/timeout"), "30\n").unwrap();
+        std::fs::write(class.join("watchdog1/identity"), "Software Watchdog\n").unwrap();
+        let dog = Watchdog::open(&dev).unwrap();
+        assert_eq!(
+            dog.info(&class),
+            Some(Info {
+                identity: "i6300ESB timer".into(),
+                timeout_s: Some(30)
+            })
+        );
+        let dev1 = dir.path().join("watchdog1");
+        std::fs::write(&dev1, b"").unwrap();
+        assert_eq!(
+            Watchdog::open(&dev1).unwrap().info(&class),
+            Some(Info {
+                identity: "Software Watchdog".into(),
+                timeout_s: None
+            })
+        );
+        // Not a watchdog node, or no class entry: the kernel says nothing.
+        assert_eq!(sysfs_name(Path::new("/dev/null")), None);
+        assert_eq!(sysfs_name(Path::new("/dev/watchdogx")), None);
+        assert_eq!(
+            Watchdog::open(&dev).unwrap().info(&dir.path().join("none")),
+            None
+        );
     }
 }
