@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the edgevol appliance firmware image, in one command:
-#   image/out/vmlinuz        the pinned Debian cloud kernel (qemu/versions.env)
+#   image/out/vmlinuz        the pinned Debian 6.12 cloud kernel (qemu/versions.env, chosen by
+#                            EDGEVOL_IMAGE_KERNEL in image/versions.env)
 #   image/out/initramfs.gz   busybox (pinned busybox-static .deb), static musl edgevold + edgevol
-#                            (for `edgevol pki` on first boot), virtio modules, image/init and the
-#                            guest helpers it sources (qemu/guest-lib.sh)
+#                            (for `edgevol pki` on first boot), virtio, vfat and watchdog modules,
+#                            image/init and the guest helpers it sources (qemu/guest-lib.sh)
 #   image/out/edgevol.bundle the same kernel + initramfs as a signed firmware update bundle
 #   image/out/edgevol.img    raw disk, MBR: p1 FAT "EDGEVOLBOOT" (A/B slots /slot-a and /slot-b,
 #                            this build in slot A; BIOS: syslinux from the pinned syslinux-common
@@ -36,7 +37,7 @@ t0=$SECONDS
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
 # shellcheck disable=SC2086 # a list of package names
 apt_need $EDGEVOL_IMAGE_APT_PACKAGES
-kernel_select default
+kernel_select "$EDGEVOL_IMAGE_KERNEL"
 
 # --- pinned Debian packages, unpacked once ------------------------------------------------------
 debs="$CACHE/image-debs"
@@ -81,12 +82,22 @@ install -m 0755 "$ROOT/image/init" "$rootfs/init"
 install -m 0644 "$ROOT/qemu/guest-lib.sh" "$rootfs/lib/edgevol/guest-lib.sh"
 install -m 0644 "$signing_dir/firmware-signing.pub" "$rootfs/etc/edgevol/firmware-signing.pub"
 echo "$version" >"$rootfs/etc/edgevol/firmware-version"
-# The cloud kernel has NVMe PCI, ext4 and TCP built in; virtio transport, disk and NIC are modules,
-# and so is vfat (the boot partition, where the A/B slots live).
-# softdog: /dev/watchdog on a kernel without a hardware watchdog driver (the 6.1 cloud kernel has
-# no i6300esb); it resets the box when edgevold stops petting it.
-modules_install "$MODDIR" "$rootfs" virtio_pci virtio_blk virtio_net vfat nls_cp437 nls_ascii softdog ||
+# The cloud kernel has NVMe PCI, ext4 and TCP built in; virtio disk and NIC are modules, and so
+# is vfat (the boot partition, where the A/B slots live). i6300esb: the hardware watchdog
+# (/dev/watchdog) when the box has one; loaded at boot, it binds only if the device exists.
+modules_install "$MODDIR" "$rootfs" virtio_pci virtio_blk virtio_net vfat nls_cp437 nls_ascii i6300esb ||
     exit 1
+# softdog, the fallback: image/init loads it only when no hardware watchdog gave /dev/watchdog
+# (a kernel timer: it catches a hung daemon, not a hung kernel). Its one dependency, the watchdog
+# core, is in the list above already.
+modules_install "$MODDIR" "$work/fallback" softdog || exit 1
+if [[ "$(cat "$work/fallback/lib/modules/load.list")" != $'watchdog.ko\nsoftdog.ko' ]] ||
+    ! grep -qx watchdog.ko "$rootfs/lib/modules/load.list"; then
+    echo "build.sh: softdog needs more than the watchdog core: $(cat "$work/fallback/lib/modules/load.list")" >&2
+    exit 1
+fi
+mkdir -p "$rootfs/lib/modules/fallback"
+install -m 0644 "$work/fallback/lib/modules/softdog.ko" "$rootfs/lib/modules/fallback/"
 (cd "$rootfs" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) |
     gzip -9 -n >"$out/initramfs.gz"
 cp "$KERNEL" "$out/vmlinuz"

@@ -17,6 +17,13 @@
 #   --timeout SECS        budget to reach the marker (default 180)
 #   --lifetime SECS       hard limit of a detached VM's life, enforced by a watchdog (default 900)
 #   --firmware bios|uefi  SeaBIOS (QEMU's default) or OVMF (default bios)
+#   --watchdog i6300esb|none  the board's hardware watchdog: QEMU's i6300esb, its expiry a reset
+#                         (under -no-reboot: the VM ends), or none (the image falls back to
+#                         softdog) (default i6300esb)
+#   --disk-write-bps N    throttle the guest's writes to the disk to N bytes/s (a slow boot
+#                         medium, to cut power during a long write) (default: none)
+#   --qmp-events FILE     append QEMU's QMP events (JSON lines: WATCHDOG, SHUTDOWN with its
+#                         reason, ...) to FILE, to tell a watchdog reset from a guest's reboot
 #   --mem MB (default 512), --smp N (default 1), --log FILE, --pidfile FILE
 # Exit: 0 as expected, 1 otherwise, 124 timeout, 2 usage. The log keeps the whole console.
 set -euo pipefail
@@ -25,10 +32,10 @@ set -euo pipefail
 
 name=appliance disk="" csi_port="" nvme_port="" link="" wait_for="EDGEVOL-APPLIANCE READY"
 fail_marker="EDGEVOL-APPLIANCE FAILED" expect_fail=0 stop=0 timeout=180 lifetime=900
-mem=512 smp=1 log="" pidfile="" firmware=bios
+mem=512 smp=1 log="" pidfile="" firmware=bios watchdog=i6300esb qmp_events="" disk_write_bps=""
 nvme=()
 opts_parse 'name disk nvme+ csi-port nvme-port link wait-for fail-marker expect-fail! stop! timeout
-    lifetime mem smp log pidfile firmware' "$@"
+    lifetime mem smp log pidfile firmware watchdog qmp-events disk-write-bps' "$@"
 [[ -f "$disk" ]] || die "--disk: no such file '$disk' (build it with image/build.sh)"
 ((${#nvme[@]})) || die "at least one --nvme FILE"
 mkdir -p "$CACHE/logs" "$CACHE/run"
@@ -40,7 +47,7 @@ fwd=""
 [[ -n "$nvme_port" ]] && fwd+=",hostfwd=tcp:127.0.0.1:$nvme_port-:4420"
 args=(qemu-system-x86_64 -accel tcg -m "$mem" -smp "$smp" -nodefaults -no-reboot
     -display none -monitor none -serial "file:$log"
-    -drive "file=$disk,if=none,id=boot,format=raw,cache=writeback"
+    -drive "file=$disk,if=none,id=boot,format=raw,cache=writeback${disk_write_bps:+,throttling.bps-write=$disk_write_bps}"
     -device "virtio-blk-pci,drive=boot,bootindex=0"
     -netdev "user,id=mgmt,restrict=on$fwd"
     -device "virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:01")
@@ -56,6 +63,16 @@ uefi)
     ;;
 *) die "--firmware: bios or uefi, not '$firmware'" ;;
 esac
+case "$watchdog" in
+i6300esb) args+=(-device i6300esb -action watchdog=reset) ;;
+none) ;;
+*) die "--watchdog: i6300esb or none, not '$watchdog'" ;;
+esac
+qmp="$CACHE/run/$name.qmp"
+if [[ -n "$qmp_events" ]]; then
+    rm -f "$qmp"
+    args+=(-qmp "unix:$qmp,server=on,wait=off")
+fi
 if [[ -n "$link" ]]; then
     args+=(-netdev "$(link_netdev "$link")" -device "virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:01")
 fi
@@ -74,6 +91,22 @@ start=$(date +%s)
 pid="$(cat "$pidfile")"
 # The watchdog: no VM outlives its budget, even if the caller dies without cleaning up.
 setsid bash -c "sleep $lifetime; kill $pid 2>/dev/null" </dev/null >/dev/null 2>&1 &
+# QMP sends events only once capabilities are negotiated: a listener does that, then copies
+# every line QEMU sends until it ends.
+# shellcheck disable=SC2016 # Python, not shell
+[[ -n "$qmp_events" ]] && setsid python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rw")
+f.readline()
+f.write("{\"execute\": \"qmp_capabilities\"}\n")
+f.flush()
+with open(sys.argv[2], "a") as out:
+    for line in f:
+        out.write(line)
+        out.flush()
+' "$qmp" "$qmp_events" </dev/null >/dev/null 2>&1 &
 stop_vm() { kill "$pid" 2>/dev/null || true; }
 
 verdict=""
