@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Firmware updates end to end in QEMU (TCG, BIOS boot), the appliance driven over mTLS with its
-# admin certificate (`edgevol firmware ...`). QEMU runs with -no-reboot: a reboot (activate, a
-# failed trial, the watchdog) ends the VM and the script boots the same disk again, as the box's
-# firmware would. Checks, in order:
-#   1. version 1 boots from slot A; a truncated bundle, one for another architecture and one
-#      signed with another key are refused and nothing is written (slot B stays empty);
-#   2. update to version 2 + activate: slot B boots once, passes its health check (20 s in
-#      tests/firmware/edgevold.toml) and becomes primary; status says so;
-#   3. a bundle whose edgevold exits at start: its trial boot records the exit and reboots; the
-#      box comes back on slot B by itself and status says "edgevold exited with status 3";
-#   4. a bundle whose edgevold hangs once serving (SIGSTOP before its health hold ends): it stops
-#      petting the watchdog (softdog, 60 s), the box resets and comes back on slot B, status says
-#      the trial ended before its health check passed.
+# Firmware updates end to end in QEMU (TCG), the appliance driven over mTLS with its admin
+# certificate (`edgevol firmware ...`), with QEMU's i6300esb as the box's hardware watchdog (its
+# expiry a reset). QEMU runs with -no-reboot: a reboot (activate, a failed trial, the watchdog)
+# ends the VM and the script boots the same disk again, as the box's firmware would; QEMU's QMP
+# events (qmp-N.jsonl) tell a watchdog reset from a guest's own reboot. Checks, in order:
+#   1. version 1 boots from slot A (BIOS) with /dev/watchdog on the i6300esb, armed by edgevold;
+#      GetPluginInfo reports version 1; a truncated bundle, one for another architecture and
+#      one signed with another key are refused and nothing is written (slot B stays empty);
+#   2. update to version 2 + activate while a node VM (qemu/node-vm.sh, the real edgevol-node,
+#      6.1 kernel initiator) has an ext4 volume mounted and writes fsynced files to it
+#      (tests/e2e/tests/firmware_update.rs): slot B boots once under UEFI (OVMF, GRUB's
+#      boot-once), passes its health check (20 s in tests/firmware/edgevold.toml) and becomes
+#      primary; status says so and GetPluginInfo reports version 2; the node's writer went on by
+#      itself (the kernel reconnected), no write failed, every fsynced file reads back, no I/O
+#      error in its dmesg;
+#   3. a bundle whose edgevold exits at start: its trial boot records the exit and reboots (no
+#      watchdog); the box comes back on slot B by itself and status says "edgevold exited with
+#      status 3";
+#   4. a bundle whose edgevold hangs once serving (SIGSTOP before its health hold ends): it
+#      stops petting the i6300esb, QEMU reports the watchdog's reset, the box comes back on slot
+#      B and status says the trial ended before its health check passed;
+#   5. power cut (QEMU killed) while the inactive slot is being written (the boot disk's writes
+#      throttled so the write lasts): the box boots slot B, the cut slot reads "interrupted",
+#      no trial is armed, and the loaders boot slot B.
 # Every boot and wait has a time budget. Logs: qemu/.cache/logs/fw-*.log. Exit 0 = PASS.
 #
 # usage: scripts/test-firmware-qemu.sh
@@ -71,26 +82,45 @@ head -c -1000 "$run/v2/edgevol.bundle" >"$run/truncated.bundle"
 "$BIN/edgevol" pki firmware-key --dir "$run/other-key" >/dev/null
 "$BIN/edgevol" pki sign-firmware --key "$run/other-key/firmware-signing.key" --kernel "$run/v2/vmlinuz" \
     --initramfs "$run/v2/initramfs.gz" --version 1.0.0-forged --out "$run/forged.bundle" >/dev/null
+# The node VM's static edgevol-node and e2e-agent, and the host side of its test.
+CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
+    cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
+cargo test --locked -p edgevol-e2e --test firmware_update --no-run >&2
 say "builds done in $((SECONDS - t0)) s"
+step_t=$SECONDS
+# step_done N: how long step N took (BENCHMARKS.md).
+step_done() {
+    say "step $1 done in $((SECONDS - step_t)) s"
+    step_t=$SECONDS
+}
 
 disk="$run/disk.img" nvme="$run/nvme.img"
 cp --sparse=always "$run/v1/edgevol.img" "$disk"
 truncate -s 1G "$nvme"
-csi_port=$(free_port SOCK_STREAM)
+csi_port=$(free_port SOCK_STREAM) node_csi=$(free_port SOCK_STREAM) node_exec=$(free_port SOCK_STREAM)
+link_a=$(free_port SOCK_DGRAM) link_n=$(free_port SOCK_DGRAM)
+node_pidfile="$CACHE/run/fw-node.pid"
 pidfile="$CACHE/run/fw.pid"
 n=0
 VM_PID=""
-cleanup() { if [[ -n "$VM_PID" ]]; then kill "$VM_PID" 2>/dev/null || true; fi; }
+cleanup() {
+    if [[ -n "$VM_PID" ]]; then kill "$VM_PID" 2>/dev/null || true; fi
+    vms_stop
+}
 trap cleanup EXIT
 
-# boot MARKER [TIMEOUT]: boots the disk (a new log each time) until MARKER; the VM keeps running.
-# Sets LOG and VM_PID (QEMU removes its pidfile when it ends).
+# boot MARKER [TIMEOUT] [VM OPTIONS...]: boots the disk (a new log each time) until MARKER; the
+# VM keeps running. Sets LOG, QMP (its QEMU events) and VM_PID (QEMU removes its pidfile when
+# it ends).
 boot() {
+    local marker=$1 timeout=${2:-240}
+    shift $(($# < 2 ? $# : 2))
     n=$((n + 1))
-    LOG="$CACHE/logs/fw-$n.log"
+    LOG="$CACHE/logs/fw-$n.log" QMP="$run/qmp-$n.jsonl"
     "$ROOT/qemu/appliance-vm.sh" --name fw --disk "$disk" --nvme "$nvme" --csi-port "$csi_port" \
-        --log "$LOG" --pidfile "$pidfile" --wait-for "$1" --timeout "${2:-240}" --lifetime 600 >&2 ||
-        fail "boot $n: no '$1' (log $LOG)"
+        --link "$link_a:$link_n" --log "$LOG" --pidfile "$pidfile" --qmp-events "$QMP" --wait-for "$marker" \
+        --timeout "$timeout" --lifetime 600 "$@" >&2 ||
+        fail "boot $n: no '$marker' (log $LOG)"
     # Empty if it already ended (a fast reboot right after the marker).
     VM_PID="$(cat "$pidfile" 2>/dev/null || true)"
 }
@@ -107,6 +137,26 @@ fw() {
     "$BIN/edgevol" firmware "$@" --appliance "127.0.0.1:$csi_port" --server-name localhost \
         --ca "$run/pki/pki/ca.pem" --cert "$run/pki/pki/admin.pem" --key "$run/pki/pki/admin.key"
 }
+# GetPluginInfo's vendor_version must be VERSION (`edgevol status` prints it, observer role).
+plugin_version() {
+    local out
+    out="$("$BIN/edgevol" status --appliance "127.0.0.1:$csi_port" --server-name localhost \
+        --ca "$run/pki/pki/ca.pem" --cert "$run/pki/pki/observer.pem" --key "$run/pki/pki/observer.key" 2>&1)" ||
+        fail "edgevol status: $out"
+    grep -q "^appliance .* $1\$" <<<"$out" || fail "GetPluginInfo: expected vendor_version $1: $(grep '^appliance' <<<"$out")"
+    say "ok: GetPluginInfo vendor_version $1"
+}
+# Whether QEMU reported its watchdog acting in the boot whose events are in QMP.
+watchdog_fired() { grep -q '"event": *"WATCHDOG".*"action": *"reset"' "$QMP"; }
+# node_test BUDGET NAME: one test of tests/e2e/tests/firmware_update.rs against the two VMs.
+node_test() {
+    local t=$SECONDS
+    EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/pki/pki" \
+        EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
+        timeout --kill-after=10 "$1" cargo test --locked -p edgevol-e2e --test firmware_update -- \
+        --ignored --exact --nocapture "$2" >&2 || fail "node: $2 (logs $CACHE/logs/fw-node.log)"
+    say "ok: node: $2 in $((SECONDS - t)) s"
+}
 # Waits (up to SECS) until `firmware status` contains TEXT.
 status_has() {
     local deadline=$((SECONDS + $2)) out=""
@@ -121,8 +171,12 @@ status_has() {
 # --- 1. version 1, refused bundles ------------------------------------------------------------
 boot "EDGEVOL-APPLIANCE READY"
 booted a
-persist_read "$disk" "$run/pki" >/dev/null || fail "no PKI on the persistent partition"
+grep -q "EDGEVOL-APPLIANCE WATCHDOG i6300ESB timer" "$LOG" || fail "no i6300esb watchdog (log $LOG)"
+wait_log "$LOG" "watchdog armed.*i6300ESB" 30 || fail "edgevold did not arm the i6300esb (log $LOG)"
+say "ok: $(grep -a -m1 -o 'watchdog armed.*' "$LOG")"
+appliance_id="$(persist_read "$disk" "$run/pki")" || fail "no PKI on the persistent partition"
 status_has "running    slot A (version 1.0.0-fwtest1)" 30
+plugin_version 1.0.0-fwtest1
 for bad in truncated arm forged; do
     if out="$(fw update "$run/$bad.bundle" 2>&1)"; then fail "$bad bundle accepted: $out"; fi
     [[ "$out" == *"nothing written"* ]] || fail "$bad bundle: $out"
@@ -130,18 +184,29 @@ for bad in truncated arm forged; do
 done
 status_has "slot B     empty" 10
 say "ok: slot B untouched"
+step_done 1
 
-# --- 2. a good update -------------------------------------------------------------------------
+# --- 2. a good update, while a node writes -----------------------------------------------------
+vm_track "$node_pidfile"
+"$ROOT/qemu/node-vm.sh" --name fw-node --bin-dir "$BIN" --link "$link_n:$link_a" \
+    --csi-port "$node_csi" --exec-port "$node_exec" --appliance "$appliance_id" \
+    --timeout 120 --lifetime 900 >&2 || fail "the node VM did not boot (log $CACHE/logs/fw-node.log)"
+node_test 240 before_the_update_a_node_writes
 t=$SECONDS
 fw update "$run/v2/edgevol.bundle" >&2
 say "update written in $((SECONDS - t)) s"
 fw activate >&2
 wait_exit 60
-boot "EDGEVOL-APPLIANCE READY"
+boot "EDGEVOL-APPLIANCE READY" 240 --firmware uefi
 booted b
+grep -q "EDGEVOL-APPLIANCE BOOTED slot=b firmware=uefi " "$LOG" || fail "the trial did not boot under UEFI"
+node_test 400 after_the_update_the_node_resumes_and_its_data_verifies
+vms_stop # the node VM is done: it would only share the 2 cores
 status_has "slot B     good" 90
 status_has "primary    slot B" 5
-say "ok: version 2 booted once from slot B and was kept after its health check"
+plugin_version 1.0.0-fwtest2
+say "ok: version 2 booted once from slot B (UEFI, GRUB boot-once) and was kept after its health check"
+step_done 2
 
 # --- 3. an update whose daemon exits at start ---------------------------------------------------
 fw update "$run/exits.bundle" >&2
@@ -150,11 +215,13 @@ wait_exit 60
 boot "EDGEVOL-APPLIANCE ROLLBACK" 180
 booted a
 wait_exit 60
+watchdog_fired && fail "the watchdog reset the exiting trial: init should have rebooted it"
 boot "EDGEVOL-APPLIANCE READY"
 booted b
 status_has "edgevold exited with status 3" 30
 status_has "slot A     bad" 5
 say "ok: the exiting update rolled back to slot B by itself: $(fw status | grep 'last rollback')"
+step_done 3
 
 # --- 4. an update that hangs once serving -------------------------------------------------------
 fw update "$run/hangs.bundle" >&2
@@ -164,9 +231,34 @@ boot "EDGEVOL-APPLIANCE READY"
 booted a
 t=$SECONDS
 wait_exit 150
-say "the watchdog reset the hung trial after $((SECONDS - t)) s"
+grep -q "edgevold (test build): freezing" "$LOG" || fail "the hung trial ended before it froze (log $LOG)"
+watchdog_fired || fail "the hung trial ended, but not by the watchdog (events $QMP, log $LOG)"
+say "the i6300esb reset the hung trial $((SECONDS - t)) s after its READY"
 boot "EDGEVOL-APPLIANCE READY"
 booted b
 status_has "the trial boot ended before its health check passed" 30
 say "ok: the hanging update rolled back to slot B by itself: $(fw status | grep 'last rollback')"
+step_done 4
+
+# --- 5. power cut while the inactive slot is written --------------------------------------------
+# 2 MB/s to the boot disk: writing the 21 MB slot takes over 10 s; the cut lands 3 s in.
+kill "$VM_PID"
+wait_exit 10
+boot "EDGEVOL-APPLIANCE READY" 240 --disk-write-bps $((2 << 20))
+booted b
+fw update "$run/v1/edgevol.bundle" >"$run/cut-update.log" 2>&1 &
+update_pid=$!
+wait_log "$LOG" "bundle received, verifying it and writing" 60 || fail "the update never reached the appliance (log $LOG)"
+sleep 3
+kill -KILL "$VM_PID"
+wait "$update_pid" && fail "the update finished before the power cut: $(cat "$run/cut-update.log")"
+say "power cut 3 s into writing slot A"
+boot "EDGEVOL-APPLIANCE READY"
+booted b
+status_has "slot A     interrupted" 30
+status_has "running    slot B (version 1.0.0-fwtest2), normal boot" 5
+status_has "next boot  UEFI: slot B; BIOS: slot B" 5
+fw status | grep -q "once" && fail "a trial is armed after the cut: $(fw status)"
+say "ok: the cut update left slot A interrupted, no trial armed; slot B runs and boots next"
+step_done 5
 say "PASS in $((SECONDS - t0)) s"
