@@ -109,7 +109,7 @@ async fn after_the_update_the_node_resumes_and_its_data_verifies() {
     let resumed = wait_files(&rig.agent, at_ready + AFTER, RESUME_S, "after the update").await;
     eprintln!(
         "firmware update: the node's writer went on by itself: {resumed} files durable, \
-         {AFTER} more within {:.0} s of the appliance's READY",
+         {AFTER} more in {:.0} s once the appliance was back",
         t.elapsed().as_secs_f64()
     );
     rig.agent
