@@ -55,9 +55,9 @@ step 300 "deploy: OCI images built offline (umoci), edgevol and edgevol-node run
     ./scripts/test-deploy.sh images
 step 1200 "QEMU faults under live I/O: kill -9 under fio, unpublish during I/O, appliance power cut" \
     ./scripts/test-faults-qemu.sh
-step 420 "QEMU boot: the same disk image under SeaBIOS (syslinux) and OVMF (GRUB EFI)" \
+step 420 "QEMU boot: the same disk image under SeaBIOS (syslinux) and OVMF (GRUB EFI), softdog or the i6300esb armed" \
     ./scripts/test-boot-qemu.sh
-step 900 "QEMU firmware updates: bad bundles refused, good update kept, exiting and hanging updates roll back" \
+step 900 "QEMU firmware updates: bad bundles refused, good update kept (UEFI trial, a node VM writing through it), exiting and hanging (i6300esb) updates roll back, power cut while writing a slot" \
     ./scripts/test-firmware-qemu.sh
 
 log "all tests passed in $((SECONDS - started)) s"
