@@ -70,8 +70,9 @@ exit 3'
 broken hangs '#!/bin/sh
 /bin/edgevold.real "$@" &
 p=$!
-# Serving (and petting the watchdog), then frozen before its trial health hold (20 s) ends.
-until grep -q "pool open: ready" /run/edgevold.log 2>/dev/null; do sleep 0.2; done
+# Serving and petting the watchdog (armed at its first healthy probe), then frozen before its
+# trial health hold (20 s) ends.
+until grep -q "watchdog armed" /run/edgevold.log 2>/dev/null; do sleep 0.2; done
 sleep 3
 echo "edgevold (test build): freezing" >&2
 kill -STOP $p

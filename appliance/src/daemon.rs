@@ -277,31 +277,11 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
                 target_info.endpoint.port(),
             )),
         };
-        let watchdog = fc.watchdog.as_deref().and_then(|path| {
-            crate::firmware::watchdog::Watchdog::open(path)
-                .inspect(|dog| match dog.info(Path::new("/sys/class/watchdog")) {
-                    Some(info) => tracing::info!(
-                        device = %path.display(),
-                        driver = %info.identity,
-                        timeout = %info
-                            .timeout_s
-                            .map_or_else(|| "unknown".to_owned(), |t| format!("{t}s")),
-                        "watchdog armed"
-                    ),
-                    None => {
-                        tracing::info!(device = %path.display(), "watchdog armed (driver unknown)")
-                    }
-                })
-                .map_err(
-                    |e| tracing::error!(device = %path.display(), error = %e, "watchdog not armed"),
-                )
-                .ok()
-        });
         tokio::spawn(crate::firmware::health::supervise(
             fw,
             probes,
             fc.health_hold,
-            watchdog,
+            fc.watchdog,
             crate::firmware::Reboot::new(fc.reboot_command),
         ))
     });

@@ -7,8 +7,15 @@
 //! probed by connecting: its TLS layer would log every probe as a failed handshake), pets the
 //! watchdog after each healthy
 //! probe only, and acts on the verdict: confirm the slot, or record why it failed and reboot.
+//!
+//! The watchdog is armed (opened) at the first healthy probe, not at start: opening starts its
+//! timer (30 s on the i6300esb), and a daemon still opening its pool (a first-boot format of a
+//! large drive runs for minutes) would be reset before it ever was healthy, and on a first boot
+//! reset again and again. Until then init's ready wait is the guard (a daemon silent for 120 s
+//! is failed, on a trial boot rolled back).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -115,15 +122,16 @@ impl Probes {
     }
 }
 
-/// Probes forever: pets the watchdog while healthy; on a trial boot, confirms the slot or fails
-/// it and reboots.
+/// Probes forever: arms the `watchdog_device` at the first healthy probe and pets it while
+/// healthy; on a trial boot, confirms the slot or fails it and reboots.
 pub async fn supervise(
     firmware: Arc<Mutex<Firmware<DirMedia>>>,
     probes: Probes,
     hold: Duration,
-    mut watchdog: Option<Watchdog>,
+    mut watchdog_device: Option<PathBuf>,
     reboot: Reboot,
 ) {
+    let mut watchdog: Option<Watchdog> = None;
     let on_trial = firmware.lock().map(|f| f.on_trial()).unwrap_or(false);
     let mut trial = on_trial.then(|| Trial::new(hold, MAX_FAILURES));
     if on_trial {
@@ -137,6 +145,10 @@ pub async fn supervise(
         interval.tick().await;
         let probe = probes.run().await;
         if probe.is_ok() {
+            // Once: a device that cannot be opened is logged, not retried every second.
+            if let Some(path) = watchdog_device.take() {
+                watchdog = Watchdog::arm(&path);
+            }
             if let Some(dog) = &mut watchdog {
                 if let Err(e) = dog.pet() {
                     tracing::error!(error = %e, "watchdog: pet failed");

@@ -36,6 +36,33 @@ impl Watchdog {
         &self.path
     }
 
+    /// Opens `path` and logs what was armed (the driver and timeout the kernel names in
+    /// `/sys/class/watchdog`), or why nothing was.
+    pub fn arm(path: &Path) -> Option<Watchdog> {
+        match Watchdog::open(path) {
+            Ok(dog) => {
+                match dog.info(Path::new("/sys/class/watchdog")) {
+                    Some(info) => tracing::info!(
+                        device = %path.display(),
+                        driver = %info.identity,
+                        timeout = %info
+                            .timeout_s
+                            .map_or_else(|| "unknown".to_owned(), |t| format!("{t}s")),
+                        "watchdog armed"
+                    ),
+                    None => {
+                        tracing::info!(device = %path.display(), "watchdog armed (driver unknown)")
+                    }
+                }
+                Some(dog)
+            }
+            Err(e) => {
+                tracing::error!(device = %path.display(), error = %e, "watchdog not armed");
+                None
+            }
+        }
+    }
+
     /// The driver behind the device and its timeout, from the kernel's watchdog class
     /// (`class_dir`, `/sys/class/watchdog` on a box); `None` if the kernel does not say.
     pub fn info(&self, class_dir: &Path) -> Option<Info> {
