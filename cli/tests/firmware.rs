@@ -17,6 +17,8 @@ use edgevol_firmware::slots::SlotId;
 
 mod common;
 
+use common::ok;
+
 struct Box_ {
     dir: tempfile::TempDir,
     key: SigningKey,
@@ -110,43 +112,7 @@ impl Box_ {
 
 /// Runs `edgevol firmware <args> ...` with the dev certificate of `who`.
 async fn firmware(running: &Running, data: &Path, who: &str, args: &[&str]) -> Output {
-    let pki = data.join("pki");
-    let mut all: Vec<String> = ["firmware"]
-        .iter()
-        .chain(args)
-        .map(|s| s.to_string())
-        .collect();
-    let file = |name: String| -> String { pki.join(name).display().to_string() };
-    all.extend([
-        "--appliance".into(),
-        running.local_addr.to_string(),
-        "--server-name".into(),
-        "localhost".into(),
-        "--ca".into(),
-        file("ca.pem".into()),
-        "--cert".into(),
-        file(format!("{who}.pem")),
-        "--key".into(),
-        file(format!("{who}.key")),
-    ]);
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_edgevol"))
-            .args(&all)
-            .env("RUST_LOG", "off")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "edgevol failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
+    common::edgevol_as(running.local_addr, &data.join("pki"), who, "firmware", args).await
 }
 
 fn err(out: &Output) -> String {

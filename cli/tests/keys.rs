@@ -2,12 +2,16 @@
 //! in-process dev appliance, over mTLS with the dev admin certificate.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use edgevol_appliance::transport::certificate_sha256;
 use edgevol_appliance::{start, Args, Config, Running};
 use edgevol_pki::{files, Role, Validity};
+
+mod common;
+
+use common::ok;
 
 const NQN_A: &str = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-5555-6666-7777-888888888888";
 const NQN_B: &str = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-5555-6666-7777-888888888888";
@@ -43,38 +47,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Runs `edgevol keys <args> --appliance .. --ca .. --cert <who>.pem --key <who>.key`.
 async fn keys(running: &Running, pki: &Path, who: &str, args: &[&str]) -> Output {
-    let mut all: Vec<String> = ["keys"].iter().chain(args).map(|s| s.to_string()).collect();
-    let file = |name: String| -> String { pki.join(name).display().to_string() };
-    all.extend([
-        "--appliance".into(),
-        running.local_addr.to_string(),
-        "--server-name".into(),
-        "localhost".into(),
-        "--ca".into(),
-        file("ca.pem".into()),
-        "--cert".into(),
-        file(format!("{who}.pem")),
-        "--key".into(),
-        file(format!("{who}.key")),
-    ]);
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_edgevol"))
-            .args(&all)
-            .env("RUST_LOG", "off")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "edgevol failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
+    common::edgevol_as(running.local_addr, pki, who, "keys", args).await
 }
 
 /// The row of `node` in a `keys list` table, split into cells.
@@ -110,7 +83,7 @@ async fn an_admin_lists_rotates_and_revokes_node_keys() {
         .collect();
     let mut printed = String::new();
 
-    let list = stdout(&keys(&running, &pki, "admin", &["list"]).await);
+    let list = ok(&keys(&running, &pki, "admin", &["list"]).await);
     printed.push_str(&list);
     assert!(list.starts_with("NODE"), "{list}");
     let r = row(&list, "node");
@@ -122,10 +95,10 @@ async fn an_admin_lists_rotates_and_revokes_node_keys() {
         "{list}"
     );
 
-    let out = stdout(&keys(&running, &pki, "admin", &["rotate", "--node", "node"]).await);
+    let out = ok(&keys(&running, &pki, "admin", &["rotate", "--node", "node"]).await);
     printed.push_str(&out);
     assert!(out.contains("node node: new keys, generation 3"), "{out}");
-    let list = stdout(&keys(&running, &pki, "admin", &["list"]).await);
+    let list = ok(&keys(&running, &pki, "admin", &["list"]).await);
     printed.push_str(&list);
     assert_eq!(&row(&list, "node")[..4], ["node", NQN_A, "3", "pending"]);
     assert_eq!(
@@ -137,7 +110,7 @@ async fn an_admin_lists_rotates_and_revokes_node_keys() {
         [3, 1]
     );
 
-    let out = stdout(&keys(&running, &pki, "admin", &["revoke", "--node", "worker-2"]).await);
+    let out = ok(&keys(&running, &pki, "admin", &["revoke", "--node", "worker-2"]).await);
     printed.push_str(&out);
     assert!(
         out.contains(&format!("host NQN {NQN_B} no longer authenticates"))
@@ -145,7 +118,7 @@ async fn an_admin_lists_rotates_and_revokes_node_keys() {
         "{out}"
     );
     assert!(store.keys_for(NQN_B).is_empty());
-    let list = stdout(&keys(&running, &pki, "admin", &["list"]).await);
+    let list = ok(&keys(&running, &pki, "admin", &["list"]).await);
     printed.push_str(&list);
     assert!(list.contains("1 node(s)"), "{list}");
     let revoked = row(&list, "worker-2");

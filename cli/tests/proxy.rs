@@ -6,10 +6,9 @@ use std::time::Duration;
 
 mod common;
 
-use common::{dev_config, start_proxy, unix_channel};
+use common::{dev_config, dev_tls, start_proxy, unix_channel};
 use edgevol_appliance::start;
 use edgevol_cli::proxy;
-use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_proto::csi::v1::identity_client::IdentityClient;
 use edgevol_proto::csi::v1::node_client::NodeClient;
 use edgevol_proto::csi::v1::{GetPluginInfoRequest, GetPluginInfoResponse, NodeGetInfoRequest};
@@ -24,12 +23,7 @@ async fn proxy_forwards_calls_and_statuses_and_survives_an_appliance_restart() {
         .unwrap();
     let addr = appliance.local_addr;
     let pki = data.join("pki");
-    let tls = client_config(TlsFiles {
-        ca: &pki.join("ca.pem"),
-        cert: &pki.join("controller.pem"),
-        key: &pki.join("controller.key"),
-    })
-    .unwrap();
+    let tls = dev_tls(&pki, "controller");
     let socket = dir.path().join("csi.sock");
     start_proxy(&socket, addr, tls).await;
 

@@ -5,9 +5,8 @@ use std::path::PathBuf;
 
 mod common;
 
-use common::{dev_config, start_proxy, unix_channel};
+use common::{dev_config, dev_tls, start_proxy, unix_channel};
 use edgevol_appliance::start;
-use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
 use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
@@ -34,12 +33,7 @@ async fn controller_calls_through_the_proxy_behave_as_direct_ones() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let pki = data.join("pki");
-    let tls = client_config(TlsFiles {
-        ca: &pki.join("ca.pem"),
-        cert: &pki.join("controller.pem"),
-        key: &pki.join("controller.key"),
-    })
-    .unwrap();
+    let tls = dev_tls(&pki, "controller");
     let socket: PathBuf = dir.path().join("csi.sock");
     start_proxy(&socket, appliance.local_addr, tls).await;
     let channel = unix_channel(socket).await;

@@ -2,15 +2,15 @@
 //! the node plugin's socket, everything else the appliance.
 
 use std::convert::Infallible;
+use std::path::{Path, PathBuf};
 
 mod common;
 
 use bytes::Bytes;
-use common::{dev_config, unix_channel};
-use edgevol_appliance::start;
+use common::{dev_config, dev_tls, unix_channel};
+use edgevol_appliance::{start, Running};
 use edgevol_cli::node_route::NodeRoute;
 use edgevol_cli::proxy;
-use edgevol_pki::tls::{client_config, TlsFiles};
 use edgevol_proto::csi::v1::identity_client::IdentityClient;
 use edgevol_proto::csi::v1::node_client::NodeClient;
 use edgevol_proto::csi::v1::{GetPluginInfoRequest, NodeGetInfoRequest};
@@ -37,26 +37,17 @@ fn fake_node_plugin(listener: UnixListener) {
     });
 }
 
-#[tokio::test]
-async fn node_calls_go_to_the_node_socket_and_the_rest_to_the_appliance() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("appliance");
+/// A dev appliance in `dir` and `edgevol proxy --node-socket <node_socket>` in front of it; the
+/// proxy's socket.
+async fn swarm_proxy(dir: &Path, node_socket: PathBuf) -> (Running, PathBuf) {
+    let data = dir.join("appliance");
     let appliance = start(dev_config(&data, "127.0.0.1:0".parse().unwrap(), "swarm"))
         .await
         .unwrap();
-    let pki = data.join("pki");
-    let tls = client_config(TlsFiles {
-        ca: &pki.join("ca.pem"),
-        cert: &pki.join("controller.pem"),
-        key: &pki.join("controller.key"),
-    })
-    .unwrap();
+    let tls = dev_tls(&data.join("pki"), "controller");
     let upstream =
         proxy::Upstream::new(&appliance.local_addr.to_string(), Some("localhost"), tls).unwrap();
-
-    let node_socket = dir.path().join("node.sock");
-    fake_node_plugin(UnixListener::bind(&node_socket).unwrap());
-    let socket = dir.path().join("csi.sock");
+    let socket = dir.join("csi.sock");
     let listener = proxy::bind(&socket).await.unwrap();
     tokio::spawn(proxy::serve_with_node(
         listener,
@@ -64,6 +55,15 @@ async fn node_calls_go_to_the_node_socket_and_the_rest_to_the_appliance() {
         Some(NodeRoute::new(node_socket)),
         std::future::pending(),
     ));
+    (appliance, socket)
+}
+
+#[tokio::test]
+async fn node_calls_go_to_the_node_socket_and_the_rest_to_the_appliance() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_socket = dir.path().join("node.sock");
+    fake_node_plugin(UnixListener::bind(&node_socket).unwrap());
+    let (_appliance, socket) = swarm_proxy(dir.path(), node_socket).await;
 
     let channel = unix_channel(socket).await;
     let info = IdentityClient::new(channel.clone())
@@ -86,28 +86,7 @@ async fn node_calls_go_to_the_node_socket_and_the_rest_to_the_appliance() {
 #[tokio::test]
 async fn a_missing_node_plugin_is_unavailable() {
     let dir = tempfile::tempdir().unwrap();
-    let route = NodeRoute::new(dir.path().join("absent.sock"));
-    let data = dir.path().join("appliance");
-    let appliance = start(dev_config(&data, "127.0.0.1:0".parse().unwrap(), "swarm"))
-        .await
-        .unwrap();
-    let pki = data.join("pki");
-    let tls = client_config(TlsFiles {
-        ca: &pki.join("ca.pem"),
-        cert: &pki.join("controller.pem"),
-        key: &pki.join("controller.key"),
-    })
-    .unwrap();
-    let upstream =
-        proxy::Upstream::new(&appliance.local_addr.to_string(), Some("localhost"), tls).unwrap();
-    let socket = dir.path().join("csi.sock");
-    let listener = proxy::bind(&socket).await.unwrap();
-    tokio::spawn(proxy::serve_with_node(
-        listener,
-        upstream,
-        Some(route),
-        std::future::pending(),
-    ));
+    let (_appliance, socket) = swarm_proxy(dir.path(), dir.path().join("absent.sock")).await;
     let status = NodeClient::new(unix_channel(socket).await)
         .node_get_info(NodeGetInfoRequest {})
         .await

@@ -4,10 +4,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::Arc;
 
 use edgevol_appliance::{Args, Config};
 use edgevol_cli::proxy;
+use edgevol_pki::tls::{client_config, TlsFiles};
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tokio_rustls::rustls::ClientConfig;
@@ -22,6 +24,16 @@ pub fn dev_config(dir: &Path, listen: SocketAddr, appliance_id: &str) -> Config 
         nvme_listen: Some("127.0.0.1:0".parse().unwrap()),
         appliance_id: Some(appliance_id.into()),
         ..Args::default()
+    })
+    .unwrap()
+}
+
+/// A client TLS config with the dev certificate of `who` (`controller`, `admin`, ...) in `pki`.
+pub fn dev_tls(pki: &Path, who: &str) -> Arc<ClientConfig> {
+    client_config(TlsFiles {
+        ca: &pki.join("ca.pem"),
+        cert: &pki.join(format!("{who}.pem")),
+        key: &pki.join(format!("{who}.key")),
     })
     .unwrap()
 }
@@ -42,4 +54,51 @@ pub async fn unix_channel(path: PathBuf) -> Channel {
         }))
         .await
         .unwrap()
+}
+
+/// Runs `edgevol <command> <args> --appliance <appliance> --ca .. --cert <who>.pem --key
+/// <who>.key` with the dev certificates in `pki`.
+pub async fn edgevol_as(
+    appliance: SocketAddr,
+    pki: &Path,
+    who: &str,
+    command: &str,
+    args: &[&str],
+) -> Output {
+    let file = |name: String| -> String { pki.join(name).display().to_string() };
+    let mut all: Vec<String> = std::iter::once(&command)
+        .chain(args)
+        .map(|s| s.to_string())
+        .collect();
+    all.extend([
+        "--appliance".into(),
+        appliance.to_string(),
+        "--server-name".into(),
+        "localhost".into(),
+        "--ca".into(),
+        file("ca.pem".into()),
+        "--cert".into(),
+        file(format!("{who}.pem")),
+        "--key".into(),
+        file(format!("{who}.key")),
+    ]);
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_edgevol"))
+            .args(&all)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// The standard output of a command that must have succeeded.
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "edgevol failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
 }
