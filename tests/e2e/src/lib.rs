@@ -113,3 +113,17 @@ pub fn env_addr(var: &str) -> SocketAddr {
     v.parse()
         .unwrap_or_else(|_| panic!("{var}={v:?} is not HOST:PORT"))
 }
+
+/// The lines of a node's `dmesg` that say I/O or the file system failed.
+pub fn storage_errors(dmesg: &str) -> Vec<&str> {
+    const MARKS: [&str; 4] = [
+        "I/O error",
+        "EXT4-fs error",
+        "Aborting journal",
+        "Remounting filesystem read-only",
+    ];
+    dmesg
+        .lines()
+        .filter(|l| MARKS.iter().any(|m| l.contains(m)))
+        .collect()
+}

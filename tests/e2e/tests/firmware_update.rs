@@ -144,19 +144,7 @@ async fn after_the_update_the_node_resumes_and_its_data_verifies() {
     eprintln!("firmware update: {verdict} (page cache dropped)");
 
     let dmesg = rig.agent.ok(10, "dmesg").await;
-    let errors: Vec<&str> = dmesg
-        .lines()
-        .filter(|l| {
-            [
-                "I/O error",
-                "EXT4-fs error",
-                "Aborting journal",
-                "Remounting filesystem read-only",
-            ]
-            .iter()
-            .any(|b| l.contains(b))
-        })
-        .collect();
+    let errors = edgevol_e2e::storage_errors(&dmesg);
     assert!(
         errors.is_empty(),
         "I/O or file system errors in the node's dmesg:\n{}",

@@ -440,19 +440,7 @@ async fn power_cut_of_the_appliance_under_fsynced_writes() {
         ));
     }
     let dmesg = agent.ok(10, "dmesg").await;
-    let errors: Vec<&str> = dmesg
-        .lines()
-        .filter(|l| {
-            [
-                "I/O error",
-                "EXT4-fs error",
-                "Aborting journal",
-                "Remounting filesystem read-only",
-            ]
-            .iter()
-            .any(|b| l.contains(b))
-        })
-        .collect();
+    let errors = edgevol_e2e::storage_errors(&dmesg);
     if !errors.is_empty() {
         failures.push(format!(
             "I/O or file system errors in the node's dmesg:\n{}",
