@@ -151,7 +151,7 @@ impl DataHandle {
 
     /// An io_uring for up to `ops` operations on a duplicate of this handle's descriptor;
     /// `None` for the fault device, whose I/O must go through its fault plan.
-    pub fn ring(&self, ops: u32) -> Option<Result<crate::uring::Ring, Error>> {
+    pub fn ring<T>(&self, ops: u32) -> Option<Result<crate::uring::Ring<T>, Error>> {
         let file = match &self.dev {
             PoolDevice::File(d) => d.try_clone_file(),
             PoolDevice::Block(d) => d.try_clone_file(),

@@ -47,8 +47,8 @@ enum Dir {
     Write,
 }
 
-struct Op {
-    tag: u64,
+struct Op<T> {
+    tag: T,
     dir: Dir,
     buf: AlignedBuf,
     parts: [Part; PARTS_MAX],
@@ -61,29 +61,41 @@ struct Op {
 
 /// A finished operation.
 #[derive(Debug)]
-pub struct Finished {
-    /// The tag it was submitted with.
-    pub tag: u64,
+pub struct Finished<T> {
+    /// What it was submitted with (the caller's record of it).
+    pub tag: T,
     /// Its buffer, back.
     pub buf: AlignedBuf,
     /// Every part transferred, or the first error.
     pub result: Result<(), Error>,
 }
 
+/// An operation the ring did not take (parts outside the buffer, too many, no room), handed
+/// back whole.
+#[derive(Debug)]
+pub struct Refused<T> {
+    /// Its tag.
+    pub tag: T,
+    /// Its buffer.
+    pub buf: AlignedBuf,
+    /// Why.
+    pub error: io::Error,
+}
+
 /// An io_uring over one device file, with an eventfd that is readable once a completion is
 /// posted.
-pub struct Ring {
+pub struct Ring<T> {
     ring: IoUring,
     file: File,
     event: OwnedFd,
-    ops: Vec<Option<Op>>,
+    ops: Vec<Option<Op<T>>>,
     free: Vec<u32>,
     /// SQEs submitted and not completed: never above the CQ's size, so none is lost.
     in_kernel: u32,
     cq_entries: u32,
 }
 
-impl std::fmt::Debug for Ring {
+impl<T> std::fmt::Debug for Ring<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ring")
             .field("ops", &(self.ops.len() - self.free.len()))
@@ -96,7 +108,7 @@ fn user_data(slot: u32, part: usize) -> u64 {
     (u64::from(slot) << 8) | part as u64
 }
 
-impl Ring {
+impl<T> Ring<T> {
     /// A ring for at most `ops` operations in flight on `file` (a duplicate of the device's
     /// descriptor, with its `O_DIRECT` policy). Fails where io_uring is unavailable (old
     /// kernels, seccomp, `kernel.io_uring_disabled`).
@@ -139,22 +151,12 @@ impl Ring {
     }
 
     /// Reads each part from the device into `buf`; `tag` comes back with it.
-    pub fn read(
-        &mut self,
-        buf: AlignedBuf,
-        parts: &[Part],
-        tag: u64,
-    ) -> Result<(), (AlignedBuf, io::Error)> {
+    pub fn read(&mut self, buf: AlignedBuf, parts: &[Part], tag: T) -> Result<(), Refused<T>> {
         self.start(Dir::Read, buf, parts, tag)
     }
 
     /// Writes each part of `buf` to the device; `tag` comes back with it.
-    pub fn write(
-        &mut self,
-        buf: AlignedBuf,
-        parts: &[Part],
-        tag: u64,
-    ) -> Result<(), (AlignedBuf, io::Error)> {
+    pub fn write(&mut self, buf: AlignedBuf, parts: &[Part], tag: T) -> Result<(), Refused<T>> {
         self.start(Dir::Write, buf, parts, tag)
     }
 
@@ -163,16 +165,24 @@ impl Ring {
         dir: Dir,
         buf: AlignedBuf,
         parts: &[Part],
-        tag: u64,
-    ) -> Result<(), (AlignedBuf, io::Error)> {
+        tag: T,
+    ) -> Result<(), Refused<T>> {
         let fits = parts
             .iter()
             .all(|p| p.at.checked_add(p.len).is_some_and(|end| end <= buf.len()) && p.len > 0);
         if !fits || parts.is_empty() {
-            return Err((buf, io::Error::from(io::ErrorKind::InvalidInput)));
+            return Err(Refused {
+                tag,
+                buf,
+                error: io::Error::from(io::ErrorKind::InvalidInput),
+            });
         }
         if !self.has_room(parts.len()) {
-            return Err((buf, io::Error::from(io::ErrorKind::WouldBlock)));
+            return Err(Refused {
+                tag,
+                buf,
+                error: io::Error::from(io::ErrorKind::WouldBlock),
+            });
         }
         let mut op = Op {
             tag,
@@ -204,7 +214,11 @@ impl Ring {
                 if op.pending == 0 {
                     let op = self.ops[slot as usize].take().expect("slot just filled");
                     self.free.push(slot);
-                    return Err((op.buf, op.error.expect("set above")));
+                    return Err(Refused {
+                        tag: op.tag,
+                        buf: op.buf,
+                        error: op.error.expect("set above"),
+                    });
                 }
                 break;
             }
@@ -253,7 +267,7 @@ impl Ring {
 
     /// Collects completions: every operation whose parts all finished goes to `done`. Also
     /// resets the eventfd.
-    pub fn reap(&mut self, mut done: impl FnMut(Finished)) {
+    pub fn reap(&mut self, mut done: impl FnMut(Finished<T>)) {
         let mut counter = [0u8; 8];
         // Non-blocking; a failure only means there was nothing to reset.
         let _ = read_counter(&self.event, &mut counter);
@@ -325,10 +339,10 @@ fn read_counter(fd: &OwnedFd, counter: &mut [u8; 8]) -> io::Result<()> {
     Ok(())
 }
 
-impl Ring {
+impl<T> Ring<T> {
     /// Waits until the kernel has finished every submitted part; finished operations go to
     /// `done`.
-    pub fn wait_all(&mut self, mut done: impl FnMut(Finished)) -> io::Result<()> {
+    pub fn wait_all(&mut self, mut done: impl FnMut(Finished<T>)) -> io::Result<()> {
         while self.in_kernel > 0 {
             self.ring.submit_and_wait(1)?;
             self.reap(&mut done);
@@ -337,7 +351,7 @@ impl Ring {
     }
 }
 
-impl Drop for Ring {
+impl<T> Drop for Ring<T> {
     fn drop(&mut self) {
         // The kernel may still write into owned buffers: wait until every SQE has completed.
         if self.wait_all(drop).is_err() {
@@ -367,7 +381,7 @@ mod tests {
         (dir, f)
     }
 
-    fn ring_or_skip(f: &File) -> Option<Ring> {
+    fn ring_or_skip(f: &File) -> Option<Ring<u64>> {
         match Ring::new(f.try_clone().unwrap(), 8) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -377,7 +391,7 @@ mod tests {
         }
     }
 
-    fn wait_one(ring: &mut Ring) -> Finished {
+    fn wait_one(ring: &mut Ring<u64>) -> Finished<u64> {
         ring.submit().unwrap();
         loop {
             let mut got = None;
@@ -465,11 +479,11 @@ mod tests {
             at: 4096,
             len: 8192,
         };
-        let (buf, e) = ring
+        let refused = ring
             .read(AlignedBuf::zeroed(8192), &[outside], 1)
             .unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
-        assert_eq!(buf.len(), 8192);
+        assert_eq!(refused.error.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!((refused.tag, refused.buf.len()), (1, 8192));
         let small = Part {
             device_offset: 0,
             at: 0,

@@ -508,7 +508,7 @@ impl DataPath {
     /// A queue's own io_uring on this device, for `ops` operations at once; `None` where the
     /// device has none (the fault device) or io_uring is unavailable: the queue then uses the
     /// worker threads.
-    pub fn ring(&self, ops: u32) -> Option<Ring> {
+    pub fn ring<T>(&self, ops: u32) -> Option<Ring<T>> {
         match self.dev.ring(ops)? {
             Ok(ring) => Some(ring),
             Err(e) => {

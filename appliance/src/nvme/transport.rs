@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
 use edgevol_core::DeviceError;
+use edgevol_hal::uring::Refused;
 use edgevol_nvmeof::admin::AdminCommand;
 use edgevol_nvmeof::auth::{command, AuthCommand, Outcome};
 use edgevol_nvmeof::fabrics::{self as parse, Command, NamespaceInfo, QueueState};
@@ -40,7 +41,7 @@ use tokio::time::Instant;
 
 use super::auth::QueueAuth;
 use super::controller::{CcEffect, Controller, Kind, MAX_AERS};
-use super::device_ring::{DeviceRing, Reaped, Refused};
+use super::device_ring::{DeviceRing, Reaped};
 use super::errors::Origin;
 use super::fabrics::{self, Bound};
 use super::io::{self, DataPath};
@@ -991,7 +992,11 @@ impl Conn {
         };
         match ring.read(abuf, &parts, record) {
             Ok(()) => self.subs.engines.count_ring_operation(),
-            Err(Refused { record, buf, error }) => {
+            Err(Refused {
+                tag: record,
+                buf,
+                error,
+            }) => {
                 // Room and parts were checked: a bug, not the host's.
                 tracing::error!(%error, "device ring refused a read");
                 self.ring_done(record, buf, Err(StatusCode::InternalError.into()));
