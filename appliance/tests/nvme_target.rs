@@ -823,12 +823,12 @@ async fn io_queues_of_one_connection_spread_over_the_engine_threads() {
     .expect("closed queues leave their engines");
 }
 
-/// On an `O_DIRECT` pool, the device reads of a queue's queued Reads run on the queue's own
-/// io_uring: 32 reads in flight at once, some across cluster boundaries, come back exact (after
-/// 32 writes in flight at once), holes read as zeros, and the engines counted the reads on
-/// their rings.
+/// On an `O_DIRECT` pool, the device I/O of a queue's queued Reads and cached Writes runs on the
+/// queue's own io_uring: 32 writes in flight at once, then 32 reads of them, some across cluster
+/// boundaries, come back exact, holes read as zeros, and the engines counted both on their
+/// rings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queued_reads_on_an_o_direct_pool_run_on_the_queues_io_uring() {
+async fn queued_io_on_an_o_direct_pool_runs_on_the_queues_io_uring() {
     let f = Fixture::start().await;
     let engines = f.app.running.target.engines.clone();
     let id = f.volume("ring", 8 * MIB, HOST, false).await;
@@ -837,9 +837,9 @@ async fn queued_reads_on_an_o_direct_pool_run_on_the_queues_io_uring() {
     for (i, chunk) in fill.chunks(128 << 10).enumerate() {
         run(&mut q, io::write(i as u64 * 32, chunk, false)).await;
     }
-    let before = engines.ring_operations();
     // 32 writes of 24 KiB (4 KiB blocks), some across a 1 MiB cluster boundary, all submitted
     // before the first completion is awaited.
+    let before = engines.ring_operations();
     let at = |i: u64| i * 40 + 3;
     let cids: Vec<u16> = (0..32u64)
         .map(|i| {
@@ -850,6 +850,8 @@ async fn queued_reads_on_an_o_direct_pool_run_on_the_queues_io_uring() {
     for cid in cids {
         ok(&q.wait(cid).await);
     }
+    let writes_on_ring = engines.ring_operations() - before;
+    let before = engines.ring_operations();
     let cids: Vec<u16> = (0..32u64)
         .map(|i| {
             let (sqe, data) = io::read(at(i), 6);
@@ -868,10 +870,14 @@ async fn queued_reads_on_an_o_direct_pool_run_on_the_queues_io_uring() {
     assert_eq!(edge[..8192], fill[fill.len() - 8192..]);
     assert!(edge[8192..].iter().all(|&b| b == 0));
     let on_ring = engines.ring_operations() - before;
-    // The first read of the batch may run in place (nothing queued behind it yet).
+    // The first command of a batch may run in place (nothing queued behind it yet).
+    assert!(
+        writes_on_ring >= 16,
+        "queued writes ran on the ring: {writes_on_ring} operations"
+    );
     assert!(
         on_ring >= 16,
         "queued reads ran on the ring: {on_ring} operations"
     );
-    eprintln!("{on_ring} of 34 reads on the ring");
+    eprintln!("{writes_on_ring} of 32 writes and {on_ring} of 34 reads on the ring");
 }

@@ -1,59 +1,125 @@
 //! A queue's io_uring ([`edgevol_hal::uring::Ring`]) in its engine's reactor: the device reads
-//! of the queue's Reads run asynchronously on the queue's own thread, with no blocking-pool
+//! and writes of the queue's commands run asynchronously on the queue's own thread, with no
 //! hand-off and one system call per batch of commands, while the drive still sees the queue's
 //! depth.
 //!
 //! Each operation carries the queue's record of its command (`T`); the ring hands it back with
-//! the operation, and dropping the ring waits for the kernel before the records (which unpin
-//! their clusters) go.
+//! the operation.
+//!
+//! # Writes and snapshots
+//!
+//! A write on the ring holds the snapshot gate ([`Gate`]) until its data has landed, and a
+//! snapshot waits for the gate while it holds the pool lock. The queue's thread may itself be
+//! waiting for that lock, so it cannot be the only one to reap its ring: the ring is shared with
+//! the gate, which lands the writes itself ([`Landing`]). It waits for the ring's operations,
+//! lets each record leave the gate ([`Record::landed`]) and keeps the finished operations for
+//! the queue, which completes them when it next reaps. Nothing the gate does needs the pool
+//! lock, and the queue never holds the ring's lock while it takes the pool's.
 
 use std::io;
 use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use edgevol_hal::uring::{Part, Refused, Ring};
 use edgevol_hal::AlignedBuf;
 use tokio::io::unix::AsyncFd;
 
+use super::io::{Gate, Landing};
+
 /// A finished operation: the command's record, its buffer, and how it went.
 pub type Reaped<T> = (T, AlignedBuf, Result<(), edgevol_hal::Error>);
 
+/// A queue's record of one operation.
+pub trait Record: Send + 'static {
+    /// The operation's I/O has ended: leave the snapshot gate, if it holds it. Must not take
+    /// the pool lock (the gate calls it under it).
+    fn landed(&mut self);
+}
+
 /// The ring and the eventfd the reactor watches.
 #[derive(Debug)]
-pub struct DeviceRing<T> {
-    ring: Ring<T>,
+pub struct DeviceRing<T: Record> {
+    shared: Arc<Shared<T>>,
     ready: AsyncFd<OwnedFd>,
 }
 
-impl<T> DeviceRing<T> {
-    /// Registers `ring`'s eventfd with the current runtime's reactor.
-    pub fn new(ring: Ring<T>) -> io::Result<Self> {
+#[derive(Debug)]
+struct Shared<T> {
+    inner: Mutex<Inner<T>>,
+}
+
+#[derive(Debug)]
+struct Inner<T> {
+    ring: Ring<T>,
+    /// Operations the gate saw finish, for the queue.
+    landed: Vec<Reaped<T>>,
+}
+
+impl<T> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, Inner<T>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<T: Record> Landing for Shared<T> {
+    fn land(&self) {
+        let mut inner = self.lock();
+        let Inner { ring, landed } = &mut *inner;
+        let waited = ring.wait_all(|f| {
+            let mut record = f.tag;
+            record.landed();
+            landed.push((record, f.buf, f.result));
+        });
+        if let Err(e) = waited {
+            tracing::error!(%e, "io_uring wait for a snapshot failed");
+        }
+    }
+}
+
+impl<T: Record> DeviceRing<T> {
+    /// Registers `ring`'s eventfd with the current runtime's reactor, and the ring with `gate`.
+    pub fn new(ring: Ring<T>, gate: &Gate) -> io::Result<Self> {
         let event = ring.eventfd().try_clone_to_owned()?;
         // Deprecated for inner types that may close their descriptor while registered; an
         // `OwnedFd` owned by the AsyncFd cannot (tokio#8587), and the replacement is `unsafe`.
         #[allow(deprecated)]
         let ready = AsyncFd::with_interest(event, tokio::io::Interest::READABLE)?;
-        Ok(DeviceRing { ring, ready })
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                ring,
+                landed: Vec::new(),
+            }),
+        });
+        let as_landing: Arc<dyn Landing> = shared.clone();
+        gate.register(Arc::downgrade(&as_landing));
+        Ok(DeviceRing { shared, ready })
     }
 
-    /// Operations in flight.
+    /// Operations not handed back yet (in flight, or finished and not reaped).
     pub fn in_flight(&self) -> usize {
-        self.ring.in_flight()
+        let inner = self.shared.lock();
+        inner.ring.in_flight() + inner.landed.len()
     }
 
     /// Whether an operation of `parts` parts can start now.
     pub fn has_room(&self, parts: usize) -> bool {
-        self.ring.has_room(parts)
+        self.shared.lock().ring.has_room(parts)
     }
 
     /// Starts reading `parts` into `buf`; on refusal everything comes back.
     pub fn read(&mut self, buf: AlignedBuf, parts: &[Part], record: T) -> Result<(), Refused<T>> {
-        self.ring.read(buf, parts, record)
+        self.shared.lock().ring.read(buf, parts, record)
     }
 
-    /// Hands the queued operations to the kernel and collects what finished already (a read
-    /// from the page cache completes inside the submission).
-    pub fn submit(&mut self, done: impl FnMut(Reaped<T>)) -> io::Result<()> {
-        self.ring.submit()?;
+    /// Starts writing `parts` of `buf`; on refusal everything comes back.
+    pub fn write(&mut self, buf: AlignedBuf, parts: &[Part], record: T) -> Result<(), Refused<T>> {
+        self.shared.lock().ring.write(buf, parts, record)
+    }
+
+    /// Hands the queued operations to the kernel and moves what finished already (a read from
+    /// the page cache completes inside the submission) to `done`.
+    pub fn submit(&mut self, done: &mut Vec<Reaped<T>>) -> io::Result<()> {
+        self.shared.lock().ring.submit()?;
         self.reap(done);
         Ok(())
     }
@@ -68,8 +134,101 @@ impl<T> DeviceRing<T> {
         }
     }
 
-    /// Every finished operation, with its record.
-    pub fn reap(&mut self, mut done: impl FnMut(Reaped<T>)) {
-        self.ring.reap(|f| done((f.tag, f.buf, f.result)));
+    /// Moves every finished operation to `done`, to be completed after the ring's lock is
+    /// released (completing takes the pool lock).
+    pub fn reap(&mut self, done: &mut Vec<Reaped<T>>) {
+        let mut inner = self.shared.lock();
+        done.append(&mut inner.landed);
+        inner.ring.reap(|f| done.push((f.tag, f.buf, f.result)));
+    }
+}
+
+impl<T: Record> Drop for DeviceRing<T> {
+    /// Waits for the kernel, and drops the records here, on the queue's thread: dropping one
+    /// unpins its clusters under the pool lock, which the gate may be holding.
+    fn drop(&mut self) {
+        let mut left = Vec::new();
+        {
+            let mut inner = self.shared.lock();
+            let Inner { ring, landed } = &mut *inner;
+            left.append(landed);
+            if let Err(e) = ring.wait_all(|f| left.push((f.tag, f.buf, f.result))) {
+                tracing::error!(%e, "io_uring wait at queue end failed");
+            }
+        }
+        drop(left);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use edgevol_core::Quiesce;
+
+    use super::*;
+
+    /// A write's record: holds the gate until it lands.
+    #[derive(Debug)]
+    struct Held(Option<super::super::io::GateGuard>, Arc<AtomicUsize>);
+
+    impl Record for Held {
+        fn landed(&mut self) {
+            self.0 = None;
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A snapshot's wait ends although the queue never reaps (its thread waits for the pool
+    /// lock the snapshot holds): the gate lands the ring's writes itself, and the queue still
+    /// gets every operation back, whole, when it reaps.
+    #[tokio::test]
+    async fn the_gate_lands_ring_writes_the_queue_cannot_reap() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let gate = Arc::new(Gate::default());
+        let landed = Arc::new(AtomicUsize::new(0));
+        let mut ring = DeviceRing::new(Ring::new(file, 8).unwrap(), &gate).unwrap();
+        for i in 0..4u8 {
+            let mut buf = AlignedBuf::zeroed(4096);
+            buf.fill(i + 1);
+            let part = Part {
+                device_offset: u64::from(i) * 8192,
+                at: 0,
+                len: 4096,
+            };
+            let record = Held(Some(gate.enter()), landed.clone());
+            ring.write(buf, &[part], record).unwrap();
+        }
+        // Queued, not even submitted: the queue's thread went to take the pool lock.
+        assert_eq!(gate.running(), 4);
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || gate.wait_writes_landed())
+        };
+        for _ in 0..500 {
+            if waiter.is_finished() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(waiter.is_finished(), "the snapshot's wait ended");
+        waiter.join().unwrap();
+        assert_eq!((gate.running(), landed.load(Ordering::Relaxed)), (0, 4));
+        let mut done = Vec::new();
+        ring.reap(&mut done);
+        assert_eq!(done.len(), 4, "every operation comes back to the queue");
+        assert!(done.iter().all(|(_, _, r)| r.is_ok()));
+        let bytes = std::fs::read(&path).unwrap();
+        for (i, fill) in (1..=4u8).enumerate() {
+            assert!(bytes[i * 8192..i * 8192 + 4096].iter().all(|&b| b == fill));
+        }
     }
 }

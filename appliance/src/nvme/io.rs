@@ -29,7 +29,8 @@
 //! persist their unmaps the same way. NVMe Flush is [`Pool::flush`]; `crate::sync` bounds what
 //! a power cut can take. Holes are read as zeros without touching the device.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use smallvec::SmallVec;
 
@@ -434,7 +435,20 @@ fn deallocate_ranges(pool: &mut Pool<Dev>, req: &Request, ranges: u32) -> Result
 pub struct Gate {
     running: Mutex<u64>,
     idle: Condvar,
+    /// Queues' io_uring rings, which may hold detached writes that only the gate can reap
+    /// while their queue waits for the pool lock (`device_ring` module docs).
+    rings: Mutex<Vec<Weak<dyn Landing>>>,
 }
+
+/// Something holding detached writes that the gate can see to the end of by itself.
+pub trait Landing: Send + Sync {
+    /// Returns once every operation in flight has ended and left the gate; takes no pool lock.
+    fn land(&self);
+}
+
+/// How long the gate waits for a count to drop before landing the rings' writes again: a write
+/// may be mapped (in the gate) just before its queue puts it on its ring.
+const LAND_AGAIN: Duration = Duration::from_millis(1);
 
 impl Gate {
     fn count(&self) -> MutexGuard<'_, u64> {
@@ -442,7 +456,7 @@ impl Gate {
     }
 
     /// Counts a detached write in; call with the pool lock held, before releasing it.
-    fn enter(self: &Arc<Self>) -> GateGuard {
+    pub(crate) fn enter(self: &Arc<Self>) -> GateGuard {
         *self.count() += 1;
         GateGuard(self.clone())
     }
@@ -451,20 +465,41 @@ impl Gate {
     pub fn running(&self) -> u64 {
         *self.count()
     }
+
+    /// Lets the gate land `ring`'s writes itself (until the ring is gone).
+    pub(crate) fn register(&self, ring: Weak<dyn Landing>) {
+        let mut rings = self.rings.lock().unwrap_or_else(|p| p.into_inner());
+        rings.retain(|r| r.strong_count() > 0);
+        rings.push(ring);
+    }
+
+    fn land_rings(&self) {
+        let rings: Vec<Arc<dyn Landing>> = self
+            .rings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        rings.iter().for_each(|r| r.land());
+    }
 }
 
 impl Quiesce for Gate {
     fn wait_writes_landed(&self) {
-        let mut n = self.count();
-        while *n > 0 {
-            n = self.idle.wait(n).unwrap_or_else(|p| p.into_inner());
+        while self.running() > 0 {
+            self.land_rings();
+            let n = self.count();
+            if *n > 0 {
+                drop(self.idle.wait_timeout(n, LAND_AGAIN));
+            }
         }
     }
 }
 
 /// A detached write in the gate; leaves it when dropped (the write's I/O has ended).
 #[derive(Debug)]
-struct GateGuard(Arc<Gate>);
+pub(crate) struct GateGuard(Arc<Gate>);
 
 impl Drop for GateGuard {
     fn drop(&mut self) {
@@ -591,20 +626,30 @@ pub fn run(
         }
         IoCommand::Write { .. } if !req.readonly => {
             let mapped = map_write(state, data, req)?;
-            let landed = if data.is_direct() && !mapped.parts.is_empty() {
-                // `O_DIRECT` takes aligned memory only: copy into the queue's aligned buffer
-                // rather than have hal allocate a bounce for every write.
-                out.copy_from(&req.data);
-                let landed = write_parts(data, &mapped.parts, out.data());
-                out.clear();
-                landed
-            } else {
-                write_parts(data, &mapped.parts, &req.data)
-            };
-            mapped.finish(landed)
+            land_write(data, mapped, &req.data, out)
         }
         _ => execute(&mut *lock(state)?, req, out),
     }
+}
+
+/// Writes a mapped write's parts of `src` here, on this thread, and finishes it. `out` is
+/// scratch: `O_DIRECT` takes aligned memory only, and a copy into the queue's aligned buffer
+/// is cheaper than the bounce hal would allocate for every write.
+pub fn land_write(
+    data: &DataPath,
+    mapped: MappedWrite,
+    src: &[u8],
+    out: &mut ReadBuf,
+) -> Result<(), TargetStatus> {
+    let landed = if data.is_direct() && !mapped.parts.is_empty() {
+        out.copy_from(src);
+        let landed = write_parts(data, &mapped.parts, out.data());
+        out.clear();
+        landed
+    } else {
+        write_parts(data, &mapped.parts, src)
+    };
+    mapped.finish(landed)
 }
 
 /// Reads `parts` from the device into `out`'s data.
@@ -754,6 +799,12 @@ pub fn map_write(
 }
 
 impl MappedWrite {
+    /// Its parts have landed (on a ring the gate reaped): snapshots need not wait for it any
+    /// longer. Takes no lock.
+    pub fn leave_gate(&mut self) {
+        self.gate = None;
+    }
+
     /// After the parts were written (`landed`): unpins, and acknowledges only what is durable.
     pub fn finish(mut self, landed: Result<(), TargetStatus>) -> Result<(), TargetStatus> {
         drop(self.gate.take());

@@ -10,9 +10,9 @@
 //! on a page-cache device, and on an `O_DIRECT` device when the command is alone (nothing in
 //! flight or received behind it, so there is no depth to give the drive). Everything else
 //! (queued commands on a drive, Flush, FUA, Write Zeroes, Deallocate) runs concurrently, up to
-//! the queue's slots: queued Reads on the queue's own io_uring ([`super::device_ring`]), the
-//! rest on the target's worker threads ([`super::workers`]). Data buffers are kept per queue
-//! and reused.
+//! the queue's slots: queued Reads and cached Writes on the queue's own io_uring
+//! ([`super::device_ring`]), the rest on the target's worker threads ([`super::workers`]), so
+//! the engine never waits for a flush. Data buffers are kept per queue and reused.
 //!
 //! A volume with QoS limits ([`super::throttle`]) holds back I/O commands over its limits: they
 //! wait in the queue's own list, in arrival order, and start when the volume's limiter hands
@@ -41,7 +41,7 @@ use tokio::time::Instant;
 
 use super::auth::QueueAuth;
 use super::controller::{CcEffect, Controller, Kind, MAX_AERS};
-use super::device_ring::{DeviceRing, Reaped};
+use super::device_ring::{DeviceRing, Reaped, Record};
 use super::errors::Origin;
 use super::fabrics::{self, Bound};
 use super::io::{self, DataPath};
@@ -134,20 +134,36 @@ struct Conn {
     spare_bytes: usize,
     /// The volume's QoS (I/O queues of a volume).
     qos: Option<Qos>,
-    /// Device reads of Reads on an `O_DIRECT` device that do not run in place.
+    /// Device I/O of Reads and cached Writes on an `O_DIRECT` device that do not run in place.
     ring: Option<DeviceRing<OnRing>>,
+    /// Kept between passes: the ring's finished operations.
+    reaped: Vec<Reaped<OnRing>>,
 }
 
-/// A Read whose device I/O is on the queue's ring.
+/// A command whose device I/O is on the queue's ring.
 struct OnRing {
     issued: Issued,
     kind: IoKind,
     bytes: u64,
     started: StdInstant,
-    /// Pins its clusters until the reads land.
-    read: io::MappedRead,
-    /// The read's length (the buffer's data).
+    op: RingOp,
+    /// The read's length (the buffer's data); 0 for a write.
     len: usize,
+}
+
+/// What a ring operation does, with what pins its clusters until it lands.
+enum RingOp {
+    Read(io::MappedRead),
+    /// Holds the snapshot gate until its parts land.
+    Write(io::MappedWrite),
+}
+
+impl Record for OnRing {
+    fn landed(&mut self) {
+        if let RingOp::Write(w) = &mut self.op {
+            w.leave_gate();
+        }
+    }
 }
 
 /// Operations a queue's ring holds at once: the deepest queue Linux's NVMe/TCP host asks for
@@ -177,8 +193,7 @@ impl Drop for Qos {
     }
 }
 
-/// Which Reads and cached Writes run in place on the queue's thread instead of the blocking
-/// pool.
+/// Which Reads and cached Writes run in place on the queue's thread, with no ring or worker.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum InPlace {
     /// Not on an engine (admin and discovery queues).
@@ -250,6 +265,7 @@ pub async fn serve(
         spare_bytes: 0,
         qos: None,
         ring: None,
+        reaped: Vec::new(),
     };
     let (rd, wr) = stream.into_split();
     let mut link = Link {
@@ -287,10 +303,10 @@ pub async fn serve(
         conn.in_place = match conn.subs.data_path() {
             Some(data) if data.is_direct() => {
                 // On this engine's reactor: the ring's eventfd is registered where it is polled.
-                conn.ring = data.ring(RING_OPS).and_then(|r| match DeviceRing::new(r) {
+                conn.ring = data.ring(RING_OPS).and_then(|r| match DeviceRing::new(r, data.gate()) {
                     Ok(r) => Some(r),
                     Err(e) => {
-                        tracing::debug!(%e, "device ring not registered: reads on the worker threads");
+                        tracing::debug!(%e, "device ring not registered: I/O on the worker threads");
                         None
                     }
                 });
@@ -512,14 +528,19 @@ fn guarded<R>(
     request: &io::Request,
     f: impl FnOnce() -> Result<R, TargetStatus>,
 ) -> Result<R, TargetStatus> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    caught(|| {
         #[cfg(test)]
         tests::injected_panic(request);
         #[cfg(not(test))]
         let _ = request;
         f()
-    }))
-    .unwrap_or_else(|_| Err(StatusCode::InternalError.into()))
+    })
+}
+
+/// Runs `f`; a panic becomes Internal Error.
+fn caught<R>(f: impl FnOnce() -> Result<R, TargetStatus>) -> Result<R, TargetStatus> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(StatusCode::InternalError.into()))
 }
 
 impl Conn {
@@ -894,8 +915,14 @@ impl Conn {
                 InPlace::WhenAlone => self.alone,
                 InPlace::Always => true,
             };
-        if !in_place && self.ring.is_some() && matches!(request.cmd, IoCommand::Read { .. }) {
-            return self.read_on_ring(issued, request, started, buf);
+        if !in_place && self.ring.is_some() {
+            match request.cmd {
+                IoCommand::Read { .. } => return self.read_on_ring(issued, request, started, buf),
+                IoCommand::Write { .. } if quick && !request.readonly => {
+                    return self.write_on_ring(issued, request, started, buf)
+                }
+                _ => {}
+            }
         }
         if in_place {
             let data = self.subs.data_path();
@@ -941,10 +968,6 @@ impl Conn {
     }
 
     /// Maps a Read under the pool lock and starts its device reads on the ring.
-    ///
-    /// Writes do not go there: a detached write holds the snapshot gate until its data lands,
-    /// and a snapshot waits for the gate while holding the pool lock, so a write whose
-    /// completion only this thread can reap would deadlock the thread's next pool lock.
     fn read_on_ring(
         &mut self,
         issued: Issued,
@@ -987,10 +1010,69 @@ impl Conn {
             kind,
             bytes,
             started,
-            read,
+            op: RingOp::Read(read),
             len,
         };
-        match ring.read(abuf, &parts, record) {
+        let started = ring.read(abuf, &parts, record);
+        self.on_ring(started);
+    }
+
+    /// Maps a cached Write under the pool lock (writing what it allocates there) and starts
+    /// the rest on the ring, from a copy in an aligned buffer; the host's buffer goes back to
+    /// the decoder at once.
+    fn write_on_ring(
+        &mut self,
+        issued: Issued,
+        request: io::Request,
+        started: StdInstant,
+        mut buf: io::ReadBuf,
+    ) {
+        let (kind, bytes) = request.accounting();
+        let Some(data) = self.subs.data_path() else {
+            return self.fail(issued, StatusCode::InternalError.into());
+        };
+        let mapped = guarded(&request, || {
+            io::map_write(&self.subs.state, &data, &request)
+        });
+        let done = |result, buf, host_data| Done {
+            issued,
+            result,
+            buf,
+            host_data,
+            kind,
+            bytes,
+            started,
+        };
+        let write = match mapped {
+            Ok(write) => write,
+            Err(s) => return self.finish_io(done(Err(s), buf, request.data)),
+        };
+        let ring = self.ring.as_mut().expect("checked by run_io");
+        if write.parts.is_empty() || !ring.has_room(write.parts.len()) {
+            // All written under the lock, or more parts than the ring takes now: here.
+            let result = guarded(&request, || {
+                io::land_write(&data, write, &request.data, &mut buf)
+            });
+            return self.finish_io(done(result, buf, request.data));
+        }
+        buf.copy_from(&request.data);
+        self.queue.recycle(request.data);
+        let parts = write.parts.clone();
+        let (abuf, _) = buf.into_parts();
+        let record = OnRing {
+            issued,
+            kind,
+            bytes,
+            started,
+            op: RingOp::Write(write),
+            len: 0,
+        };
+        let started = ring.write(abuf, &parts, record);
+        self.on_ring(started);
+    }
+
+    fn on_ring(&mut self, started: Result<(), Refused<OnRing>>) {
+        match started {
             Ok(()) => self.subs.engines.count_ring_operation(),
             Err(Refused {
                 tag: record,
@@ -998,47 +1080,67 @@ impl Conn {
                 error,
             }) => {
                 // Room and parts were checked: a bug, not the host's.
-                tracing::error!(%error, "device ring refused a read");
-                self.ring_done(record, buf, Err(StatusCode::InternalError.into()));
+                tracing::error!(%error, "device ring refused an operation");
+                self.ring_done(
+                    (record, buf, Ok(())),
+                    Some(StatusCode::InternalError.into()),
+                );
             }
         }
     }
 
     /// Submits the ring's queued operations and completes those already done.
     fn submit_ring(&mut self) {
-        let Some(mut ring) = self.ring.take() else {
+        let Some(ring) = self.ring.as_mut() else {
             return;
         };
-        if let Err(e) = ring.submit(|r| self.reaped(r)) {
+        let mut reaped = std::mem::take(&mut self.reaped);
+        if let Err(e) = ring.submit(&mut reaped) {
             // Nothing was submitted; the operations stay queued for the next pass.
             tracing::warn!(%e, "io_uring submit failed");
         }
-        self.ring = Some(ring);
+        self.complete_reaped(reaped);
     }
 
     fn reap_ring(&mut self) {
-        if let Some(mut ring) = self.ring.take() {
-            ring.reap(|r| self.reaped(r));
-            self.ring = Some(ring);
+        let Some(ring) = self.ring.as_mut() else {
+            return;
+        };
+        let mut reaped = std::mem::take(&mut self.reaped);
+        ring.reap(&mut reaped);
+        self.complete_reaped(reaped);
+    }
+
+    /// Completes the ring's finished operations (outside the ring's lock: completing takes the
+    /// pool lock), and keeps the list's memory.
+    fn complete_reaped(&mut self, mut reaped: Vec<Reaped<OnRing>>) {
+        for r in reaped.drain(..) {
+            self.ring_done(r, None);
         }
+        self.reaped = reaped;
     }
 
-    fn reaped(&mut self, (record, abuf, landed): Reaped<OnRing>) {
-        let landed = landed.map_err(|e| from_device(e.kind(), Access::Read));
-        self.ring_done(record, abuf, landed);
-    }
-
-    /// A Read's device I/O finished on the ring: unpin its clusters, complete it.
-    fn ring_done(
-        &mut self,
-        record: OnRing,
-        abuf: edgevol_hal::AlignedBuf,
-        landed: Result<(), TargetStatus>,
-    ) {
-        drop(record.read);
+    /// A command's device I/O finished on the ring (or never started: `failed`): unpin its
+    /// clusters; a write is made durable as its mapping requires. Then complete it.
+    fn ring_done(&mut self, (record, abuf, landed): Reaped<OnRing>, failed: Option<TargetStatus>) {
+        let access = match record.op {
+            RingOp::Read(_) => Access::Read,
+            RingOp::Write(_) => Access::Write,
+        };
+        let landed = match failed {
+            Some(s) => Err(s),
+            None => landed.map_err(|e| from_device(e.kind(), access)),
+        };
+        let result = match record.op {
+            RingOp::Read(read) => {
+                drop(read);
+                landed
+            }
+            RingOp::Write(write) => caught(|| write.finish(landed)),
+        };
         self.finish_io(Done {
             issued: record.issued,
-            result: landed,
+            result,
             buf: io::ReadBuf::from_parts(abuf, record.len),
             host_data: Vec::new(),
             kind: record.kind,

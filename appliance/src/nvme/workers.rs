@@ -1,6 +1,7 @@
 //! The blocking side of the data path: threads that run the I/O commands an engine must not
-//! wait for (queued writes on a drive, Flush, FUA, Write Zeroes, Deallocate), so the drive
-//! sees the queue's depth while the engine goes on receiving and completing.
+//! wait for (Flush, FUA, write-through, Write Zeroes, Deallocate, and queued reads and writes
+//! on a drive when the queue has no io_uring), so the drive sees the queue's depth while the
+//! engine goes on receiving and completing.
 //!
 //! In place of tokio's blocking pool, which allocates a task (and a JoinSet entry) per call:
 //! here a job is a plain value in a queue whose memory is kept, and its result goes back
