@@ -412,7 +412,9 @@ impl Pdu {
             self.data(),
             opts,
             out,
+            true,
         )
+        .map(drop)
     }
 }
 
@@ -433,18 +435,47 @@ pub struct C2hDataRef<'a> {
 impl C2hDataRef<'_> {
     /// Appends the PDU to `out`, exactly as [`Pdu::encode`] of the same `C2hData` would.
     pub fn encode(&self, opts: &EncodeOptions, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        self.encode_with(opts, out, true).map(drop)
+    }
+
+    /// Appends the PDU to `out` without its data: everything [`C2hDataRef::encode`] appends,
+    /// less the data bytes, which the caller sends from its own buffer at the offset returned
+    /// (in `out`). Digests are computed over `data` as usual.
+    pub fn encode_around(
+        &self,
+        opts: &EncodeOptions,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, EncodeError> {
+        self.encode_with(opts, out, false)
+    }
+
+    fn encode_with(
+        &self,
+        opts: &EncodeOptions,
+        out: &mut Vec<u8>,
+        with_bytes: bool,
+    ) -> Result<usize, EncodeError> {
         let datal = u32::try_from(self.data.len()).map_err(|_| EncodeError::TooLarge)?;
         let mut h = [0u8; 128];
         h[8..10].copy_from_slice(&self.cccid.to_le_bytes());
         h[12..16].copy_from_slice(&self.offset.to_le_bytes());
         h[16..20].copy_from_slice(&datal.to_le_bytes());
         let flags = if self.last { flags::LAST_PDU } else { 0 };
-        encode_raw(PduType::C2hData, flags, &h, self.data, opts, out)
+        encode_raw(
+            PduType::C2hData,
+            flags,
+            &h,
+            self.data,
+            opts,
+            out,
+            with_bytes,
+        )
     }
 }
 
 /// Appends a PDU of type `ty`: `specific` holds its header bytes after the common header (the
-/// common header itself is written here), `data` its data.
+/// common header itself is written here), `data` its data (left out unless `with_bytes`).
+/// Returns where the data starts in `out`.
 fn encode_raw(
     ty: PduType,
     type_flags: u8,
@@ -452,7 +483,8 @@ fn encode_raw(
     data: &[u8],
     opts: &EncodeOptions,
     out: &mut Vec<u8>,
-) -> Result<(), EncodeError> {
+    with_bytes: bool,
+) -> Result<usize, EncodeError> {
     if opts.pda > 31 {
         return Err(EncodeError::BadAlignment);
     }
@@ -490,17 +522,20 @@ fn encode_raw(
     h[3] = pdo_field;
     h[4..8].copy_from_slice(&plen_field.to_le_bytes());
 
-    out.reserve(plen);
+    out.reserve(if with_bytes { plen } else { plen - data.len() });
     out.extend_from_slice(&h[..hlen]);
     if digests.header {
         out.extend_from_slice(&crc32c(&h[..hlen]).to_le_bytes());
     }
     out.resize(out.len() + (data_start - header_end.min(data_start)), 0);
-    out.extend_from_slice(data);
+    let at = out.len();
+    if with_bytes {
+        out.extend_from_slice(data);
+    }
     if ddgst {
         out.extend_from_slice(&crc32c(data).to_le_bytes());
     }
-    Ok(())
+    Ok(at)
 }
 
 #[cfg(test)]

@@ -271,8 +271,27 @@ pub struct Queue {
     decoder: Decoder,
     slots: Vec<Slot>,
     tx: Vec<u8>,
+    /// Read data the caller sends from its own buffers, in `tx` order, and its bytes.
+    splices: Vec<Splice>,
+    spliced: usize,
     events: VecDeque<Event>,
     sq_head: u16,
+}
+
+/// Read data the queue does not copy ([`Queue::complete_spliced`]): the caller keeps the
+/// buffer and sends its bytes `start..start + len` where the transmit says
+/// ([`Queue::poll_transmit_vectored`]), so a read goes from the buffer it was read into straight
+/// to the socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Splice {
+    /// Offset in the transmitted bytes before which the data goes.
+    pub at: usize,
+    /// The caller's name for the buffer.
+    pub token: u32,
+    /// Where the bytes start in the buffer.
+    pub start: usize,
+    /// How many.
+    pub len: usize,
 }
 
 impl Queue {
@@ -294,6 +313,8 @@ impl Queue {
             decoder,
             slots: vec![Slot::Free],
             tx: Vec::new(),
+            splices: Vec::new(),
+            spliced: 0,
             events: VecDeque::new(),
             sq_head: 0,
         })
@@ -325,7 +346,7 @@ impl Queue {
         let mut pdus = 0;
         while consumed < input.len()
             && pdus < RECV_BUDGET
-            && self.tx.len() <= TX_HIGH_WATER
+            && self.tx.len() + self.spliced <= TX_HIGH_WATER
             && !self.is_closed()
         {
             let d = self.decoder.decode(&input[consumed..]);
@@ -344,8 +365,13 @@ impl Queue {
         consumed
     }
 
-    /// Appends bytes to send to `out`; returns true if it appended anything.
+    /// Appends bytes to send to `out`; returns true if it appended anything. For a queue that
+    /// never splices ([`Queue::poll_transmit_vectored`] otherwise).
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+        debug_assert!(
+            self.splices.is_empty(),
+            "spliced data needs poll_transmit_vectored"
+        );
         if self.tx.is_empty() {
             return false;
         }
@@ -356,6 +382,18 @@ impl Queue {
             out.append(&mut self.tx);
         }
         true
+    }
+
+    /// Appends bytes to send to `out` and, to `splices`, where the caller's spliced data goes
+    /// in them (offsets in `out`); returns true if it appended anything.
+    pub fn poll_transmit_vectored(&mut self, out: &mut Vec<u8>, splices: &mut Vec<Splice>) -> bool {
+        let base = out.len();
+        splices.extend(self.splices.drain(..).map(|s| Splice {
+            at: s.at + base,
+            ..s
+        }));
+        self.spliced = 0;
+        self.poll_transmit(out)
     }
 
     /// The next event, if any.
@@ -429,6 +467,26 @@ impl Queue {
     /// command can outlive its connection: completing it then returns [`HostError::Closed`], which
     /// the host drops along with the connection.
     pub fn complete(&mut self, tag: CommandTag, c: Completion<'_>) -> Result<(), HostError> {
+        self.complete_with(tag, c, None)
+    }
+
+    /// [`Queue::complete`], but the data is not copied: the caller sends it from its buffer
+    /// `token` as [`Queue::poll_transmit_vectored`] says, and keeps that buffer until then.
+    pub fn complete_spliced(
+        &mut self,
+        tag: CommandTag,
+        c: Completion<'_>,
+        token: u32,
+    ) -> Result<(), HostError> {
+        self.complete_with(tag, c, Some(token))
+    }
+
+    fn complete_with(
+        &mut self,
+        tag: CommandTag,
+        c: Completion<'_>,
+        token: Option<u32>,
+    ) -> Result<(), HostError> {
         let State::Live(live) = self.state else {
             return Err(HostError::Closed);
         };
@@ -460,7 +518,19 @@ impl Queue {
                     data: part,
                 };
                 // Bounded by the config like every PDU of ours (see `send`).
-                let encoded = pdu.encode(&Self::encode_options(live), &mut self.tx);
+                let opts = Self::encode_options(live);
+                let encoded = match token {
+                    None => pdu.encode(&opts, &mut self.tx),
+                    Some(token) => pdu.encode_around(&opts, &mut self.tx).map(|at| {
+                        self.splices.push(Splice {
+                            at,
+                            token,
+                            start: offset,
+                            len: part.len(),
+                        });
+                        self.spliced += part.len();
+                    }),
+                };
                 debug_assert!(encoded.is_ok(), "C2HData failed to encode: {encoded:?}");
                 offset = end;
             }

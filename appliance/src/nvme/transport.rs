@@ -19,6 +19,7 @@
 //! them out, while the queue goes on receiving, completing and keeping its timers.
 
 use std::collections::VecDeque;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
@@ -29,10 +30,11 @@ use edgevol_nvmeof::admin::AdminCommand;
 use edgevol_nvmeof::auth::{command, AuthCommand, Outcome};
 use edgevol_nvmeof::fabrics::{self as parse, Command, NamespaceInfo, QueueState};
 use edgevol_nvmeof::io_cmd::IoCommand;
-use edgevol_nvmeof::queue::{self, CommandTag, Completion, Event, Queue};
+use edgevol_nvmeof::queue::{self, CommandTag, Completion, Event, Queue, Splice};
 use edgevol_nvmeof::status::{Status, StatusCode};
 use getrandom::SysRng;
 use rand_core::UnwrapErr;
+use smallvec::SmallVec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -132,6 +134,8 @@ struct Conn {
     /// Data buffers of finished commands, for the next ones, and their bytes.
     spare: Vec<io::ReadBuf>,
     spare_bytes: usize,
+    /// Read buffers whose data the queue's transmit sends from (a splice's token is the index).
+    sending: Vec<io::ReadBuf>,
     /// The volume's QoS (I/O queues of a volume).
     qos: Option<Qos>,
     /// Device I/O of Reads and cached Writes on an `O_DIRECT` device that do not run in place.
@@ -218,6 +222,8 @@ struct Link {
     rx: Vec<u8>,
     rx_start: usize,
     out: Vec<u8>,
+    /// Where the read data the queue did not copy goes in `out`.
+    splices: Vec<Splice>,
 }
 
 /// How [`drive`] returned.
@@ -263,6 +269,7 @@ pub async fn serve(
         alone: false,
         spare: Vec::new(),
         spare_bytes: 0,
+        sending: Vec::new(),
         qos: None,
         ring: None,
         reaped: Vec::new(),
@@ -274,6 +281,7 @@ pub async fn serve(
         rx: Vec::new(),
         rx_start: 0,
         out: Vec::new(),
+        splices: Vec::new(),
     };
     let qid = match drive(&mut conn, &mut link, &mut stop).await {
         Exit::Ended(end) => return finish(conn, link, end).await,
@@ -286,7 +294,7 @@ pub async fn serve(
         Ok(Err(e)) => return conn.moving_failed(e),
         Err(e) => return conn.moving_failed(std::io::Error::other(e)),
     };
-    let (rx, rx_start, out) = (link.rx, link.rx_start, link.out);
+    let (rx, rx_start, out, splices) = (link.rx, link.rx_start, link.out, link.splices);
     let engines = conn.subs.engines.clone();
     let moved = engines.spawn(qid, async move {
         let (rd, wr) = match TcpStream::from_std(std_stream) {
@@ -299,6 +307,7 @@ pub async fn serve(
             rx,
             rx_start,
             out,
+            splices,
         };
         conn.in_place = match conn.subs.data_path() {
             Some(data) if data.is_direct() => {
@@ -352,11 +361,8 @@ async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool
         // One system call for the batch's device I/O; what the page cache answered at once
         // goes out with this pass's transmit.
         conn.submit_ring();
-        if conn.queue.poll_transmit(&mut link.out) {
-            if let Err(e) = link.wr.write_all(&link.out).await {
-                return Exit::Ended(End::Socket(e));
-            }
-            link.out.clear();
+        if let Err(e) = transmit(conn, link).await {
+            return Exit::Ended(End::Socket(e));
         }
         if let Some(end) = conn.end.take() {
             return Exit::Ended(end);
@@ -425,11 +431,72 @@ async fn finish(mut conn: Conn, mut link: Link, end: End) {
         _ => tracing::info!(?peer, ?end, "NVMe/TCP connection closed"),
     }
     // Flush what the queue still has (a TermReq) before the socket closes.
-    link.out.clear();
-    if conn.queue.poll_transmit(&mut link.out) {
-        let _ = link.wr.write_all(&link.out).await;
-    }
+    let _ = transmit(&mut conn, &mut link).await;
     let _ = link.wr.shutdown().await;
+}
+
+/// Sends what the queue has to send, read data from the buffers it was read into (one vectored
+/// write, no copy), then keeps those buffers for the next commands.
+async fn transmit(conn: &mut Conn, link: &mut Link) -> std::io::Result<()> {
+    if !conn
+        .queue
+        .poll_transmit_vectored(&mut link.out, &mut link.splices)
+    {
+        return Ok(());
+    }
+    let sent = send(&mut link.wr, &link.out, &link.splices, &conn.sending).await;
+    link.out.clear();
+    link.splices.clear();
+    conn.sent();
+    sent
+}
+
+/// Slices per `writev`: enough for a batch of 32 reads with their headers.
+const SLICES: usize = 72;
+
+/// Writes `bytes` with each splice's data put in at its offset.
+async fn send(
+    wr: &mut OwnedWriteHalf,
+    bytes: &[u8],
+    splices: &[Splice],
+    bufs: &[io::ReadBuf],
+) -> std::io::Result<()> {
+    let mut slices = SmallVec::<[IoSlice<'_>; SLICES]>::new();
+    let mut from = 0;
+    for s in splices {
+        let data = usize::try_from(s.token)
+            .ok()
+            .and_then(|t| bufs.get(t))
+            .and_then(|b| b.data().get(s.start..s.start + s.len))
+            .ok_or_else(|| std::io::Error::other("spliced data out of range"))?;
+        if s.at > from {
+            slices.push(IoSlice::new(&bytes[from..s.at]));
+        }
+        slices.push(IoSlice::new(data));
+        from = s.at;
+        if slices.len() >= SLICES - 2 {
+            write_all_vectored(wr, &mut slices).await?;
+            slices.clear();
+        }
+    }
+    if from < bytes.len() {
+        slices.push(IoSlice::new(&bytes[from..]));
+    }
+    write_all_vectored(wr, &mut slices).await
+}
+
+async fn write_all_vectored(
+    wr: &mut OwnedWriteHalf,
+    mut slices: &mut [IoSlice<'_>],
+) -> std::io::Result<()> {
+    while !slices.is_empty() {
+        let n = wr.write_vectored(slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut slices, n);
+    }
+    Ok(())
 }
 
 async fn watch_shut(w: &mut Option<watch::Receiver<bool>>) -> bool {
@@ -613,7 +680,20 @@ impl Conn {
 
     /// Every completion goes through here: a failure is recorded in the controller's error log
     /// and flagged More (the log has its details), as Linux `nvmet_set_error` does.
-    fn complete(&mut self, issued: Issued, mut status: Status, result: u64, data: &[u8]) {
+    fn complete(&mut self, issued: Issued, status: Status, result: u64, data: &[u8]) {
+        self.complete_with(issued, status, result, data, None);
+    }
+
+    /// [`Conn::complete`]; with a `splice` token the data is not copied but sent from the
+    /// buffer `sending[token]`. Returns whether the completion was queued.
+    fn complete_with(
+        &mut self,
+        issued: Issued,
+        mut status: Status,
+        result: u64,
+        data: &[u8],
+        splice: Option<u32>,
+    ) -> bool {
         if !status.is_success() {
             if let Some(ctrl) = self.controller() {
                 ctrl.errors().record(&issued.origin, status);
@@ -625,9 +705,14 @@ impl Conn {
             result,
             data,
         };
-        if let Err(e) = self.queue.complete(issued.tag, c) {
+        let queued = match splice {
+            None => self.queue.complete(issued.tag, c),
+            Some(token) => self.queue.complete_spliced(issued.tag, c, token),
+        };
+        if let Err(e) = &queued {
             tracing::debug!(%e, "completion dropped");
         }
+        queued.is_ok()
     }
 
     fn fail(&mut self, issued: Issued, status: TargetStatus) {
@@ -1163,18 +1248,39 @@ impl Conn {
                 }
             }
         }
+        self.queue.recycle(done.host_data);
         match done.result {
-            Ok(()) => self.complete(done.issued, Status::SUCCESS, 0, done.buf.data()),
+            Ok(()) if !done.buf.data().is_empty() => {
+                // Sent from this buffer; it is a spare again once the transmit is written.
+                let token = u32::try_from(self.sending.len()).unwrap_or(u32::MAX);
+                let data = done.buf.data();
+                if self.complete_with(done.issued, Status::SUCCESS, 0, data, Some(token)) {
+                    return self.sending.push(done.buf);
+                }
+            }
+            Ok(()) => self.complete(done.issued, Status::SUCCESS, 0, &[]),
             Err(s) => self.fail(done.issued, s),
         }
-        self.queue.recycle(done.host_data);
-        let size = done.buf.capacity();
+        self.keep_spare(done.buf);
+    }
+
+    /// Keeps `buf` for a later command, within the spare bounds.
+    fn keep_spare(&mut self, mut buf: io::ReadBuf) {
+        let size = buf.capacity();
         if size <= SPARE_MAX && self.spare_bytes + size <= SPARE_BYTES {
-            let mut buf = done.buf;
             buf.clear();
             self.spare_bytes += size;
             self.spare.push(buf);
         }
+    }
+
+    /// The transmit that sent from `sending` was written: its buffers are spares again.
+    fn sent(&mut self) {
+        let mut sending = std::mem::take(&mut self.sending);
+        for buf in sending.drain(..) {
+            self.keep_spare(buf);
+        }
+        self.sending = sending;
     }
 
     /// Completes parked Async Event Requests with queued events.

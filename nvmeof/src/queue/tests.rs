@@ -25,6 +25,9 @@ struct Pair {
     target_closed: Option<CloseReason>,
     host_closed: Option<InitiatorClose>,
     initialized: bool,
+    /// Reads complete spliced: their data stays here (the token is the index) until sent.
+    splice: bool,
+    held: Vec<Vec<u8>>,
 }
 
 impl Pair {
@@ -40,6 +43,8 @@ impl Pair {
             target_closed: None,
             host_closed: None,
             initialized: false,
+            splice: false,
+            held: Vec::new(),
         }
     }
 
@@ -103,14 +108,19 @@ impl Pair {
             let at = lba_bytes();
             let len = usize::try_from(cmd.read_len).unwrap();
             let data = self.ram[at..at + len].to_vec();
-            self.target.complete(
-                cmd.tag,
-                Completion {
-                    status: Status::SUCCESS,
-                    result: 0,
-                    data: &data,
-                },
-            )
+            let c = Completion {
+                status: Status::SUCCESS,
+                result: 0,
+                data: &data,
+            };
+            if self.splice {
+                let token = u32::try_from(self.held.len()).unwrap();
+                let done = self.target.complete_spliced(cmd.tag, c, token);
+                self.held.push(data);
+                done
+            } else {
+                self.target.complete(cmd.tag, c)
+            }
         } else {
             self.target.complete(
                 cmd.tag,
@@ -155,7 +165,7 @@ impl Pair {
                 }
             }
             self.target_events();
-            progress |= self.target.poll_transmit(&mut self.to_host);
+            progress |= self.target_transmit();
             while !self.to_host.is_empty() && !self.host.is_closed() {
                 let n = self.chunk(self.to_host.len());
                 let used = self.host.handle_input(&self.to_host[..n]);
@@ -193,6 +203,25 @@ impl Pair {
         self.host.submit(sqe, Data::Read(len)).unwrap()
     }
 
+    /// The target's transmit, spliced data put in place as a vectored write would send it.
+    fn target_transmit(&mut self) -> bool {
+        if !self.splice {
+            return self.target.poll_transmit(&mut self.to_host);
+        }
+        let (mut bytes, mut splices) = (Vec::new(), Vec::new());
+        let any = self.target.poll_transmit_vectored(&mut bytes, &mut splices);
+        let mut from = 0;
+        for s in splices {
+            self.to_host.extend_from_slice(&bytes[from..s.at]);
+            let held = &self.held[usize::try_from(s.token).unwrap()];
+            self.to_host
+                .extend_from_slice(&held[s.start..s.start + s.len]);
+            from = s.at;
+        }
+        self.to_host.extend_from_slice(&bytes[from..]);
+        any
+    }
+
     /// Sends raw bytes from the host and drives; returns the target's close reason.
     fn inject(&mut self, bytes: &[u8]) {
         self.host.send_raw(bytes);
@@ -224,7 +253,7 @@ fn host_config(digests: Digests) -> InitiatorConfig {
 }
 
 /// In-capsule writes, R2T writes split over several H2CData PDUs, and multi-PDU reads, with
-/// digests off and on, in whole buffers and in random chunks.
+/// digests off and on, in whole buffers and in random chunks, read data copied or spliced.
 #[test]
 fn writes_and_reads_round_trip_in_every_mode() {
     for digests in [
@@ -235,8 +264,14 @@ fn writes_and_reads_round_trip_in_every_mode() {
             data: false,
         },
     ] {
-        for seed in [0u64, 1, 0x9e37_79b9_7f4a_7c15, 42] {
+        for (seed, splice) in [
+            (0u64, false),
+            (1, true),
+            (0x9e37_79b9_7f4a_7c15, false),
+            (42, true),
+        ] {
             let mut p = Pair::connected(small_limits(), host_config(digests), seed, 1);
+            p.splice = splice;
             assert_eq!(p.target.digests(), digests);
             let small = pattern(2048, 1); // in-capsule
             let large = pattern(40_000, 2); // R2T, 5 H2CData PDUs of <= 8192
@@ -763,4 +798,29 @@ fn a_host_that_never_reads_cannot_grow_the_transmit_buffer() {
     // Once drained, it consumes again.
     assert!(p.target.handle_input(&stream[at..]) > 0);
     assert!(!p.target.is_closed());
+}
+
+/// A spliced completion sends exactly the bytes of a copied one (every C2HData PDU, its padding
+/// and digests), only the data comes from the caller's buffer; offsets follow what was already
+/// in the output buffer.
+#[test]
+fn spliced_read_data_goes_out_exactly_as_copied_data() {
+    let mut bytes = Vec::new();
+    for splice in [false, true] {
+        let mut p = Pair::connected(small_limits(), host_config(Digests::BOTH), 0, 1);
+        p.ram[512..512 + 10_000].copy_from_slice(&pattern(10_000, 9));
+        p.read(1, 10_000);
+        p.splice = splice;
+        p.host.poll_transmit(&mut p.to_target);
+        let used = p.target.handle_input(&p.to_target);
+        p.to_target.drain(..used);
+        p.target_events();
+        p.to_host.extend_from_slice(b"already queued");
+        assert!(p.target_transmit());
+        bytes.push(std::mem::take(&mut p.to_host));
+        assert_eq!(p.held.len(), usize::from(splice));
+    }
+    assert_eq!(bytes[0], bytes[1]);
+    // 3 C2HData PDUs of <= 4096 bytes, each with header and data digests, and a CapsuleResp.
+    assert!(bytes[0].len() > 14 + 10_000 + 3 * 8);
 }
