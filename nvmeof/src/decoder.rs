@@ -167,6 +167,22 @@ impl Decoder {
         self.buf.is_empty()
     }
 
+    /// The rest of the data of the PDU being decoded, when its header has been checked and the
+    /// input ran out in its data: the buffer the PDU will own and how many bytes it still
+    /// lacks. The caller may append up to that many bytes (received straight into it, with no
+    /// copy through its input buffer), then calls [`Decoder::decode`] again, with no input if
+    /// it has none: the PDU may be complete.
+    pub fn data_sink(&mut self) -> Option<(&mut Vec<u8>, usize)> {
+        let f = self.framing?;
+        let in_data = !self.failed
+            && self.header_checked
+            && f.data_start > 0
+            && self.buf.len() == f.data_start
+            && self.data.capacity() > 0;
+        let lacking = f.data_len().checked_sub(self.data.len())?;
+        (in_data && lacking > 0).then_some((&mut self.data, lacking))
+    }
+
     /// The header (at most 128 bytes) of the PDU in error, for the TermReq: the partial PDU if one
     /// is buffered, else the last complete one.
     pub fn offending_header(&self) -> &[u8] {

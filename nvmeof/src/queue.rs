@@ -344,7 +344,9 @@ impl Queue {
     pub fn handle_input(&mut self, input: &[u8]) -> usize {
         let mut consumed = 0;
         let mut pdus = 0;
-        while consumed < input.len()
+        // Once even without input: data received through `data_sink` may complete a PDU.
+        let mut first = true;
+        while (consumed < input.len() || core::mem::take(&mut first))
             && pdus < RECV_BUDGET
             && self.tx.len() + self.spliced <= TX_HIGH_WATER
             && !self.is_closed()
@@ -363,6 +365,17 @@ impl Queue {
             }
         }
         consumed
+    }
+
+    /// Where the rest of the PDU being received can go straight from the socket: the buffer its
+    /// data will be handed over in, and how many bytes it lacks (see [`Decoder::data_sink`]).
+    /// Append at most that many, then call [`Queue::handle_input`] (with no input if there is
+    /// none).
+    pub fn data_sink(&mut self) -> Option<(&mut Vec<u8>, usize)> {
+        if self.is_closed() {
+            return None;
+        }
+        self.decoder.data_sink()
     }
 
     /// Appends bytes to send to `out`; returns true if it appended anything. For a queue that

@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
+use bytes::BufMut;
 use edgevol_core::DeviceError;
 use edgevol_hal::uring::Refused;
 use edgevol_nvmeof::admin::AdminCommand;
@@ -224,6 +225,8 @@ struct Link {
     out: Vec<u8>,
     /// Where the read data the queue did not copy goes in `out`.
     splices: Vec<Splice>,
+    /// Bytes were received straight into a PDU's buffer: the queue must look at them.
+    sunk: bool,
 }
 
 /// How [`drive`] returned.
@@ -282,6 +285,7 @@ pub async fn serve(
         rx_start: 0,
         out: Vec::new(),
         splices: Vec::new(),
+        sunk: false,
     };
     let qid = match drive(&mut conn, &mut link, &mut stop).await {
         Exit::Ended(end) => return finish(conn, link, end).await,
@@ -308,6 +312,7 @@ pub async fn serve(
             rx_start,
             out,
             splices,
+            sunk: false,
         };
         conn.in_place = match conn.subs.data_path() {
             Some(data) if data.is_direct() => {
@@ -338,7 +343,7 @@ pub async fn serve(
 /// engine yet.
 async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool>) -> Exit {
     loop {
-        if link.rx_start < link.rx.len() {
+        if link.rx_start < link.rx.len() || std::mem::take(&mut link.sunk) {
             let n = conn.queue.handle_input(&link.rx[link.rx_start..]);
             link.rx_start += n;
             if link.rx_start == link.rx.len() {
@@ -378,8 +383,6 @@ async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool
         let deadline = conn.deadline();
         let aen_wanted = !conn.aers.is_empty();
         let ctrl = conn.bound.as_ref().map(|b| b.controller().clone());
-        // Straight into the buffer the queue parses from (one copy from the socket).
-        link.rx.reserve(READ_CHUNK);
         tokio::select! {
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
@@ -395,9 +398,9 @@ async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool
                 // Every finished command at once, so that one write carries the whole batch.
                 conn.take_replies();
             }
-            read = link.rd.read_buf(&mut link.rx) => match read {
-                Ok(0) => return Exit::Ended(End::PeerClosed),
-                Ok(_) => {}
+            read = receive(&mut link.rd, &mut link.rx, &mut conn.queue) => match read {
+                Ok((0, _)) => return Exit::Ended(End::PeerClosed),
+                Ok((_, sunk)) => link.sunk = sunk,
                 Err(e) => return Exit::Ended(End::Socket(e)),
             },
             () = ring_ready(conn.ring.as_ref()), if conn.ring.as_ref().is_some_and(|r| r.in_flight() > 0) => {
@@ -418,6 +421,28 @@ async fn drive(conn: &mut Conn, link: &mut Link, stop: &mut watch::Receiver<bool
             }
         }
     }
+}
+
+/// The rest of a PDU's data at least this long is received straight into its buffer; a shorter
+/// rest comes with what follows it, in one read into the receive buffer.
+const SINK_MIN: usize = 8 * 1024;
+
+/// Receives from the socket (one copy from the kernel): the rest of a large PDU's data straight
+/// into the buffer the command will own, anything else into the buffer the queue parses from.
+/// Returns the bytes read and whether they went to the PDU's buffer.
+async fn receive(
+    rd: &mut OwnedReadHalf,
+    rx: &mut Vec<u8>,
+    queue: &mut Queue,
+) -> std::io::Result<(usize, bool)> {
+    if let Some((data, lacking)) = queue.data_sink() {
+        if lacking >= SINK_MIN {
+            let n = rd.read_buf(&mut data.limit(lacking)).await?;
+            return Ok((n, true));
+        }
+    }
+    rx.reserve(READ_CHUNK);
+    Ok((rd.read_buf(rx).await?, false))
 }
 
 /// Tears the queue down, logs why it ended and closes the socket.

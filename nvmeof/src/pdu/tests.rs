@@ -527,3 +527,55 @@ fn large_data_goes_straight_into_the_recycled_buffer() {
         Err(PduError::DataDigest { .. })
     ));
 }
+
+/// Data received straight into the PDU's buffer through `data_sink` (as a socket read would,
+/// after the header came through the input) decodes exactly as data passed as input, with and
+/// without a data digest, and a bad digest is still caught.
+#[test]
+fn data_through_the_sink_decodes_as_input_does() {
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i % 241) as u8).collect();
+    let pdu = Pdu::H2cData(DataPdu {
+        cccid: 4,
+        ttag: 1,
+        offset: 0,
+        last: true,
+        success: false,
+        data: data.clone(),
+    });
+    for (digests, corrupt) in [
+        (Digests::NONE, false),
+        (Digests::BOTH, false),
+        (Digests::BOTH, true),
+    ] {
+        let mut wire = encoded(&pdu, digests);
+        let trailer = if digests.data { 4 } else { 0 };
+        let data_at = wire.len() - trailer - data.len();
+        if corrupt {
+            wire[data_at + 7] ^= 1;
+        }
+        let mut dec = Decoder::new(config(Direction::ControllerToHost, digests));
+        assert!(dec.data_sink().is_none(), "no PDU yet");
+        // The header and 1000 bytes of data as input.
+        let d = dec.decode(&wire[..data_at + 1000]);
+        assert_eq!((d.consumed, d.result.is_none()), (data_at + 1000, true));
+        // The rest of the data into the sink, in two reads.
+        let mut from = data_at + 1000;
+        for part in [20_000, data.len() - 21_000] {
+            let (sink, lacking) = dec.data_sink().expect("in the data");
+            assert_eq!(lacking, data_at + data.len() - from);
+            sink.extend_from_slice(&wire[from..from + part]);
+            from += part;
+        }
+        assert!(dec.data_sink().is_none(), "the data is complete");
+        let d = dec.decode(&wire[from..]);
+        assert_eq!(d.consumed, trailer);
+        match d.result.expect("the PDU is complete") {
+            Ok(Pdu::H2cData(d)) => {
+                assert!(!corrupt);
+                assert_eq!(d.data, data);
+            }
+            Err(PduError::DataDigest { .. }) => assert!(corrupt),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
