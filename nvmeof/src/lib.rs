@@ -7,11 +7,16 @@
 //! 1. [`queue::Queue::new`]`(config, now)` when the connection is accepted;
 //! 2. [`queue::Queue::handle_input`]`(&bytes)` with whatever the socket returned, in any
 //!    chunking; it returns how many bytes it consumed (fewer when its per-call PDU budget is spent
-//!    or the queue closed: keep the rest and call again after draining events);
+//!    or the queue closed: keep the rest and call again after draining events). While a large
+//!    PDU's data is arriving, [`queue::Queue::data_sink`] is where the socket can read it
+//!    straight into (then call `handle_input`, with no bytes if there are none);
 //! 3. [`queue::Queue::poll_event`] until `None`: `Command` (parse, execute, then
 //!    [`queue::Queue::complete`] with status, result and read data; after a successful Fabrics
 //!    Connect call [`queue::Queue::install`] first), `Closed` (flush transmit, close the socket);
-//! 4. [`queue::Queue::poll_transmit`]`(&mut buf)` and write what it appended;
+//! 4. [`queue::Queue::poll_transmit`]`(&mut buf)` and write what it appended; a driver that
+//!    completes reads with [`queue::Queue::complete_spliced`] (the data stays in its buffer)
+//!    calls [`queue::Queue::poll_transmit_vectored`] instead and writes its buffers in at the
+//!    splices;
 //! 5. [`queue::Queue::poll_timeout`] / [`queue::Queue::handle_timeout`]`(now)` for the ICReq
 //!    deadline.
 //!
