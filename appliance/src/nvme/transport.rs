@@ -215,6 +215,11 @@ enum InPlace {
 const SPARE_BYTES: usize = 2 << 20;
 const SPARE_MAX: usize = 128 * 1024;
 
+/// Read data at least this long is sent from its own buffer (spliced into a vectored write);
+/// shorter data is copied into the transmit buffer, which costs less than an iovec of its own
+/// in every write.
+const SPLICE_MIN: usize = 16 * 1024;
+
 /// The socket side of a connection and its buffers.
 struct Link {
     rd: OwnedReadHalf,
@@ -1275,7 +1280,7 @@ impl Conn {
         }
         self.queue.recycle(done.host_data);
         match done.result {
-            Ok(()) if !done.buf.data().is_empty() => {
+            Ok(()) if done.buf.data().len() >= SPLICE_MIN => {
                 // Sent from this buffer; it is a spare again once the transmit is written.
                 let token = u32::try_from(self.sending.len()).unwrap_or(u32::MAX);
                 let data = done.buf.data();
@@ -1283,7 +1288,7 @@ impl Conn {
                     return self.sending.push(done.buf);
                 }
             }
-            Ok(()) => self.complete(done.issued, Status::SUCCESS, 0, &[]),
+            Ok(()) => self.complete(done.issued, Status::SUCCESS, 0, done.buf.data()),
             Err(s) => self.fail(done.issued, s),
         }
         self.keep_spare(done.buf);
