@@ -66,17 +66,45 @@ struct Issued {
     origin: Origin,
 }
 
+/// An I/O command from its start: what completes it, and what the counters record.
+#[derive(Clone, Copy)]
+struct Begun {
+    issued: Issued,
+    kind: IoKind,
+    bytes: u64,
+    started: StdInstant,
+}
+
+impl Begun {
+    fn new(issued: Issued, request: &io::Request, started: StdInstant) -> Self {
+        let (kind, bytes) = request.accounting();
+        Begun {
+            issued,
+            kind,
+            bytes,
+            started,
+        }
+    }
+
+    /// Finished with `result`: `buf` holds a read's data, `host_data` is a write's buffer back.
+    fn done(self, result: Result<(), TargetStatus>, buf: io::ReadBuf, host_data: Vec<u8>) -> Done {
+        Done {
+            begun: self,
+            result,
+            buf,
+            host_data,
+        }
+    }
+}
+
 /// A finished I/O command.
 struct Done {
-    issued: Issued,
+    begun: Begun,
     result: Result<(), TargetStatus>,
     /// The read's data; a spare buffer again once sent.
     buf: io::ReadBuf,
     /// The write's data, handed back to the queue's decoder for reuse.
     host_data: Vec<u8>,
-    kind: IoKind,
-    bytes: u64,
-    started: StdInstant,
 }
 
 /// Why a connection ended (for the log).
@@ -147,10 +175,7 @@ struct Conn {
 
 /// A command whose device I/O is on the queue's ring.
 struct OnRing {
-    issued: Issued,
-    kind: IoKind,
-    bytes: u64,
-    started: StdInstant,
+    begun: Begun,
     op: RingOp,
     /// The read's length (the buffer's data); 0 for a write.
     len: usize,
@@ -592,10 +617,7 @@ pub(crate) struct IoJob {
     data: Option<Arc<DataPath>>,
     request: io::Request,
     buf: io::ReadBuf,
-    issued: Issued,
-    kind: IoKind,
-    bytes: u64,
-    started: StdInstant,
+    begun: Begun,
     replies: Arc<Replies<Done>>,
 }
 
@@ -607,15 +629,8 @@ impl Job for IoJob {
             &self.request,
             &mut self.buf,
         );
-        self.replies.push(Done {
-            issued: self.issued,
-            result,
-            buf: self.buf,
-            host_data: self.request.data,
-            kind: self.kind,
-            bytes: self.bytes,
-            started: self.started,
-        });
+        let done = self.begun.done(result, self.buf, self.request.data);
+        self.replies.push(done);
     }
 }
 
@@ -1015,7 +1030,7 @@ impl Conn {
 
     /// Starts an I/O command: in place, on the queue's ring, or on a worker thread.
     fn run_io(&mut self, issued: Issued, request: io::Request, started: StdInstant) {
-        let (kind, bytes) = request.accounting();
+        let begun = Begun::new(issued, &request, started);
         let quick = match request.cmd {
             IoCommand::Read { .. } => true,
             // Flush, FUA and write-through wait for the drive's cache; those always move.
@@ -1032,9 +1047,9 @@ impl Conn {
             };
         if !in_place && self.ring.is_some() {
             match request.cmd {
-                IoCommand::Read { .. } => return self.read_on_ring(issued, request, started, buf),
+                IoCommand::Read { .. } => return self.read_on_ring(begun, request, buf),
                 IoCommand::Write { .. } if quick && !request.readonly => {
-                    return self.write_on_ring(issued, request, started, buf)
+                    return self.write_on_ring(begun, request, buf)
                 }
                 _ => {}
             }
@@ -1042,15 +1057,7 @@ impl Conn {
         if in_place {
             let data = self.subs.data_path();
             let result = execute(&self.subs.state, data.as_deref(), &request, &mut buf);
-            return self.finish_io(Done {
-                issued,
-                result,
-                buf,
-                host_data: request.data,
-                kind,
-                bytes,
-                started,
-            });
+            return self.finish_io(begun.done(result, buf, request.data));
         }
         // To a worker: one hand-off per command, so the queue keeps receiving while the drive
         // works. Mapping under the pool lock, device I/O outside it where core allows (io.rs).
@@ -1060,10 +1067,7 @@ impl Conn {
             data: self.subs.data_path(),
             request,
             buf,
-            issued,
-            kind,
-            bytes,
-            started,
+            begun,
             replies: self.replies.clone(),
         });
     }
@@ -1083,30 +1087,14 @@ impl Conn {
     }
 
     /// Maps a Read under the pool lock and starts its device reads on the ring.
-    fn read_on_ring(
-        &mut self,
-        issued: Issued,
-        request: io::Request,
-        started: StdInstant,
-        mut buf: io::ReadBuf,
-    ) {
-        let (kind, bytes) = request.accounting();
+    fn read_on_ring(&mut self, begun: Begun, request: io::Request, mut buf: io::ReadBuf) {
         let mapped = guarded(&request, || {
             io::map_read(&self.subs.state, &request, &mut buf)
         });
-        let done = |result, buf| Done {
-            issued,
-            result,
-            buf,
-            // A Read carries no host data.
-            host_data: Vec::new(),
-            kind,
-            bytes,
-            started,
-        };
         let read = match mapped {
             Ok(read) => read,
-            Err(s) => return self.finish_io(done(Err(s), buf)),
+            // A Read carries no host data.
+            Err(s) => return self.finish_io(begun.done(Err(s), buf, Vec::new())),
         };
         let ring = self.ring.as_mut().expect("checked by run_io");
         if read.parts.is_empty() || !ring.has_room(read.parts.len()) {
@@ -1116,15 +1104,12 @@ impl Conn {
                 None => Err(StatusCode::InternalError.into()),
             };
             drop(read);
-            return self.finish_io(done(result, buf));
+            return self.finish_io(begun.done(result, buf, Vec::new()));
         }
         let parts = read.parts.clone();
         let (abuf, len) = buf.into_parts();
         let record = OnRing {
-            issued,
-            kind,
-            bytes,
-            started,
+            begun,
             op: RingOp::Read(read),
             len,
         };
@@ -1135,32 +1120,16 @@ impl Conn {
     /// Maps a cached Write under the pool lock (writing what it allocates there) and starts
     /// the rest on the ring, from a copy in an aligned buffer; the host's buffer goes back to
     /// the decoder at once.
-    fn write_on_ring(
-        &mut self,
-        issued: Issued,
-        request: io::Request,
-        started: StdInstant,
-        mut buf: io::ReadBuf,
-    ) {
-        let (kind, bytes) = request.accounting();
+    fn write_on_ring(&mut self, begun: Begun, request: io::Request, mut buf: io::ReadBuf) {
         let Some(data) = self.subs.data_path() else {
-            return self.fail(issued, StatusCode::InternalError.into());
+            return self.fail(begun.issued, StatusCode::InternalError.into());
         };
         let mapped = guarded(&request, || {
             io::map_write(&self.subs.state, &data, &request)
         });
-        let done = |result, buf, host_data| Done {
-            issued,
-            result,
-            buf,
-            host_data,
-            kind,
-            bytes,
-            started,
-        };
         let write = match mapped {
             Ok(write) => write,
-            Err(s) => return self.finish_io(done(Err(s), buf, request.data)),
+            Err(s) => return self.finish_io(begun.done(Err(s), buf, request.data)),
         };
         let ring = self.ring.as_mut().expect("checked by run_io");
         if write.parts.is_empty() || !ring.has_room(write.parts.len()) {
@@ -1168,17 +1137,14 @@ impl Conn {
             let result = guarded(&request, || {
                 io::land_write(&data, write, &request.data, &mut buf)
             });
-            return self.finish_io(done(result, buf, request.data));
+            return self.finish_io(begun.done(result, buf, request.data));
         }
         buf.copy_from(&request.data);
         self.queue.recycle(request.data);
         let parts = write.parts.clone();
         let (abuf, _) = buf.into_parts();
         let record = OnRing {
-            issued,
-            kind,
-            bytes,
-            started,
+            begun,
             op: RingOp::Write(write),
             len: 0,
         };
@@ -1253,28 +1219,22 @@ impl Conn {
             }
             RingOp::Write(write) => caught(|| write.finish(landed)),
         };
-        self.finish_io(Done {
-            issued: record.issued,
-            result,
-            buf: io::ReadBuf::from_parts(abuf, record.len),
-            host_data: Vec::new(),
-            kind: record.kind,
-            bytes: record.bytes,
-            started: record.started,
-        });
+        let buf = io::ReadBuf::from_parts(abuf, record.len);
+        self.finish_io(record.begun.done(result, buf, Vec::new()));
     }
 
     fn finish_io(&mut self, done: Done) {
+        let Begun {
+            issued,
+            kind,
+            bytes,
+            started,
+        } = done.begun;
         if let Some(c) = &self.counters {
-            c.record(
-                done.kind,
-                done.bytes,
-                done.result.is_ok(),
-                done.started.elapsed(),
-            );
+            c.record(kind, bytes, done.result.is_ok(), started.elapsed());
             if let Err(s) = &done.result {
                 if s.status().sct == edgevol_nvmeof::status::sct::MEDIA {
-                    c.media_error(done.kind);
+                    c.media_error(kind);
                 }
             }
         }
@@ -1284,12 +1244,12 @@ impl Conn {
                 // Sent from this buffer; it is a spare again once the transmit is written.
                 let token = u32::try_from(self.sending.len()).unwrap_or(u32::MAX);
                 let data = done.buf.data();
-                if self.complete_with(done.issued, Status::SUCCESS, 0, data, Some(token)) {
+                if self.complete_with(issued, Status::SUCCESS, 0, data, Some(token)) {
                     return self.sending.push(done.buf);
                 }
             }
-            Ok(()) => self.complete(done.issued, Status::SUCCESS, 0, done.buf.data()),
-            Err(s) => self.fail(done.issued, s),
+            Ok(()) => self.complete(issued, Status::SUCCESS, 0, done.buf.data()),
+            Err(s) => self.fail(issued, s),
         }
         self.keep_spare(done.buf);
     }
