@@ -28,9 +28,11 @@ struct Stats {
     total: Duration,
     p50: Duration,
     p99: Duration,
+    /// CPU time of the whole process (client and daemon) during the row.
+    cpu: Duration,
 }
 
-fn stats(name: &str, mut samples: Vec<Duration>, total: Duration) -> Stats {
+fn stats(name: &str, (mut samples, total, cpu): Run) -> Stats {
     samples.sort();
     // Nearest-rank percentile, in integers: index = ceil(q% * n) - 1.
     let pick = |percent: usize| samples[(samples.len() * percent).div_ceil(100).max(1) - 1];
@@ -40,6 +42,7 @@ fn stats(name: &str, mut samples: Vec<Duration>, total: Duration) -> Stats {
         total,
         p50: pick(50),
         p99: pick(99),
+        cpu,
     }
 }
 
@@ -55,15 +58,38 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time of this process so far: the sum of its threads' on-CPU time (ns precision, unlike
+/// getrusage's ticks on some kernels); threads that ended are not counted, and the bench's and
+/// the daemon's threads live until the end.
+fn cpu_time() -> Duration {
+    let mut ns = 0u64;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
+                ns += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
+/// Every call's latency, the wall time of the row, and the process's CPU time during it.
+type Run = (Vec<Duration>, Duration, Duration);
+
 /// Runs `n` calls with `depth` of them in flight (each of `depth` workers takes the next index
-/// until none is left); returns every call's latency and the total.
-async fn in_flight<F, Fut>(n: usize, depth: usize, call: F) -> (Vec<Duration>, Duration)
+/// until none is left); returns every call's latency, the total and the CPU time spent.
+async fn in_flight<F, Fut>(n: usize, depth: usize, call: F) -> Run
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let call = Arc::new(call);
     let next = Arc::new(AtomicUsize::new(0));
+    let cpu = cpu_time();
     let all = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..depth.min(n) {
@@ -85,7 +111,7 @@ where
     while let Some(s) = workers.join_next().await {
         samples.extend(s.unwrap());
     }
-    (samples, all.elapsed())
+    (samples, all.elapsed(), cpu_time().saturating_sub(cpu))
 }
 
 const NODE: &str = "nqn.2014-08.org.nvmexpress:uuid:bench";
@@ -116,7 +142,15 @@ fn print_scaling(name: &str, s: &Scaling) {
 
 #[tokio::main]
 async fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--deep ROUNDS`: only the 100-in-flight rows, ROUNDS times (for profiles, and for p99 over
+    // more than one run of 1,000 calls); the default rows are not run then.
+    let deep: Option<usize> = args.iter().position(|a| a == "--deep").map(|i| {
+        args.get(i + 1)
+            .and_then(|r| r.parse().ok())
+            .expect("--deep ROUNDS")
+    });
     let (n, listed) = if quick { (50, 500) } else { (1000, 10_000) };
     let dir = tempfile::tempdir().unwrap();
     let config = Config::from_args(Args {
@@ -146,100 +180,52 @@ async fn main() {
     let rss_empty = rss_kib();
 
     let probe_client = identity.clone();
-    let (s, t) = in_flight(n, 1, move |_| {
+    let run = in_flight(n, 1, move |_| {
         let mut identity = probe_client.clone();
         async move {
             identity.probe(ProbeRequest {}).await.unwrap();
         }
     })
     .await;
-    let probe = stats("Probe (baseline: mTLS round trip)", s, t);
+    let probe = stats("Probe (baseline: mTLS round trip)", run);
     // The ceiling of 100 in flight on this machine: a call that does no work at all.
-    let (s, t) = in_flight(n, 100, move |_| {
-        let mut identity = identity.clone();
+    let probe_deep_client = identity.clone();
+    let run = in_flight(n, 100, move |_| {
+        let mut identity = probe_deep_client.clone();
         async move {
             identity.probe(ProbeRequest {}).await.unwrap();
         }
     })
     .await;
-    let probe_deep = stats("Probe, 100 in flight (no work: the ceiling)", s, t);
+    let probe_deep = stats("Probe, 100 in flight (no work: the ceiling)", run);
+
+    if let Some(rounds) = deep {
+        deep_rounds(&c, &identity, n, rounds).await;
+        app.stop().await.unwrap();
+        return;
+    }
 
     // Per depth: create n volumes, publish them to one node, unpublish, delete them (the daemon
     // always runs its NVMe/TCP target).
-    let (mut create, mut publish, mut unpublish, mut delete) = Default::default();
+    let (mut create, mut publish, mut unpublish, mut delete) = (
+        Scaling::default(),
+        Scaling::default(),
+        Scaling::default(),
+        Scaling::default(),
+    );
     let mut rss_volumes = 0;
     for depth in DEPTHS {
-        let cc = c.clone();
-        let (s, t) = in_flight(n, depth, move |i| {
-            let mut c = cc.clone();
-            async move {
-                c.create_volume(block_volume(format!("d{depth}-{i}")))
-                    .await
-                    .unwrap();
+        let rows = cycle(&c, n, depth, &format!("d{depth}"), || {
+            if depth == 1 {
+                rss_volumes = rss_kib();
             }
         })
         .await;
-        push(&mut create, depth, "CreateVolume", s, t);
-        if depth == 1 {
-            rss_volumes = rss_kib();
-        }
-        let ids: Arc<Vec<String>> = Arc::new(
-            c.clone()
-                .list_volumes(ListVolumesRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
-                .entries
-                .into_iter()
-                .map(|e| e.volume.unwrap().volume_id)
-                .collect(),
-        );
-        assert_eq!(ids.len(), n);
-        let (cc, v) = (c.clone(), ids.clone());
-        let (s, t) = in_flight(n, depth, move |i| {
-            let (mut c, id) = (cc.clone(), v[i].clone());
-            async move {
-                c.controller_publish_volume(ControllerPublishVolumeRequest {
-                    volume_id: id,
-                    node_id: NODE.into(),
-                    volume_capability: block_volume(String::new()).volume_capabilities.pop(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
-            }
-        })
-        .await;
-        push(&mut publish, depth, "ControllerPublishVolume", s, t);
-        let (cc, v) = (c.clone(), ids.clone());
-        let (s, t) = in_flight(n, depth, move |i| {
-            let (mut c, id) = (cc.clone(), v[i].clone());
-            async move {
-                c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
-                    volume_id: id,
-                    node_id: NODE.into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
-            }
-        })
-        .await;
-        push(&mut unpublish, depth, "ControllerUnpublishVolume", s, t);
-        let (cc, v) = (c.clone(), ids.clone());
-        let (s, t) = in_flight(n, depth, move |i| {
-            let (mut c, id) = (cc.clone(), v[i].clone());
-            async move {
-                c.delete_volume(DeleteVolumeRequest {
-                    volume_id: id,
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
-            }
-        })
-        .await;
-        push(&mut delete, depth, "DeleteVolume", s, t);
+        let [cr, pu, un, de] = rows;
+        create.rows.push((depth, cr));
+        publish.rows.push((depth, pu));
+        unpublish.rows.push((depth, un));
+        delete.rows.push((depth, de));
     }
 
     // ListVolumes over `listed` volumes, every page of 1,000 (created 100 in flight).
@@ -255,7 +241,7 @@ async fn main() {
     .await;
     let (cc, pages) = (c.clone(), Arc::new(std::sync::Mutex::new(Vec::new())));
     let page_times = pages.clone();
-    let (s, t) = in_flight(if quick { 3 } else { 10 }, 1, move |_| {
+    let run = in_flight(if quick { 3 } else { 10 }, 1, move |_| {
         let (mut c, pages) = (cc.clone(), page_times.clone());
         async move {
             let (mut token, mut seen) = (String::new(), 0);
@@ -280,10 +266,13 @@ async fn main() {
         }
     })
     .await;
-    let list = stats(&format!("ListVolumes, all {listed} (pages of 1,000)"), s, t);
+    let list = stats(&format!("ListVolumes, all {listed} (pages of 1,000)"), run);
     let pages = std::mem::take(&mut *pages.lock().unwrap());
     let total = pages.iter().sum();
-    let page = stats("ListVolumes, per page (at most 1,000)", pages, total);
+    let page = stats(
+        "ListVolumes, per page (at most 1,000)",
+        (pages, total, Duration::ZERO),
+    );
 
     println!(
         "\ncontrol plane over mTLS, durable commits (pool file in {})",
@@ -332,6 +321,148 @@ async fn main() {
     app.stop().await.unwrap();
 }
 
-fn push(s: &mut Scaling, depth: usize, name: &str, samples: Vec<Duration>, total: Duration) {
-    s.rows.push((depth, stats(name, samples, total)));
+/// Creates `n` volumes named `{prefix}-{i}` with `depth` calls in flight, then (after
+/// `created`) publishes them to one node, unpublishes and deletes them: the four rows.
+async fn cycle(
+    c: &ControllerClient<tonic::transport::Channel>,
+    n: usize,
+    depth: usize,
+    prefix: &str,
+    created: impl FnOnce(),
+) -> [Stats; 4] {
+    let (cc, prefix) = (c.clone(), Arc::new(prefix.to_owned()));
+    let run = in_flight(n, depth, move |i| {
+        let (mut c, name) = (cc.clone(), format!("{prefix}-{i}"));
+        async move {
+            c.create_volume(block_volume(name)).await.unwrap();
+        }
+    })
+    .await;
+    let create = stats("CreateVolume", run);
+    created();
+    let ids: Arc<Vec<String>> = Arc::new(
+        c.clone()
+            .list_volumes(ListVolumesRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .entries
+            .into_iter()
+            .map(|e| e.volume.unwrap().volume_id)
+            .collect(),
+    );
+    assert_eq!(ids.len(), n);
+    let (cc, v) = (c.clone(), ids.clone());
+    let run = in_flight(n, depth, move |i| {
+        let (mut c, id) = (cc.clone(), v[i].clone());
+        async move {
+            c.controller_publish_volume(ControllerPublishVolumeRequest {
+                volume_id: id,
+                node_id: NODE.into(),
+                volume_capability: block_volume(String::new()).volume_capabilities.pop(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+    })
+    .await;
+    let publish = stats("ControllerPublishVolume", run);
+    let (cc, v) = (c.clone(), ids.clone());
+    let run = in_flight(n, depth, move |i| {
+        let (mut c, id) = (cc.clone(), v[i].clone());
+        async move {
+            c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+                volume_id: id,
+                node_id: NODE.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+    })
+    .await;
+    let unpublish = stats("ControllerUnpublishVolume", run);
+    let (cc, v) = (c.clone(), ids.clone());
+    let run = in_flight(n, depth, move |i| {
+        let (mut c, id) = (cc.clone(), v[i].clone());
+        async move {
+            c.delete_volume(DeleteVolumeRequest {
+                volume_id: id,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+    })
+    .await;
+    let delete = stats("DeleteVolume", run);
+    [create, publish, unpublish, delete]
+}
+
+/// `--deep`: per round, Probe then the four mutations, each `n` calls with 100 in flight; every
+/// round's figures, then the median of the rounds per row.
+async fn deep_rounds(
+    c: &ControllerClient<tonic::transport::Channel>,
+    identity: &IdentityClient<tonic::transport::Channel>,
+    n: usize,
+    rounds: usize,
+) {
+    let mut all: Vec<Vec<Stats>> = Vec::new();
+    println!(
+        "| {:<26} | {:>6} | {:>6} | {:>10} | {:>10} | {:>10} | {:>12} | {:>5} |",
+        "operation (100 in flight)",
+        "round",
+        "calls",
+        "ops/s",
+        "p50",
+        "p99",
+        "CPU per call",
+        "cores"
+    );
+    for round in 0..rounds {
+        let id = identity.clone();
+        let run = in_flight(n, 100, move |_| {
+            let mut identity = id.clone();
+            async move {
+                identity.probe(ProbeRequest {}).await.unwrap();
+            }
+        })
+        .await;
+        let mut rows = vec![stats("Probe", run)];
+        rows.extend(cycle(c, n, 100, &format!("r{round}"), || {}).await);
+        for r in &rows {
+            println!(
+                "| {:<26} | {:>6} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>10.1}µs | {:>5.2} |",
+                r.name,
+                round,
+                r.n,
+                r.n as f64 / r.total.as_secs_f64(),
+                r.p50.as_secs_f64() * 1e6,
+                r.p99.as_secs_f64() * 1e6,
+                r.cpu.as_secs_f64() * 1e6 / r.n as f64,
+                r.cpu.as_secs_f64() / r.total.as_secs_f64()
+            );
+        }
+        all.push(rows);
+    }
+    println!("\nmedians of {rounds} rounds");
+    for row in 0..all[0].len() {
+        let median = |f: &dyn Fn(&Stats) -> f64| {
+            let mut v: Vec<f64> = all.iter().map(|r| f(&r[row])).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "| {:<26} | {:>6} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>10.1}µs | {:>5.2} |",
+            all[0][row].name,
+            "median",
+            all[0][row].n,
+            median(&|r| r.n as f64 / r.total.as_secs_f64()),
+            median(&|r| r.p50.as_secs_f64() * 1e6),
+            median(&|r| r.p99.as_secs_f64() * 1e6),
+            median(&|r| r.cpu.as_secs_f64() * 1e6 / r.n as f64),
+            median(&|r| r.cpu.as_secs_f64() / r.total.as_secs_f64())
+        );
+    }
 }
