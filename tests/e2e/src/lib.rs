@@ -114,6 +114,28 @@ pub fn env_addr(var: &str) -> SocketAddr {
         .unwrap_or_else(|_| panic!("{var}={v:?} is not HOST:PORT"))
 }
 
+/// The counters of the node's power-cut writer (`sh /tmp/pc.sh counts`: `name value` pairs).
+#[derive(Debug)]
+pub struct WriterCounts(String);
+
+impl WriterCounts {
+    /// Reads them in the node VM.
+    pub async fn read(agent: &Agent) -> Self {
+        WriterCounts(agent.ok(20, "sh /tmp/pc.sh counts").await)
+    }
+
+    /// The value of `name`; panics when it is missing or not a number.
+    pub fn field(&self, name: &str) -> u64 {
+        let words: Vec<&str> = self.0.split_whitespace().collect();
+        words
+            .iter()
+            .position(|w| *w == name)
+            .and_then(|i| words.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {:?}", self.0))
+    }
+}
+
 /// The lines of a node's `dmesg` that say I/O or the file system failed.
 pub fn storage_errors(dmesg: &str) -> Vec<&str> {
     const MARKS: [&str; 4] = [

@@ -469,6 +469,22 @@ impl Rig {
         .capacity_bytes
     }
 
+    /// The id of the one volume the appliance lists; panics, naming `whose` ("the update
+    /// test"), when it lists any other number.
+    pub async fn only_volume(&mut self, whose: &str) -> String {
+        let vols = within(
+            CALL_SECS,
+            "ListVolumes",
+            self.ctl.list_volumes(ListVolumesRequest::default()),
+        )
+        .await
+        .expect("ListVolumes")
+        .into_inner()
+        .entries;
+        assert_eq!(vols.len(), 1, "{whose}'s volume, and only it: {vols:?}");
+        vols[0].volume.as_ref().expect("a volume").volume_id.clone()
+    }
+
     /// Asserts the node has no NVMe controller and no kubelet mount left, and the appliance no
     /// volume or snapshot.
     pub async fn assert_nothing_left(&mut self) {

@@ -18,9 +18,8 @@
 
 use std::time::{Duration, Instant};
 
-use edgevol_e2e::rig::{paths, Rig, CALL_SECS, MIB};
-use edgevol_e2e::{within, Agent};
-use edgevol_proto::csi::v1::ListVolumesRequest;
+use edgevol_e2e::rig::{paths, Rig, MIB};
+use edgevol_e2e::{Agent, WriterCounts};
 
 /// The node-side writer, sent through the agent to /tmp/pc.sh.
 const NODE_SCRIPT: &str = include_str!("../../../qemu/faults-powercut-node.sh");
@@ -35,19 +34,10 @@ const AFTER: u64 = 5;
 const WRITES_S: u64 = 120;
 const RESUME_S: u64 = 180;
 
-/// The writer's durable files and failed writes (`sh /tmp/pc.sh counts`).
+/// The writer's durable files and failed writes.
 async fn counts(agent: &Agent) -> (u64, u64) {
-    let out = agent.ok(20, "sh /tmp/pc.sh counts").await;
-    let words: Vec<&str> = out.split_whitespace().collect();
-    let field = |name: &str| -> u64 {
-        words
-            .iter()
-            .position(|w| *w == name)
-            .and_then(|i| words.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{name} in {out:?}"))
-    };
-    (field("fs"), field("fs-errors"))
+    let c = WriterCounts::read(agent).await;
+    (c.field("fs"), c.field("fs-errors"))
 }
 
 /// Polls until the writer has `at_least` durable files; panics with `what` after `secs`.
@@ -160,21 +150,7 @@ async fn after_the_update_the_node_resumes_and_its_data_verifies() {
     );
     eprintln!("firmware update: node dmesg: {}", reconnects.join("; "));
 
-    let vols = within(
-        CALL_SECS,
-        "ListVolumes",
-        rig.ctl.list_volumes(ListVolumesRequest::default()),
-    )
-    .await
-    .expect("ListVolumes")
-    .into_inner()
-    .entries;
-    assert_eq!(
-        vols.len(),
-        1,
-        "the update test's volume, and only it: {vols:?}"
-    );
-    let id = vols[0].volume.as_ref().expect("a volume").volume_id.clone();
+    let id = rig.only_volume("the update test").await;
     rig.node_unpublish(&id, &target).await;
     rig.node_unstage(&id, &staging).await;
     rig.controller_unpublish(&id).await;

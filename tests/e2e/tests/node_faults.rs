@@ -279,21 +279,7 @@ async fn once_the_appliance_is_back_the_co_finishes_the_detach() {
         !ctrls.split_whitespace().any(|n| n.starts_with("nvme")),
         "the node reconnected a controller it had given up: {ctrls}"
     );
-    let vols = within(
-        CALL_SECS,
-        "ListVolumes",
-        rig.ctl.list_volumes(ListVolumesRequest::default()),
-    )
-    .await
-    .expect("ListVolumes")
-    .into_inner()
-    .entries;
-    assert_eq!(
-        vols.len(),
-        1,
-        "the appliance-gone test's volume, and only it: {vols:?}"
-    );
-    let id = vols[0].volume.as_ref().expect("a volume").volume_id.clone();
+    let id = rig.only_volume("the appliance-gone test").await;
     rig.controller_unpublish(&id).await;
     rig.delete(&id).await;
     rig.assert_nothing_left().await;

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use edgevol_e2e::{appliance_channel, env_addr, node_channel, within, Agent};
+use edgevol_e2e::{appliance_channel, env_addr, node_channel, within, Agent, WriterCounts};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::node_client::NodeClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
@@ -72,16 +72,8 @@ struct Counts {
 }
 
 async fn counts(agent: &Agent) -> Counts {
-    let out = agent.ok(20, "sh /tmp/pc.sh counts").await;
-    let words: Vec<&str> = out.split_whitespace().collect();
-    let field = |name: &str| -> u64 {
-        words
-            .iter()
-            .position(|w| *w == name)
-            .and_then(|i| words.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{name} in {out:?}"))
-    };
+    let c = WriterCounts::read(agent).await;
+    let field = |name: &str| c.field(name);
     Counts {
         fs: field("fs"),
         raw: field("raw"),
