@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use edgevol_core::{Corruption, Epoch, FormatOptions, OpenOptions, Pool, Progress};
 use edgevol_hal::discovery::check_formattable;
+use edgevol_hal::scheduler::Scheduler;
 use edgevol_hal::{FileDevice, LinuxBlockDevice};
 
 use crate::config::DEV_POOL_BYTES;
@@ -222,7 +223,20 @@ pub fn open_device(path: &Path) -> Result<PoolDevice, PoolError> {
     let meta = fs::metadata(path).map_err(|e| device_err(&e))?;
     if meta.file_type().is_block_device() {
         match LinuxBlockDevice::open(path) {
-            Ok(d) => Ok(PoolDevice::Block(d)),
+            Ok(d) => {
+                match d.scheduler() {
+                    Scheduler::Bypassed { was } => tracing::info!(
+                        device = %path.display(), %was,
+                        "I/O scheduler set to none: direct I/O goes straight to the driver"
+                    ),
+                    Scheduler::Kept { current, why } => tracing::warn!(
+                        device = %path.display(), %current, %why,
+                        "I/O scheduler left in place: each direct I/O may wait for a kblockd worker"
+                    ),
+                    Scheduler::Unchanged => {}
+                }
+                Ok(PoolDevice::Block(d))
+            }
             Err(edgevol_hal::Error::Io { source, .. })
                 if source.kind() == io::ErrorKind::ResourceBusy =>
             {

@@ -9,6 +9,7 @@
 //! | [`RamDevice`] | `ram.rs` | sparse RAM, tests |
 //! | [`FileDevice`] | `file.rs` | sparse file, `O_DIRECT` where possible |
 //! | [`LinuxBlockDevice`] | `linux_block.rs` | `/dev/nvmeXnY`, `/dev/vdX`, `/dev/loopN` |
+//! | [`scheduler`] | `scheduler.rs` | a block device's I/O scheduler, `none` for a pool |
 //! | [`NvmeDevice`] | `nvme.rs` | NVMe namespace + admin passthrough (identify, SMART) |
 //! | [`PoolDevice`], [`DataHandle`] | `pool.rs` | the appliance's pool device and its data path's second handle |
 //! | [`FaultDevice`] | `fault.rs` | power cuts, torn writes, I/O errors, latency, discard outcomes; recording a run to rebuild every crash point (core's crash tests) |
@@ -72,6 +73,7 @@ mod linux_block;
 pub mod nvme;
 #[cfg(target_os = "linux")]
 mod pool;
+pub mod scheduler;
 #[cfg(target_os = "linux")]
 pub mod uring;
 

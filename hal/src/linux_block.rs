@@ -5,11 +5,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::error::Error;
 use crate::fdio::BlockFile;
+use crate::scheduler::{self, Scheduler};
 
 mod ioctl {
     // <linux/fs.h>: BLKGETSIZE64 is _IOR(0x12, 114, size_t); the others are _IO(0x12, n) taking a
@@ -35,6 +36,9 @@ pub struct BlockOptions {
     /// Block size exposed to core; must be a multiple of the logical block size. Default: the
     /// logical block size.
     pub block_size: Option<u32>,
+    /// Select the `none` I/O scheduler when opened for writing (see [`crate::scheduler`]).
+    /// Default true.
+    pub bypass_scheduler: bool,
 }
 
 impl Default for BlockOptions {
@@ -44,6 +48,7 @@ impl Default for BlockOptions {
             read_only: false,
             direct: true,
             block_size: None,
+            bypass_scheduler: true,
         }
     }
 }
@@ -55,6 +60,7 @@ pub struct LinuxBlockDevice {
     size_bytes: u64,
     logical_block_size: u32,
     physical_block_size: u32,
+    scheduler: Scheduler,
 }
 
 impl LinuxBlockDevice {
@@ -114,6 +120,11 @@ impl LinuxBlockDevice {
                 align: u64::from(logical),
             });
         }
+        let scheduler = if opts.bypass_scheduler && !opts.read_only {
+            scheduler::bypass(meta.rdev())
+        } else {
+            Scheduler::Unchanged
+        };
         Ok(Self {
             io: BlockFile {
                 file,
@@ -126,6 +137,7 @@ impl LinuxBlockDevice {
             size_bytes,
             logical_block_size: logical,
             physical_block_size: pbs,
+            scheduler,
         })
     }
 
@@ -160,6 +172,10 @@ impl LinuxBlockDevice {
     /// Whether I/O bypasses the page cache (`O_DIRECT`).
     pub fn is_direct(&self) -> bool {
         self.io.direct_align.is_some()
+    }
+    /// What opening did to the device's I/O scheduler.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
     }
     /// The open file (for NVMe passthrough ioctls on the same descriptor).
     pub fn file(&self) -> &File {
@@ -281,6 +297,46 @@ pub(crate) mod tests {
         fn drop(&mut self) {
             let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
         }
+    }
+
+    #[test]
+    fn opening_for_a_pool_selects_the_none_scheduler_and_says_what_it_was() {
+        let Some(lo) = Loop::new(8 << 20, 4096) else {
+            return;
+        };
+        let name = lo.dev.file_name().unwrap().to_str().unwrap().to_owned();
+        let sysfs = PathBuf::from(format!("/sys/block/{name}/queue/scheduler"));
+        let active = || {
+            let list = std::fs::read_to_string(&sysfs).unwrap();
+            scheduler::active(&list).map(str::to_owned)
+        };
+        if std::fs::write(&sysfs, "mq-deadline").is_err() {
+            println!("SKIP scheduler test: cannot select mq-deadline on {name}");
+            return;
+        }
+        // Read-only, or asked not to: left alone.
+        for opts in [
+            BlockOptions {
+                read_only: true,
+                ..Default::default()
+            },
+            BlockOptions {
+                bypass_scheduler: false,
+                ..Default::default()
+            },
+        ] {
+            let d = LinuxBlockDevice::open_with(&lo.dev, &opts).unwrap();
+            assert_eq!(*d.scheduler(), Scheduler::Unchanged);
+            assert_eq!(active().as_deref(), Some("mq-deadline"));
+        }
+        let d = LinuxBlockDevice::open(&lo.dev).unwrap();
+        let was = "mq-deadline".to_owned();
+        assert_eq!(*d.scheduler(), Scheduler::Bypassed { was });
+        assert_eq!(active().as_deref(), Some("none"));
+        drop(d);
+        // Already none: nothing to do.
+        let d = LinuxBlockDevice::open(&lo.dev).unwrap();
+        assert_eq!(*d.scheduler(), Scheduler::Unchanged);
     }
 
     #[test]

@@ -136,6 +136,8 @@ impl DataHandle {
                     read_only: d.is_read_only(),
                     direct: d.is_direct(),
                     block_size: Some(d.block_size()),
+                    // The pool's own open already chose it.
+                    bypass_scheduler: false,
                 };
                 PoolDevice::Block(LinuxBlockDevice::open_with(d.path(), &opts)?)
             }

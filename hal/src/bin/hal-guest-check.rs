@@ -6,6 +6,10 @@
 //! `HAL-GUEST-CHECK PASS` (or `FAIL: reason`, exit 1).
 //!
 //! usage: `hal-guest-check DEVICE EXPECTED_SERIAL [EXPECTED_EUI64_HEX] [EXPECTED_UUID_HEX]`
+//!
+//! `hal-guest-check --scheduler DEVICE` (a disk whose kernel default is an elevator, such as
+//! virtio-blk's `mq-deadline`): opening it for a pool selects `none`, says what it was, and I/O
+//! still round-trips; prints `HAL-GUEST-CHECK SCHEDULER PASS`.
 
 // Casts: test patterns deliberately keep the low byte of block numbers.
 #![allow(clippy::cast_possible_truncation)]
@@ -13,6 +17,16 @@
 #[cfg(target_os = "linux")]
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.len() == 3 && args[1] == "--scheduler" {
+        match scheduler(&args[2]) {
+            Ok(()) => println!("HAL-GUEST-CHECK SCHEDULER PASS"),
+            Err(e) => {
+                println!("HAL-GUEST-CHECK FAIL: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if args.len() < 3 {
         eprintln!("usage: hal-guest-check DEVICE EXPECTED_SERIAL [EUI64_HEX] [UUID_HEX]");
         std::process::exit(2);
@@ -35,6 +49,54 @@ fn main() {
 fn main() {
     eprintln!("hal-guest-check runs on Linux only");
     std::process::exit(2);
+}
+
+#[cfg(target_os = "linux")]
+fn scheduler(path: &str) -> Result<(), String> {
+    use edgevol_core::BlockDevice;
+    use edgevol_hal::scheduler::{active, Scheduler};
+    use edgevol_hal::LinuxBlockDevice;
+
+    let name = std::path::Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or("no device name")?;
+    let sysfs = format!("/sys/block/{name}/queue/scheduler");
+    let read = || std::fs::read_to_string(&sysfs).map_err(|e| format!("{sysfs}: {e}"));
+    let before = read()?;
+    let was = active(&before).ok_or(format!("no active scheduler in '{before}'"))?;
+    println!("scheduler before: {}", before.trim());
+    if was == "none" {
+        return Err(format!(
+            "{path} has no elevator to bypass ('{}')",
+            before.trim()
+        ));
+    }
+    let mut dev = LinuxBlockDevice::open(path).map_err(|e| format!("open {path}: {e}"))?;
+    let want = Scheduler::Bypassed { was: was.into() };
+    if *dev.scheduler() != want {
+        return Err(format!("open reported {:?}, not {want:?}", dev.scheduler()));
+    }
+    let after = read()?;
+    println!("scheduler after: {}", after.trim());
+    if active(&after) != Some("none") {
+        return Err(format!("still '{}' after open", after.trim()));
+    }
+    let bs = BlockDevice::block_size(&dev) as usize;
+    let data: Vec<u8> = (0..bs * 8).map(|i| (i % 251) as u8).collect();
+    dev.write(16, &data).map_err(|e| format!("write: {e}"))?;
+    dev.flush().map_err(|e| format!("flush: {e}"))?;
+    let mut back = vec![0u8; data.len()];
+    dev.read(16, &mut back).map_err(|e| format!("read: {e}"))?;
+    if back != data {
+        return Err("data read back differs".into());
+    }
+    drop(dev);
+    let again = LinuxBlockDevice::open(path).map_err(|e| format!("reopen {path}: {e}"))?;
+    if *again.scheduler() != Scheduler::Unchanged {
+        return Err(format!("reopen reported {:?}", again.scheduler()));
+    }
+    Ok(())
 }
 
 #[cfg(target_os = "linux")]
