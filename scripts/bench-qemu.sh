@@ -13,14 +13,15 @@
 #    generation + pool format) and 3 later boots; the median of the later boots is reported.
 # Prints markdown tables on stdout (logs on stderr); every VM and step has a time budget.
 #
-# usage: scripts/bench-qemu.sh [--secs N] [--runs N] [--skip-data-path] [--skip-boot]
+# usage: scripts/bench-qemu.sh [--secs N] [--runs N] [--only NAMES] [--skip-data-path] [--skip-boot]
 #   --secs  fio runtime per run (default 10)    --runs  runs per workload and target (default 3)
+#   --only  comma-separated workload names, e.g. '4k randread QD1,4k randwrite QD1' (default: all)
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
-secs=10 runs=3 skip_data_path=0 skip_boot=0 failed=0
-opts_parse 'secs runs skip-data-path! skip-boot!' "$@"
+secs=10 runs=3 only='' skip_data_path=0 skip_boot=0 failed=0
+opts_parse 'secs runs only skip-data-path! skip-boot!' "$@"
 do_data=$((!skip_data_path)) do_boot=$((!skip_boot))
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
@@ -88,7 +89,7 @@ if ((do_data)); then
     EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/pki" \
         EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
         EDGEVOL_BENCH_NVMET="192.168.77.1:4421:$nqn" EDGEVOL_BENCH_OUT="$run/data-path.md" \
-        EDGEVOL_BENCH_SECS="$secs" EDGEVOL_BENCH_RUNS="$runs" \
+        EDGEVOL_BENCH_SECS="$secs" EDGEVOL_BENCH_RUNS="$runs" EDGEVOL_BENCH_ONLY="$only" \
         timeout --kill-after=10 "$budget" cargo test -q --locked -p edgevol-e2e --test bench_qemu -- \
         --ignored --test-threads=1 --nocapture >&2 || { say "data path FAILED (per-run figures above)"; failed=1; }
     vms_stop

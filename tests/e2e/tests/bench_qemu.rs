@@ -154,6 +154,9 @@ async fn bench_qemu() {
     let out = PathBuf::from(std::env::var("EDGEVOL_BENCH_OUT").expect("EDGEVOL_BENCH_OUT"));
     let secs = env_or("EDGEVOL_BENCH_SECS", 10);
     let runs = usize::try_from(env_or("EDGEVOL_BENCH_RUNS", 3).max(1)).expect("runs");
+    // `EDGEVOL_BENCH_ONLY=4k randread QD1,128k seqread QD8`: only the workloads so named.
+    let only = std::env::var("EDGEVOL_BENCH_ONLY").unwrap_or_default();
+    let picked = |w: &Workload| only.is_empty() || only.split(',').any(|o| w.name == o.trim());
 
     let mut ctl = ControllerClient::new(
         appliance_channel(env_addr("EDGEVOL_E2E_CSI"), &pki, "controller").await,
@@ -258,7 +261,7 @@ async fn bench_qemu() {
         "| workload | unit | edgevol (median) | nvmet-tcp (median) | edgevol / nvmet-tcp | edgevol runs | nvmet-tcp runs |\n\
          |---|---|---:|---:|---:|---|---|\n",
     );
-    for w in &WORKLOADS {
+    for w in WORKLOADS.iter().filter(|w| picked(w)) {
         let mut results: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         for run in 0..runs {
             for (i, (name, dev)) in targets.iter().enumerate() {
