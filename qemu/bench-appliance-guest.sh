@@ -17,6 +17,8 @@ net_up 52:54:00:ed:01:01 192.168.77.1/24 || fail "storage network"
 pool="$(disk_of EVBENCHPOOL)" || fail "no pool disk (serial EVBENCHPOOL)"
 other="$(disk_of EVBENCHNVMET)" || fail "no nvmet disk (serial EVBENCHNVMET)"
 echo "edgevol-bench: pool on $pool, nvmet on $other"
+# The same I/O scheduler on both disks: edgevold selects `none` for its pool (hal/src/scheduler.rs).
+echo none >"/sys/block/${other#/dev/}/queue/scheduler" || fail "nvmet disk scheduler"
 
 # --- kernel target: nvmet + nvmet-tcp through configfs ---------------------------------------
 nqn="$(arg nvmet_nqn)"
