@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # hal in a QEMU TCG guest with an emulated NVMe drive: identify (serial/EUI64/UUID checked against
 # what QEMU was given), write/read/discard through the hal backend, concurrent I/O through
-# edgevold's data-path handle, SMART; and on a virtio-blk disk (kernel default mq-deadline),
-# that opening it for a pool selects the `none` I/O scheduler.
+# edgevold's data-path handle, SMART; and on a single-queue virtio-blk disk (kernel default
+# mq-deadline), that opening it for a pool selects the `none` I/O scheduler.
 # With --bench, also runs hal-bench on the emulated NVMe (and on a host tmpfs file) and prints
 # both tables. Installs what it needs via scripts/setup-qemu.sh. Exit 0 = PASS.
 #
@@ -46,7 +46,7 @@ rc=0
     -drive "file=$disk,if=none,id=d0,format=raw,discard=unmap,cache=none,aio=threads" \
     -device "nvme,id=nvme0,serial=$SERIAL" \
     -device "nvme-ns,drive=d0,bus=nvme0,nsid=1,eui64=0x$EUI64,uuid=$UUID" \
-    -drive "file=$vdisk,if=none,id=v0,format=raw" -device virtio-blk-pci,drive=v0,serial=EVSCHED || rc=$?
+    -drive "file=$vdisk,if=none,id=v0,format=raw" -device virtio-blk-pci,drive=v0,serial=EVSCHED,num-queues=1 || rc=$?
 grep -E '^(scheduler|controller|namespace|  lbaf|sync|discard|data handle|smart after|HAL-|\|)' "$CACHE/logs/hal-nvme.log" || true
 if ((bench)); then
     echo "--- host tmpfs (/dev/shm) ---"

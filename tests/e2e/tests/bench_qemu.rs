@@ -4,7 +4,8 @@
 //! published from the host through CSI over mTLS; the node VM connects both subsystems itself
 //! through /dev/nvme-fabrics with the same options (its host NQN, default queues), fills the
 //! measured region, then runs every workload `EDGEVOL_BENCH_RUNS` times per target, alternating
-//! targets, and writes a markdown table of medians and ratios to `EDGEVOL_BENCH_OUT`.
+//! targets, and writes a markdown table of medians and ratios to `EDGEVOL_BENCH_OUT`, with how
+//! busy the node VM's one vCPU was during each target's runs (`/proc/stat` around each fio).
 //! Ignored unless run by the script (needs its VMs and EDGEVOL_E2E_* / EDGEVOL_BENCH_* variables).
 
 use std::path::PathBuf;
@@ -119,6 +120,32 @@ fn parse_fio(output: &str, w: &Workload) -> f64 {
     } else {
         bw_kib.parse::<f64>().expect("bw") / 1024.0
     }
+}
+
+/// How busy the node VM's CPU was between the first and the last `/proc/stat` "cpu" line of
+/// `output` (0-1; idle and iowait count as idle). Near 1, the initiator's one vCPU is what limits
+/// the run, whichever target it measures.
+fn node_busy(output: &str) -> f64 {
+    let stats: Vec<Vec<u64>> = output
+        .lines()
+        .filter(|l| l.starts_with("cpu "))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .map_while(|x| x.parse().ok())
+                .collect()
+        })
+        .collect();
+    let (Some(a), Some(b)) = (stats.first(), stats.last()) else {
+        panic!("no /proc/stat lines in:\n{output}");
+    };
+    let d: Vec<u64> = b.iter().zip(a).map(|(y, x)| y.saturating_sub(*x)).collect();
+    let total: u64 = d.iter().sum();
+    let idle = d.iter().skip(3).take(2).sum::<u64>();
+    if total == 0 {
+        return f64::NAN;
+    }
+    (total - idle) as f64 / total as f64
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -258,29 +285,32 @@ async fn bench_qemu() {
 
     let mut table = String::new();
     table.push_str(
-        "| workload | unit | edgevol (median) | nvmet-tcp (median) | edgevol / nvmet-tcp | edgevol runs | nvmet-tcp runs |\n\
-         |---|---|---:|---:|---:|---|---|\n",
+        "| workload | unit | edgevol (median) | nvmet-tcp (median) | edgevol / nvmet-tcp | edgevol runs | nvmet-tcp runs | node VM CPU busy, edgevol | same, nvmet-tcp |\n\
+         |---|---|---:|---:|---:|---|---|---:|---:|\n",
     );
     for w in WORKLOADS.iter().filter(|w| picked(w)) {
         let mut results: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut busy: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         for run in 0..runs {
             for (i, (name, dev)) in targets.iter().enumerate() {
                 let cmd = format!(
-                    "fio --name=b --filename={dev} --direct=1 --ioengine=libaio --rw={} --bs={} \
+                    "head -1 /proc/stat && fio --name=b --filename={dev} --direct=1 --ioengine=libaio --rw={} --bs={} \
                      --iodepth={} --size={REGION_MIB}m --time_based --runtime={secs} \
                      --ramp_time=1 --norandommap --randrepeat=0 --output-format=terse \
-                     --terse-version=3",
+                     --terse-version=3 && head -1 /proc/stat",
                     w.rw, w.bs, w.qd
                 );
                 let output = agent.ok(secs + 120, &cmd).await;
                 let v = parse_fio(&output, w);
+                let b = node_busy(&output);
                 eprintln!(
-                    "bench-qemu: {} run {} {name}: {}",
+                    "bench-qemu: {} run {} {name}: {} (node VM CPU busy {b:.2})",
                     w.name,
                     run + 1,
                     fmt(v, w.iops)
                 );
                 results[i].push(v);
+                busy[i].push(b);
             }
         }
         let (e, n) = (median(&results[0]), median(&results[1]));
@@ -291,7 +321,7 @@ async fn bench_qemu() {
                 .join(", ")
         };
         table.push_str(&format!(
-            "| {} | {} | {} | {} | {:.2} | {} | {} |\n",
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.2} | {:.2} |\n",
             w.name,
             if w.iops { "IOPS" } else { "MiB/s" },
             fmt(e, w.iops),
@@ -299,6 +329,8 @@ async fn bench_qemu() {
             if n > 0.0 { e / n } else { f64::NAN },
             list(&results[0]),
             list(&results[1]),
+            median(&busy[0]),
+            median(&busy[1]),
         ));
         // Row by row: a matrix cut short by its budget still leaves the rows it finished.
         std::fs::write(&out, &table).expect("write EDGEVOL_BENCH_OUT");
