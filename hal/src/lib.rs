@@ -73,6 +73,7 @@ mod linux_block;
 pub mod nvme;
 #[cfg(target_os = "linux")]
 mod pool;
+#[cfg(target_os = "linux")]
 pub mod scheduler;
 #[cfg(target_os = "linux")]
 pub mod uring;
