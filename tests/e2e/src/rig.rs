@@ -469,10 +469,9 @@ impl Rig {
         .capacity_bytes
     }
 
-    /// The id of the one volume the appliance lists; panics, naming `whose` ("the update
-    /// test"), when it lists any other number.
-    pub async fn only_volume(&mut self, whose: &str) -> String {
-        let vols = within(
+    /// Every volume the appliance lists (the first page, all of them at these tests' sizes).
+    pub async fn list_volumes(&mut self) -> Vec<list_volumes_response::Entry> {
+        within(
             CALL_SECS,
             "ListVolumes",
             self.ctl.list_volumes(ListVolumesRequest::default()),
@@ -480,7 +479,13 @@ impl Rig {
         .await
         .expect("ListVolumes")
         .into_inner()
-        .entries;
+        .entries
+    }
+
+    /// The id of the one volume the appliance lists; panics, naming `whose` ("the update
+    /// test"), when it lists any other number.
+    pub async fn only_volume(&mut self, whose: &str) -> String {
+        let vols = self.list_volumes().await;
         assert_eq!(vols.len(), 1, "{whose}'s volume, and only it: {vols:?}");
         vols[0].volume.as_ref().expect("a volume").volume_id.clone()
     }
@@ -504,15 +509,7 @@ impl Rig {
             !mounts.contains("/var/lib/kubelet/"),
             "kubelet mounts left on the node:\n{mounts}"
         );
-        let vols = within(
-            CALL_SECS,
-            "ListVolumes",
-            self.ctl.list_volumes(ListVolumesRequest::default()),
-        )
-        .await
-        .expect("ListVolumes")
-        .into_inner()
-        .entries;
+        let vols = self.list_volumes().await;
         assert!(vols.is_empty(), "volumes left behind: {vols:?}");
         let snaps = within(
             CALL_SECS,
