@@ -142,9 +142,10 @@ fn node_busy(output: &str) -> f64 {
     let d: Vec<u64> = b.iter().zip(a).map(|(y, x)| y.saturating_sub(*x)).collect();
     let total: u64 = d.iter().sum();
     let idle = d.iter().skip(3).take(2).sum::<u64>();
-    if total == 0 {
-        return f64::NAN;
-    }
+    assert!(
+        total > 0,
+        "no CPU time passed between the /proc/stat lines of:\n{output}"
+    );
     (total - idle) as f64 / total as f64
 }
 
