@@ -9,5 +9,6 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod fleet;
 pub mod identity;
 pub mod publish_context;
