@@ -100,7 +100,7 @@ fi
 hal_file="/dev/shm/edgevol-bench-$$.img"
 [[ -d /dev/shm ]] || hal_file="$out/hal-bench.img"
 if ((quick)); then hal_args=(--size-mib 64 --secs 0.05); else hal_args=(--size-mib 256 --secs 1); fi
-run "hal" cargo run -q "${profile[@]}" -p edgevol-hal --bin hal-bench -- "$hal_file" "${hal_args[@]}"
+run "hal" cargo run -q "${profile[@]}" -p edgevol-hal-tools --bin hal-bench -- "$hal_file" "${hal_args[@]}"
 rm -f "$hal_file"
 
 run "data path" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench data_path -- "${qarg[@]}"

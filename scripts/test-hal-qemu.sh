@@ -16,7 +16,7 @@ opts_parse 'bench! timeout' "$@"
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 # Static musl binaries: nothing to copy into the initramfs but the executables themselves.
-cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-hal --bins >&2
+cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-hal-tools --bins >&2
 BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
 
 mkdir -p "$CACHE/disks"

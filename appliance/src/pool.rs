@@ -80,9 +80,9 @@ impl fmt::Display for PoolError {
 
 impl std::error::Error for PoolError {}
 
-/// The device under the pool (hal's: a file, a Linux block device, or in tests a file behind
-/// hal's fault device, [`SharedFaults`], shared with the data path so both see the same faults).
-pub use edgevol_hal::{PoolDevice, SharedFaults};
+/// The device under the pool (hal's: a file or a Linux block device; test builds add hal's
+/// fault-injecting variant through hal's `testing` feature).
+pub use edgevol_hal::PoolDevice;
 
 /// A freshly formatted pool, writing soft commits in `epoch` from now on.
 fn with_epoch(

@@ -41,6 +41,7 @@ pub enum Error {
     /// The (simulated) power is off: a fault device cut it. Nothing succeeds until power-on.
     PowerLoss,
     /// A fault device failed this access on purpose.
+    #[cfg(feature = "testing")]
     InjectedIo {
         /// The block that was made to fail.
         block: u64,
@@ -105,6 +106,7 @@ impl fmt::Display for Error {
             Self::Misaligned { value, align } => write!(f, "{value} is not a multiple of {align}"),
             Self::ReadOnly => f.write_str("device is read-only"),
             Self::PowerLoss => f.write_str("device lost power"),
+            #[cfg(feature = "testing")]
             Self::InjectedIo { block } => write!(f, "injected I/O error at block {block}"),
             Self::Nvme { opcode, status } => {
                 write!(
@@ -149,7 +151,9 @@ impl DeviceError for Error {
             Self::Misaligned { .. } => DeviceErrorKind::NotAligned,
             Self::ReadOnly => DeviceErrorKind::ReadOnly,
             Self::PowerLoss => DeviceErrorKind::PowerLoss,
-            Self::InjectedIo { .. } | Self::Nvme { .. } | Self::Corrupt(_) => DeviceErrorKind::Io,
+            #[cfg(feature = "testing")]
+            Self::InjectedIo { .. } => DeviceErrorKind::Io,
+            Self::Nvme { .. } | Self::Corrupt(_) => DeviceErrorKind::Io,
             Self::Unsupported(_) | Self::Refused { .. } => DeviceErrorKind::Other,
         }
     }

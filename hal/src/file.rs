@@ -120,53 +120,6 @@ impl FileDevice {
         })
     }
 
-    /// Whether I/O bypasses the page cache.
-    pub fn is_direct(&self) -> bool {
-        self.io.direct_align.is_some()
-    }
-
-    /// Whether writes and discards are refused.
-    pub fn is_read_only(&self) -> bool {
-        self.io.read_only
-    }
-
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.io.path
-    }
-
-    /// Bytes per block.
-    pub fn block_size(&self) -> u32 {
-        self.io.block_size
-    }
-
-    /// Number of blocks.
-    pub fn block_count(&self) -> u64 {
-        self.io.block_count
-    }
-
-    /// A second descriptor on the same open file (raw access beside the device, e.g. `hal-bench`'s
-    /// baseline).
-    pub fn try_clone_file(&self) -> Result<File, Error> {
-        self.io.try_clone_file()
-    }
-
-    /// Reads whole blocks from `block`.
-    pub fn read_blocks(&self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
-        self.io.read_blocks(block, buf)
-    }
-
-    /// Writes whole blocks from `block` (volatile until [`flush`](Self::sync)).
-    pub fn write_blocks(&self, block: u64, data: &[u8]) -> Result<(), Error> {
-        self.io.write_blocks(block, data)
-    }
-
-    /// `fdatasync`: makes completed writes durable (and, on a block-backed filesystem, sends a
-    /// cache flush to the drive).
-    pub fn sync(&self) -> Result<(), Error> {
-        self.io.sync()
-    }
-
     /// Punches a hole over `count` blocks from `block` (reads return zeros). Where the filesystem
     /// cannot punch holes, writes zeros instead.
     pub fn discard_blocks(&self, block: u64, count: u64) -> Result<(), Error> {
@@ -239,7 +192,7 @@ fn punch_hole(_f: &File, _offset: u64, _len: u64) -> std::io::Result<()> {
     Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
 }
 
-forward_block_device!(FileDevice);
+forward_block_file!(FileDevice);
 
 #[cfg(test)]
 mod tests {

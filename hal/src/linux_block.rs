@@ -141,10 +141,6 @@ impl LinuxBlockDevice {
         })
     }
 
-    /// Device path.
-    pub fn path(&self) -> &Path {
-        &self.io.path
-    }
     /// Size in bytes (BLKGETSIZE64).
     pub fn size_bytes(&self) -> u64 {
         self.size_bytes
@@ -157,22 +153,6 @@ impl LinuxBlockDevice {
     pub fn physical_block_size(&self) -> u32 {
         self.physical_block_size
     }
-    /// Block size exposed to core.
-    pub fn block_size(&self) -> u32 {
-        self.io.block_size
-    }
-    /// Number of blocks of [`block_size`](Self::block_size).
-    pub fn block_count(&self) -> u64 {
-        self.io.block_count
-    }
-    /// Whether writes are refused.
-    pub fn is_read_only(&self) -> bool {
-        self.io.read_only
-    }
-    /// Whether I/O bypasses the page cache (`O_DIRECT`).
-    pub fn is_direct(&self) -> bool {
-        self.io.direct_align.is_some()
-    }
     /// What opening did to the device's I/O scheduler.
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
@@ -180,26 +160,6 @@ impl LinuxBlockDevice {
     /// The open file (for NVMe passthrough ioctls on the same descriptor).
     pub fn file(&self) -> &File {
         &self.io.file
-    }
-    /// A second descriptor on the same open device (raw access beside the device, e.g.
-    /// `hal-bench`'s baseline).
-    pub fn try_clone_file(&self) -> Result<File, Error> {
-        self.io.try_clone_file()
-    }
-
-    /// Reads whole blocks from `block`.
-    pub fn read_blocks(&self, block: u64, buf: &mut [u8]) -> Result<(), Error> {
-        self.io.read_blocks(block, buf)
-    }
-
-    /// Writes whole blocks from `block` (volatile until [`sync`](Self::sync)).
-    pub fn write_blocks(&self, block: u64, data: &[u8]) -> Result<(), Error> {
-        self.io.write_blocks(block, data)
-    }
-
-    /// `fdatasync`: the kernel issues a cache flush (NVMe Flush) to the drive.
-    pub fn sync(&self) -> Result<(), Error> {
-        self.io.sync()
     }
 
     /// `BLKDISCARD` (NVMe Dataset Management / deallocate). [`Error::Unsupported`] if the device
@@ -230,7 +190,7 @@ impl LinuxBlockDevice {
     }
 }
 
-forward_block_device!(LinuxBlockDevice);
+forward_block_file!(LinuxBlockDevice);
 
 #[cfg(test)]
 pub(crate) mod tests {

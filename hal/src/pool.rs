@@ -1,8 +1,8 @@
 //! The device under an edgevol pool on a Linux box, and the data path's second handle on it.
 //!
-//! [`PoolDevice`] is what core's pool is formatted and mounted on: a regular file, a Linux block
-//! device, or (tests) a file behind the [`FaultDevice`], shared through [`SharedFaults`] so that
-//! the pool and its data path follow one fault plan.
+//! [`PoolDevice`] is what core's pool is formatted and mounted on: a regular file or a Linux block
+//! device; with the `testing` feature (dev-dependencies only) also a file behind hal's fault
+//! device, shared through `SharedFaults` so that the pool and its data path follow one fault plan.
 //!
 //! [`DataHandle`] is a second handle on the same device for I/O outside the pool's lock:
 //! positioned reads and writes through `&self`, so any number of threads use one handle while the
@@ -10,16 +10,17 @@
 //! handle holds the exclusive open), the fault device shared. A flush through the pool's handle
 //! (`fdatasync`) covers writes made through the data handle: same file, same device.
 
+#[cfg(feature = "testing")]
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use edgevol_core::BlockDevice;
-
 use crate::error::Error;
+#[cfg(feature = "testing")]
 use crate::fault::FaultDevice;
 use crate::file::{DirectIo, FileDevice, FileOptions};
 use crate::linux_block::{BlockOptions, LinuxBlockDevice};
 
 /// A file behind hal's [`FaultDevice`], shared by a pool and its data path.
+#[cfg(feature = "testing")]
 pub type SharedFaults = Arc<Mutex<FaultDevice<FileDevice>>>;
 
 /// The device under a pool.
@@ -29,10 +30,12 @@ pub enum PoolDevice {
     File(FileDevice),
     /// `/dev/nvmeXnY`, `/dev/vdX`, `/dev/loopN`...
     Block(LinuxBlockDevice),
-    /// Fault injection (tests): I/O errors on chosen blocks, power cuts.
+    /// Fault injection (tests, feature `testing`): I/O errors on chosen blocks, power cuts.
+    #[cfg(feature = "testing")]
     Faulty(SharedFaults),
 }
 
+#[cfg(feature = "testing")]
 fn lock(faults: &SharedFaults) -> MutexGuard<'_, FaultDevice<FileDevice>> {
     // The fault device holds no invariant a panicking user could break halfway.
     faults.lock().unwrap_or_else(PoisonError::into_inner)
@@ -44,6 +47,7 @@ impl PoolDevice {
         match self {
             Self::File(d) => d.block_size(),
             Self::Block(d) => d.block_size(),
+            #[cfg(feature = "testing")]
             Self::Faulty(f) => lock(f).inner_mut().block_size(),
         }
     }
@@ -53,6 +57,7 @@ impl PoolDevice {
         match self {
             Self::File(d) => d.block_count(),
             Self::Block(d) => d.block_count(),
+            #[cfg(feature = "testing")]
             Self::Faulty(f) => lock(f).inner_mut().block_count(),
         }
     }
@@ -62,6 +67,7 @@ impl PoolDevice {
         match self {
             Self::File(d) => d.read_blocks(block, buf),
             Self::Block(d) => d.read_blocks(block, buf),
+            #[cfg(feature = "testing")]
             Self::Faulty(f) => Ok(lock(f).read_blocks(block, buf)?),
         }
     }
@@ -71,6 +77,7 @@ impl PoolDevice {
         match self {
             Self::File(d) => d.write_blocks(block, data),
             Self::Block(d) => d.write_blocks(block, data),
+            #[cfg(feature = "testing")]
             Self::Faulty(f) => Ok(lock(f).write_blocks(block, data)?),
         }
     }
@@ -80,6 +87,7 @@ impl PoolDevice {
         match self {
             Self::File(d) => d.sync(),
             Self::Block(d) => d.sync(),
+            #[cfg(feature = "testing")]
             Self::Faulty(f) => Ok(lock(f).flush_all()?),
         }
     }
@@ -89,6 +97,7 @@ impl PoolDevice {
         match self {
             Self::File(d) => d.discard_blocks(block, count),
             Self::Block(d) => d.discard_blocks(block, count),
+            #[cfg(feature = "testing")]
             Self::Faulty(f) => Ok(lock(f).discard_blocks(block, count)?),
         }
     }
@@ -109,6 +118,7 @@ impl DataHandle {
         match &self.dev {
             PoolDevice::File(d) => d.is_direct(),
             PoolDevice::Block(d) => d.is_direct(),
+            #[cfg(feature = "testing")]
             PoolDevice::Faulty(_) => false,
         }
     }
@@ -141,6 +151,7 @@ impl DataHandle {
                 };
                 PoolDevice::Block(LinuxBlockDevice::open_with(d.path(), &opts)?)
             }
+            #[cfg(feature = "testing")]
             PoolDevice::Faulty(f) => PoolDevice::Faulty(Arc::clone(f)),
         };
         Ok(Self { dev })
@@ -157,6 +168,7 @@ impl DataHandle {
         let file = match &self.dev {
             PoolDevice::File(d) => d.try_clone_file(),
             PoolDevice::Block(d) => d.try_clone_file(),
+            #[cfg(feature = "testing")]
             PoolDevice::Faulty(_) => return None,
         };
         Some(file.and_then(|f| {
@@ -190,8 +202,9 @@ impl DataHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FaultConfig;
-    use edgevol_core::{DeviceError, DeviceErrorKind, FormatOptions, Pool, VolumeSpec};
+    use edgevol_core::{
+        BlockDevice, DeviceError, DeviceErrorKind, FormatOptions, Pool, VolumeSpec,
+    };
     use edgevol_core::{ReadSegment, WriteSegment};
 
     const MIB: u64 = 1 << 20;
@@ -260,8 +273,12 @@ mod tests {
         assert_eq!(back, bytes);
     }
 
+    #[cfg(feature = "testing")]
     #[test]
     fn a_faulty_pool_device_shares_one_fault_plan_with_its_data_handle() {
+        use crate::FaultConfig;
+        use std::sync::{Arc, Mutex};
+
         let dir = tempfile::tempdir().unwrap();
         let PoolDevice::File(file) = file_pool_device(&dir) else {
             unreachable!()
