@@ -14,6 +14,7 @@
 //! * [`csi`]: thin gRPC handlers; [`hostnqn`]: the node id.
 
 pub mod auth_support;
+mod command;
 pub mod csi;
 pub mod error;
 pub mod fabrics;
