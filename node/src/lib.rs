@@ -11,10 +11,11 @@
 //! * [`volume`]: the operations, composed from the above, idempotent;
 //! * [`keys`]: the node's DH-HMAC-CHAP keys, by enrolment with the appliance over mTLS;
 //!   [`auth_support`]: whether the kernel can use them;
+//! * [`appliances`]: a node reaching several appliances (topology, per-appliance enrolment);
 //! * [`csi`]: thin gRPC handlers; [`hostnqn`]: the node id.
 
+pub mod appliances;
 pub mod auth_support;
-mod command;
 pub mod csi;
 pub mod error;
 pub mod fabrics;
@@ -27,6 +28,8 @@ pub mod state;
 pub mod sysfs;
 pub mod volume;
 
+#[cfg(test)]
+mod appliance_tests;
 #[cfg(test)]
 mod auth_tests;
 #[cfg(test)]
@@ -48,6 +51,7 @@ use edgevol_proto::csi::v1::identity_server::IdentityServer;
 use edgevol_proto::csi::v1::node_server::NodeServer;
 use tokio::net::UnixListener;
 
+use crate::appliances::{ApplianceKeys, Enrolments};
 use crate::csi::identity::IdentityService;
 use crate::csi::node::{NodeInfo, NodeService};
 use crate::fabrics::FabricsConfig;
@@ -75,8 +79,10 @@ pub struct Args {
     /// max_volumes_per_node reported by NodeGetInfo (0 = no limit).
     #[arg(long, default_value_t = 0)]
     pub max_volumes_per_node: i64,
-    /// Topology segment `key=value` reported by NodeGetInfo, repeatable
-    /// (e.g. `edgevol.io/appliance=<id>` for each appliance this node reaches).
+    /// Topology segment `key=value` reported by NodeGetInfo, repeatable. Give
+    /// `edgevol.io/appliance=<id>` once for each appliance this node reaches: each becomes a
+    /// presence key `appliance.edgevol.io/<id>=true` (and, when there is exactly one,
+    /// `edgevol.io/appliance=<id>` stays too).
     #[arg(long = "topology", value_name = "KEY=VALUE")]
     pub topology: Vec<String>,
     /// Seconds after losing the appliance before the kernel fails queued I/O (-1 = never:
@@ -99,17 +105,19 @@ pub struct Args {
     /// Seconds to wait for a namespace and its device node after connecting.
     #[arg(long, default_value_t = 30)]
     pub device_wait_secs: u64,
-    /// The appliance's control endpoint, HOST:PORT of edgevold's mTLS listener: the node enrols
-    /// there with its host NQN and gets its DH-HMAC-CHAP keys, and connects every volume with
-    /// bidirectional authentication. Needs --appliance-ca, --node-cert and --node-key. Without
-    /// it volumes connect without keys, which only an appliance that allows unauthenticated
-    /// hosts accepts.
+    /// An appliance's control endpoint, ID=HOST:PORT of its edgevold's mTLS listener,
+    /// repeatable (one per appliance this node reaches); a plain HOST:PORT serves every
+    /// appliance without an endpoint of its own (a one-box site). The node enrols there with its
+    /// host NQN and gets its DH-HMAC-CHAP keys for that appliance, and connects every volume
+    /// with bidirectional authentication; a volume's appliance is the one its subsystem NQN
+    /// names. Needs --appliance-ca, --node-cert and --node-key. Without it volumes connect
+    /// without keys, which only an appliance that allows unauthenticated hosts accepts.
     #[arg(
         long,
-        value_name = "HOST:PORT",
+        value_name = "[ID=]HOST:PORT",
         help_heading = "Data-path authentication"
     )]
-    pub appliance: Option<String>,
+    pub appliance: Vec<String>,
     /// The appliance's CA certificate (PEM).
     #[arg(long, value_name = "FILE", help_heading = "Data-path authentication")]
     pub appliance_ca: Option<PathBuf>,
@@ -119,7 +127,7 @@ pub struct Args {
     /// The node certificate's private key (PEM).
     #[arg(long, value_name = "FILE", help_heading = "Data-path authentication")]
     pub node_key: Option<PathBuf>,
-    /// Name the appliance's certificate must carry (default: HOST of --appliance).
+    /// Name every appliance's certificate must carry (default: HOST of its --appliance).
     #[arg(long, value_name = "NAME", help_heading = "Data-path authentication")]
     pub appliance_server_name: Option<String>,
     /// Seconds between enrolments that look for rotated keys (an operator's
@@ -166,32 +174,23 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
     Ok(path.to_path_buf())
 }
 
-/// Parses `--topology key=value` flags.
+/// Parses `--topology key=value` flags ([`appliances::node_topology`]).
 pub fn parse_topology(flags: &[String]) -> Result<HashMap<String, String>, String> {
-    let mut out = HashMap::new();
-    for flag in flags {
-        let (k, v) = flag
-            .split_once('=')
-            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-            .ok_or_else(|| format!("--topology {flag:?} must be key=value"))?;
-        if out.insert(k.to_owned(), v.to_owned()).is_some() {
-            return Err(format!("--topology key {k:?} given twice"));
-        }
-    }
-    Ok(out)
+    appliances::node_topology(flags)
 }
 
 /// Reads the data-path authentication flags: `None` when none is given, an error when only
-/// some are.
-pub fn enrol_config(args: &Args) -> Result<Option<EnrolConfig>, String> {
+/// some are; else one enrolment per `--appliance` (with its appliance id, `None` for the plain
+/// `HOST:PORT`).
+pub fn enrol_config(args: &Args) -> Result<Option<Enrolments>, String> {
     let given = [
-        ("--appliance", args.appliance.is_some()),
+        ("--appliance", !args.appliance.is_empty()),
         ("--appliance-ca", args.appliance_ca.is_some()),
         ("--node-cert", args.node_cert.is_some()),
         ("--node-key", args.node_key.is_some()),
     ];
-    let (Some(address), Some(ca), Some(cert), Some(key)) = (
-        &args.appliance,
+    let (false, Some(ca), Some(cert), Some(key)) = (
+        args.appliance.is_empty(),
         &args.appliance_ca,
         &args.node_cert,
         &args.node_key,
@@ -212,14 +211,23 @@ pub fn enrol_config(args: &Args) -> Result<Option<EnrolConfig>, String> {
     if args.key_refresh_secs == 0 || args.enrol_timeout_secs == 0 {
         return Err("--key-refresh-secs and --enrol-timeout-secs must be at least 1".to_owned());
     }
-    Ok(Some(EnrolConfig {
-        address: address.clone(),
-        server_name: args.appliance_server_name.clone(),
-        ca: ca.clone(),
-        cert: cert.clone(),
-        key: key.clone(),
-        timeout: Duration::from_secs(args.enrol_timeout_secs),
-    }))
+    let endpoints = appliances::parse_appliances(&args.appliance)?;
+    Ok(Some(
+        endpoints
+            .into_iter()
+            .map(|e| {
+                let cfg = EnrolConfig {
+                    address: e.address,
+                    server_name: args.appliance_server_name.clone(),
+                    ca: ca.clone(),
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    timeout: Duration::from_secs(args.enrol_timeout_secs),
+                };
+                (e.appliance, cfg)
+            })
+            .collect(),
+    ))
 }
 
 /// A ready-to-serve plugin.
@@ -239,11 +247,16 @@ pub struct Plugin {
 /// the state records and what the kernel shows: nothing of a previous run is kept in memory.
 pub fn build(args: &Args, host: Arc<dyn Host>) -> Result<Plugin, String> {
     let source = match enrol_config(args)? {
-        Some(cfg) => {
-            let enroller = GrpcEnroller::new(&cfg)?;
-            tracing::info!(appliance = %cfg.address, "data-path authentication: DH-HMAC-CHAP \
-                keys by enrolment with the appliance");
-            Some(Arc::new(enroller) as Arc<dyn KeySource>)
+        Some(configs) => {
+            let mut keys = ApplianceKeys::default();
+            for (appliance, cfg) in configs {
+                let enroller = GrpcEnroller::new(&cfg)?;
+                tracing::info!(endpoint = %cfg.address,
+                    appliance = appliance.as_deref().unwrap_or("(every)"),
+                    "data-path authentication: DH-HMAC-CHAP keys by enrolment with the appliance");
+                keys = keys.with(appliance, Arc::new(enroller) as Arc<dyn KeySource>);
+            }
+            Some(keys)
         }
         None => {
             tracing::warn!(
@@ -258,11 +271,11 @@ pub fn build(args: &Args, host: Arc<dyn Host>) -> Result<Plugin, String> {
     build_with_keys(args, host, source)
 }
 
-/// [`build`] with the key source given (tests).
+/// [`build`] with the key sources given (tests).
 pub fn build_with_keys(
     args: &Args,
     host: Arc<dyn Host>,
-    source: Option<Arc<dyn KeySource>>,
+    source: Option<ApplianceKeys>,
 ) -> Result<Plugin, String> {
     let socket = socket_path(&args.endpoint)?;
     let topology = parse_topology(&args.topology)?;
@@ -291,7 +304,7 @@ pub fn build_with_keys(
     };
     let mut volumes = Volumes::new(host, store, cfg);
     if let Some(source) = source {
-        volumes = volumes.with_keys(source);
+        volumes = volumes.with_appliance_keys(source);
     }
     let volumes = Arc::new(volumes);
     let key_refresh = volumes
@@ -408,9 +421,31 @@ mod tests {
             "--node-cert=/n.pem",
             "--node-key=/n.key",
         ];
-        let cfg = parse(&all).unwrap().unwrap();
+        let cfgs = parse(&all).unwrap().unwrap();
+        let [(None, cfg)] = &cfgs[..] else {
+            panic!("{cfgs:?}")
+        };
         assert_eq!(cfg.address, "10.0.0.1:9500");
         assert_eq!(cfg.timeout, Duration::from_secs(10));
+        let mut two = all[1..].to_vec();
+        two.extend([
+            "--appliance=box-1=10.0.0.1:9500",
+            "--appliance=box-2=10.0.0.2:9500",
+        ]);
+        let cfgs = parse(&two).unwrap().unwrap();
+        let named: Vec<(Option<&str>, &str)> = cfgs
+            .iter()
+            .map(|(id, c)| (id.as_deref(), c.address.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                (Some("box-1"), "10.0.0.1:9500"),
+                (Some("box-2"), "10.0.0.2:9500")
+            ]
+        );
+        two.push("--appliance=box-1=10.0.0.3:9500");
+        assert!(parse(&two).unwrap_err().contains("given twice"));
         let e = parse(&all[..2]).unwrap_err();
         assert!(e.contains("missing: --node-cert, --node-key"), "{e}");
         let e = parse(&["--appliance-server-name=box"]).unwrap_err();
@@ -423,7 +458,7 @@ mod tests {
             Args::command().render_long_help().to_string()
         };
         for flag in [
-            "--appliance <HOST:PORT>",
+            "--appliance <[ID=]HOST:PORT>",
             "--node-cert",
             "--key-refresh-secs",
         ] {

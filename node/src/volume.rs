@@ -7,6 +7,7 @@
 //! serialized by one lock: they are rare, and "is this controller still used by another
 //! staged volume?" must not race with a concurrent stage.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::appliances::{ApplianceKeys, KeyScope};
 use crate::auth_support::{self, AuthSupport};
 use crate::error::{Error, Result};
 use crate::fabrics::{self, Auth, FabricsConfig, HostIdentity, KeyUpdate, Target};
@@ -161,11 +163,12 @@ pub struct Volumes {
     store: StateStore,
     cfg: VolumeConfig,
     lock: Mutex<()>,
-    /// Where the node's DH-HMAC-CHAP keys come from; `None`: connect without keys.
-    keys: Option<Arc<dyn KeySource>>,
-    /// The key generation every controller of a staged volume was last given (in memory only:
-    /// after a restart the first enrolment checks them all).
-    generation: Mutex<Option<u64>>,
+    /// Where the node's DH-HMAC-CHAP keys come from, per appliance; `None`: connect without
+    /// keys.
+    keys: Option<ApplianceKeys>,
+    /// Per key scope (appliance), the key generation every controller of a staged volume of
+    /// it was last given (in memory only: after a restart the first enrolment checks them all).
+    generation: Mutex<HashMap<KeyScope, u64>>,
 }
 
 fn path_str(p: &Path) -> String {
@@ -181,13 +184,19 @@ impl Volumes {
             cfg,
             lock: Mutex::new(()),
             keys: None,
-            generation: Mutex::new(None),
+            generation: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Connects with the keys `source` gives (enrolment with the appliance) from now on.
-    pub fn with_keys(mut self, source: Arc<dyn KeySource>) -> Self {
-        self.keys = Some(source);
+    /// Connects with the keys `source` gives (enrolment with the appliance) from now on, for
+    /// every appliance.
+    pub fn with_keys(self, source: Arc<dyn KeySource>) -> Self {
+        self.with_appliance_keys(ApplianceKeys::single(source))
+    }
+
+    /// Connects with the keys each appliance's enrolment gives (none when `keys` is empty).
+    pub fn with_appliance_keys(mut self, keys: ApplianceKeys) -> Self {
+        self.keys = (!keys.is_empty()).then_some(keys);
         self
     }
 
@@ -196,14 +205,16 @@ impl Volumes {
         self.keys.is_some()
     }
 
-    /// Enrols (when keys are configured) and hands a new generation to the controllers of the
-    /// staged volumes. Call with the operation lock held.
-    fn enrol(&self) -> Result<Option<DhchapKeys>> {
-        let Some(source) = &self.keys else {
+    /// Enrols with the appliance of `target` (when keys are configured) and hands a new
+    /// generation to the controllers of that appliance's staged volumes. Call with the
+    /// operation lock held.
+    fn enrol(&self, target: &Target) -> Result<Option<DhchapKeys>> {
+        let Some(sources) = &self.keys else {
             return Ok(None);
         };
+        let (scope, source) = sources.for_subsystem(&target.subsysnqn)?;
         let keys = source.enrol(&self.cfg.host.nqn)?;
-        self.roll_keys(&keys)?;
+        self.roll_keys(&scope, &keys)?;
         Ok(Some(keys))
     }
 
@@ -213,17 +224,22 @@ impl Volumes {
     /// its reconnects, so live volumes keep working after a rotation and the appliance can
     /// drop the old pair. Returns how many controllers it updated. The generation is noted
     /// only when every controller has it: a failure is retried at the next enrolment.
-    fn roll_keys(&self, keys: &DhchapKeys) -> Result<usize> {
-        let mut known = self
+    fn roll_keys(&self, scope: &KeyScope, keys: &DhchapKeys) -> Result<usize> {
+        let mut generations = self
             .generation
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *known == Some(keys.generation) {
+        let known = generations.get(scope).copied();
+        if known == Some(keys.generation) {
             return Ok(0);
         }
         let mut seen = Vec::new();
         let (mut updated, mut failed) = (0, 0);
+        let sources = self.keys.as_ref();
         for rec in self.store.all()? {
+            if sources.map(|s| s.scope_of(&rec.target.subsysnqn)).as_ref() != Some(scope) {
+                continue;
+            }
             let Some(c) = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)?
             else {
                 continue;
@@ -257,25 +273,46 @@ impl Volumes {
         if failed == 0 {
             if known.is_some_and(|g| g != keys.generation) {
                 tracing::info!(
+                    appliance = scope.as_deref().unwrap_or("(every)"),
                     generation = keys.generation,
                     controllers = updated,
                     "DH-HMAC-CHAP keys rotated"
                 );
             }
-            *known = Some(keys.generation);
+            generations.insert(scope.clone(), keys.generation);
         }
         Ok(updated)
     }
 
-    /// Enrols again and, on a new key generation, gives the new keys to every controller of a
-    /// staged volume (the periodic refresh). Returns how many controllers took new keys.
+    /// Enrols again with every appliance and, on a new key generation, gives the new keys to
+    /// every controller of a staged volume of that appliance (the periodic refresh). Returns
+    /// how many controllers took new keys. One appliance that cannot be reached does not keep
+    /// the others' keys from rolling: its error is returned after all were tried.
     pub fn refresh_keys(&self) -> Result<usize> {
         let _guard = self.guard();
-        let Some(source) = &self.keys else {
+        let Some(sources) = &self.keys else {
             return Ok(0);
         };
-        let keys = source.enrol(&self.cfg.host.nqn)?;
-        self.roll_keys(&keys)
+        let (mut updated, mut first_error) = (0, None);
+        for (scope, source) in sources.all() {
+            match source
+                .enrol(&self.cfg.host.nqn)
+                .and_then(|keys| self.roll_keys(&scope, &keys))
+            {
+                Ok(n) => updated += n,
+                Err(e) => {
+                    if first_error.is_some() {
+                        tracing::warn!(appliance = scope.as_deref().unwrap_or("(every)"),
+                            error = %e, "enrolment to look for rotated keys failed");
+                    }
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(updated),
+        }
     }
 
     /// The configuration.
@@ -396,7 +433,7 @@ impl Volumes {
             Err(e)
         };
         let connected = fabrics::find_controller(&*self.host, &req.target, &self.cfg.host)?;
-        let keys = match self.enrol() {
+        let keys = match self.enrol(&req.target) {
             Ok(k) => k,
             Err(e) if connected.is_none() => return forget(e),
             Err(e) => {

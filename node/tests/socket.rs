@@ -166,7 +166,10 @@ async fn identity_info_and_capabilities() {
     assert_eq!(info.max_volumes_per_node, 16);
     assert_eq!(
         info.accessible_topology.unwrap().segments,
-        HashMap::from([("edgevol.io/appliance".to_owned(), "box1".to_owned())])
+        HashMap::from([
+            ("edgevol.io/appliance".to_owned(), "box1".to_owned()),
+            ("appliance.edgevol.io/box1".to_owned(), "true".to_owned()),
+        ])
     );
     let caps = node
         .node_get_capabilities(NodeGetCapabilitiesRequest {})
