@@ -21,6 +21,7 @@ Areas: data-path, data-path-qemu, control-plane, qos, auth, footprint, images, b
 import datetime
 import json
 import shlex
+import shutil
 import os
 import subprocess
 import sys
@@ -110,7 +111,7 @@ AREAS = [
         "Container images",
         "The OCI archives `scripts/build-images.sh` builds offline: archive size, and unpacked size "
         "(the sum of the files in its layers).",
-        [(["scripts/build-images.sh", "--out", "target/bench-report/oci"], False)],
+        [(["scripts/build-images.sh", "--out", os.path.join(KEEP, "oci")], False)],
     ),
     (
         "boot",
@@ -342,6 +343,9 @@ def main(argv):
                 print(f"    {' '.join(argv_)}")
         return 0
     if cmd == "run":
+        # ring's C code needs a musl C compiler for the static builds (as scripts/bench.sh does).
+        if shutil.which("musl-gcc"):
+            os.environ.setdefault("CC_x86_64_unknown_linux_musl", "musl-gcc")
         unknown = [a for a in args if a not in names]
         if unknown:
             print(f"unknown area(s): {', '.join(unknown)}; areas: {', '.join(names)}", file=sys.stderr)

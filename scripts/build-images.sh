@@ -4,13 +4,15 @@
 #   OUT/edgevol-VERSION.oci.tar       edgevol (CLI and `edgevol proxy`), nothing else
 #   OUT/edgevol-node-VERSION.oci.tar  edgevol-node and exactly the host tools it runs (mount,
 #                                     umount, blkid, fsck, mkfs.ext4/e2fsck/resize2fs,
-#                                     mkfs.xfs/xfs_growfs) with their shared libraries, copied
-#                                     from this Debian system (versions in the image's
+#                                     mkfs.xfs/xfs_growfs, modprobe for nvme-fabrics/nvme-tcp,
+#                                     mdadm for mirrored volumes) with their shared libraries,
+#                                     copied from this Debian system (versions in the image's
 #                                     /usr/share/edgevol/host-tools.txt and its labels)
 #   OUT/edgevol-swarm-plugin-VERSION.tar.gz  a Docker managed plugin directory (config.json +
 #                                     rootfs: the node image, edgevol, busybox, the entrypoint
 #                                     deploy/swarm/edgevol-swarm-plugin)
-# Each is an OCI image layout in a tar (an OCI archive: `podman load -i`, `ctr images import`,
+# Installs what it builds with: the Debian packages (umoci, musl-tools, the host tools) and Rust
+# with the static target (rustup target add). Each is an OCI image layout in a tar (an OCI archive: `podman load -i`, `ctr images import`,
 # `skopeo copy oci-archive:…`), named as deploy/images.env says, tagged with the workspace
 # version and labelled org.opencontainers.image.{version,revision,source,title}. Prints the
 # archives' sizes.
@@ -25,7 +27,15 @@ set -euo pipefail
 out="$ROOT/image/out/oci"
 opts_parse 'out' "$@"
 ((EUID == 0)) || die "needs root (umoci unpacks and repacks files owned by root)"
-apt_need umoci musl-tools file e2fsprogs xfsprogs mount util-linux python3
+# The host tools copied into the node image come from these packages (kmod: modprobe).
+HOST_TOOL_PACKAGES=(e2fsprogs xfsprogs mount util-linux kmod mdadm)
+apt_need umoci musl-tools file python3 "${HOST_TOOL_PACKAGES[@]}"
+rust_setup
+command -v rustup >/dev/null || die "rustup not found: the $EDGEVOL_GUEST_TARGET target cannot be added"
+if ! rustup target list --installed | grep -qx "$EDGEVOL_GUEST_TARGET"; then
+    log "adding Rust target $EDGEVOL_GUEST_TARGET"
+    rustup target add "$EDGEVOL_GUEST_TARGET" >&2
+fi
 
 VERSION="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml")"
 REVISION="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
@@ -121,13 +131,15 @@ cli_image="$(make_image "$EDGEVOL_IMAGE_CLI" "$cli" /usr/bin/edgevol)"
 node="$work/rootfs-node"
 skeleton "$node"
 install -m 0755 "$BIN/edgevol-node" "$node/usr/bin/edgevol-node"
-for t in mount umount blkid fsck mkfs.ext4 e2fsck fsck.ext4 resize2fs mkfs.xfs xfs_growfs; do
+for t in mount umount blkid fsck mkfs.ext4 e2fsck fsck.ext4 resize2fs mkfs.xfs xfs_growfs \
+    modprobe mdadm; do
     copy_tool "$node" "$t"
 done
 cp /etc/mke2fs.conf "$node/etc/mke2fs.conf"
 ln -s ../proc/self/mounts "$node/etc/mtab"
-mkdir -p "$node/usr/share/edgevol" "$node/etc/nvme" "$node/var/lib/edgevol-node"
-dpkg-query -W -f='${Package}=${Version}\n' e2fsprogs xfsprogs mount util-linux libc6 \
+# /lib/modules (= /usr/lib/modules): where the host's modules are mounted for modprobe.
+mkdir -p "$node/usr/share/edgevol" "$node/etc/nvme" "$node/var/lib/edgevol-node" "$node/usr/lib/modules"
+dpkg-query -W -f='${Package}=${Version}\n' "${HOST_TOOL_PACKAGES[@]}" libc6 \
     >"$node/usr/share/edgevol/host-tools.txt"
 HOST_TOOLS="$(paste -sd' ' "$node/usr/share/edgevol/host-tools.txt")"
 node_image="$(make_image "$EDGEVOL_IMAGE_NODE" "$node" /usr/bin/edgevol-node)"

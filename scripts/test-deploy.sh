@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# The deploy checks (issue 18), on the host, no VM: PARTS are any of
-#   grpcio     grpcio (gRPC C-core, from PyPI) over the unix sockets of `edgevol proxy` (in front of
-#              a dev edgevold) and `edgevol-node`: Identity and Node calls, Kubernetes' CreateVolume
-#              with --extra-create-metadata, a secret key refused, the claim in `edgevol volumes`;
-#              then the CreateVolume calls each orchestrator makes from deploy/ (the StorageClass,
-#              Nomad's volume specification, every Swarm scope x sharing x type) replayed
-#   manifests  deploy/kubernetes validated offline and strictly against the Kubernetes 1.30 and
-#              1.34 schemas (kubernetes-validate), the VolumeSnapshotClass against its CRD schema,
-#              the manifests' consistency test, the Nomad and Swarm files parsed and checked, the
-#              README's Swarm access-mode table
-#   images     the OCI images built (scripts/build-images.sh) and their binaries run inside
-# (default: all). Needs the debug binaries (cargo build, done here) and Python tools from
-# scripts/setup-python.sh.
+# The deploy checks, on the host, no VM: PARTS are any of
+#   grpcio      grpcio (gRPC C-core, from PyPI) over the unix sockets of `edgevol proxy` (in front
+#               of a dev edgevold) and `edgevol-node`: Identity and Node calls, Kubernetes'
+#               CreateVolume with --extra-create-metadata, a secret key refused, the claim in
+#               `edgevol volumes`; then the CreateVolume calls each orchestrator makes from
+#               deploy/ (the StorageClass as the pinned external-provisioner passes it, Nomad's
+#               volume specification, every Swarm scope x sharing x type) replayed
+#   manifests   deploy/kubernetes and its overlays rendered and validated offline and strictly
+#               against every Kubernetes version each is for (kubernetes-validate); the
+#               sidecars' rules (StorageClass parameters as external-provisioner reads them,
+#               flags, feature gates, minimum Kubernetes and VolumeAttributesClass API of each
+#               pinned sidecar), shown to refuse what 0.1.0 shipped; RBAC against upstream; the
+#               VolumeSnapshotClass against its CRD schema; the Nomad and Swarm files parsed and
+#               checked, the README's Swarm access-mode table
+#   monitoring  deploy/monitoring: the alerting rules checked and unit-tested (promtool), and
+#               every metric the rules and the Grafana dashboard name served by a dev edgevold
+#   images      the OCI images built (scripts/build-images.sh) and their binaries and host tools
+#               (mkfs, mount, modprobe, mdadm...) run inside (needs root, a release build)
+# (default: all). Needs the debug binaries (cargo build, done here), Python tools from
+# scripts/setup-python.sh and promtool (Debian's prometheus package, installed here).
 #
 # Usage: scripts/test-deploy.sh [PART...]
 set -euo pipefail
@@ -20,7 +27,7 @@ set -euo pipefail
 cd "$ROOT"
 case "${1:-}" in -h | --help) usage; exit 0 ;; esac
 parts=("$@")
-((${#parts[@]})) || parts=(grpcio manifests images)
+((${#parts[@]})) || parts=(grpcio manifests monitoring images)
 
 PY="$(./scripts/setup-python.sh)"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -80,22 +87,29 @@ part_grpcio() {
     log "ok: edgevol volumes shows the claim and PV"
 }
 
-# kubernetes-validate --strict: unknown fields are errors. Custom resources (VolumeSnapshotClass)
-# have no schema there: check_manifests.py checks them against their CRD schema.
-K8S_VERSIONS=(1.30.0 1.34.0)
+# kubernetes-validate --strict: unknown fields are errors. Each kustomization (the base and its
+# overlays) is rendered by tests/deploy/manifests.py and validated against every Kubernetes
+# minor version it is for. Custom resources (VolumeSnapshotClass) have no schema there:
+# check_manifests.py checks them against their CRD schema.
 part_manifests() {
-    local kv="${PY%/python}/kubernetes-validate" files=() f v
-    while read -r f; do
-        [[ $f == volumesnapshotclass.yaml ]] || files+=("deploy/kubernetes/$f")
-    done < <(sed -n 's/^  - \(.*\.yaml\)$/\1/p' deploy/kubernetes/kustomization.yaml)
-    files+=(deploy/kubernetes/examples/pvc.yaml)
-    for v in "${K8S_VERSIONS[@]}"; do
-        "$kv" --strict --quiet -k "$v" "${files[@]}"
-        log "ok: ${#files[@]} manifests valid (strict) against Kubernetes $v"
+    local kv="${PY%/python}/kubernetes-validate" variant low high out n
+    while read -r variant low high; do
+        out="$work/$(tr / _ <<<"$variant").yaml"
+        (cd tests/deploy && "$PY" manifests.py "$variant" "$out")
+        for ((n = ${low#1.}; n <= ${high#1.}; n++)); do
+            "$kv" --strict --quiet -k "1.$n.0" "$out" deploy/kubernetes/examples/pvc.yaml
+        done
+        log "ok: $variant and the example claim valid (strict) against Kubernetes $low to $high"
+    done < <(cd tests/deploy && "$PY" manifests.py)
+    # The QoS class examples: storage.k8s.io/v1 from 1.34, v1beta1 (opt-in) on 1.31 to 1.33.
+    for n in 34 35 36; do
+        "$kv" --strict --quiet -k "1.$n.0" deploy/kubernetes/examples/volumeattributesclass.yaml
     done
-    # storage.k8s.io/v1 VolumeAttributesClass exists from 1.34 on.
-    "$kv" --strict --quiet -k 1.34.0 deploy/kubernetes/examples/volumeattributesclass.yaml
-    log "ok: the VolumeAttributesClass example valid (strict) against Kubernetes 1.34.0"
+    for n in 31 32 33; do
+        "$kv" --strict --quiet -k "1.$n.0" \
+            deploy/kubernetes/overlays/k8s-1.31-1.33/volumeattributesclass-v1beta1.yaml
+    done
+    log "ok: the VolumeAttributesClass examples valid (strict) against their Kubernetes versions"
     (cd tests/deploy && "$PY" check_manifests.py)
     (cd tests/deploy && "$PY" check_orchestrators.py)
 }
@@ -122,7 +136,7 @@ unpack() {
 }
 
 part_images() {
-    local images cli node v
+    local images cli node v out
     mapfile -t images < <(./scripts/build-images.sh --out "$work/oci")
     cli="$work/img-cli" node="$work/img-node"
     unpack "${images[0]}" "$cli"
@@ -149,11 +163,31 @@ part_images() {
     run_in "$node/rootfs" xfs_growfs /mnt >/dev/null
     run_in "$node/rootfs" umount /mnt
     run_in "$node/rootfs" fsck --version >/dev/null
-    log "ok: mkfs.ext4, e2fsck, resize2fs, mkfs.xfs, blkid, mount (loop), xfs_growfs, umount, fsck run inside the node image"
+    # mdadm (mirrored volumes) reads a device: a filesystem image holds no md superblock.
+    run_in "$node/rootfs" mdadm --version 2>&1 | grep -q '^mdadm - v'
+    if out="$(run_in "$node/rootfs" mdadm --examine "$img" 2>&1)"; then
+        die "mdadm --examine found an md superblock on a filesystem image: $out"
+    fi
+    grep -q "No md superblock detected on $img" <<<"$out" || die "unexpected mdadm output: $out"
+    # modprobe resolves nvme-tcp and its dependencies in a kernel's module tree mounted at
+    # /lib/modules, as edgevol-node does at start on a host without /dev/nvme-fabrics: the
+    # pinned test kernel's tree (a dry run: nothing is loaded into this kernel).
+    kernel_fetch default
+    mount --bind "$MODDIR/.." "$node/rootfs/usr/lib/modules"
+    out="$(run_in "$node/rootfs" modprobe --show-depends --set-version "$KERNEL_RELEASE" nvme-tcp)" || {
+        umount "$node/rootfs/usr/lib/modules"
+        die "modprobe failed in the node image: $out"
+    }
+    umount "$node/rootfs/usr/lib/modules"
+    if ! grep -q "/lib/modules/$KERNEL_RELEASE/.*/nvme-fabrics\.ko" <<<"$out" ||
+        ! grep -q "/nvme-tcp\.ko" <<<"$out"; then
+        die "modprobe did not resolve nvme-tcp and nvme-fabrics: $out"
+    fi
+    log "ok: mkfs.ext4, e2fsck, resize2fs, mkfs.xfs, blkid, mount (loop), xfs_growfs, umount, fsck, mdadm, modprobe run inside the node image"
 
     # The Swarm plugin: its config.json's entrypoint runs in its rootfs (busybox sh) and
     # refuses to start unconfigured, naming the setting.
-    local plugin="$work/plugin" out
+    local plugin="$work/plugin"
     mkdir -p "$plugin"
     tar -xzf "${images[2]}" -C "$plugin"
     plugin="$plugin/edgevol-swarm-plugin"
@@ -175,6 +209,6 @@ for part in "${parts[@]}"; do
     grpcio) part_grpcio ;;
     manifests) part_manifests ;;
     images) part_images ;;
-    *) die "unknown part '$part' (grpcio, manifests, images)" ;;
+    *) die "unknown part '$part' (grpcio, manifests, monitoring, images)" ;;
     esac
 done

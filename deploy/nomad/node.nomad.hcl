@@ -1,5 +1,5 @@
 # The edgevol CSI node plugin on every client: edgevol-node connects the kernel's NVMe/TCP
-# initiator (nvme-tcp module on the host), formats and mounts. Privileged, host network,
+# initiator (nvme-tcp, loaded at start from the host's modules if it is not), formats and mounts. Privileged, host network,
 # /dev and /sys of the host; the host NQN/host id (/etc/nvme) and the staged-volume records
 # (/var/lib/edgevol-node) stay on the host across restarts. Each client's node certificate is in
 # its /etc/edgevol (ca.pem, node.pem, node.key: `edgevol pki issue --role node --name CLIENT`).
@@ -66,12 +66,11 @@ job "edgevol-node" {
           source = "/var/lib/edgevol-node"
           target = "/var/lib/edgevol-node"
         }
-        mount {
-          type     = "bind"
-          source   = "/lib/modules"
-          target   = "/lib/modules"
-          readonly = true
-        }
+        # The host's kernel modules, read-only: edgevol-node loads nvme-fabrics/nvme-tcp
+        # (modprobe) when /dev/nvme-fabrics is missing and reads modules.dep for NVMe in-band
+        # authentication. A `volumes` bind, unlike a `mount` block, is created when the host
+        # has no /lib/modules (modules built in), so the plugin still starts there.
+        volumes = ["/lib/modules:/lib/modules:ro"]
         mount {
           type     = "bind"
           source   = "/etc/edgevol"

@@ -13,6 +13,7 @@
 
 use std::path::Path;
 
+use crate::command::{path_arg, run_checked};
 use crate::error::{Error, Result};
 use crate::host::Host;
 
@@ -45,13 +46,9 @@ pub fn check_supported(fs_type: &str) -> Result<()> {
     }
 }
 
-fn arg(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
 /// Probes `device` for signatures.
 pub fn probe<H: Host + ?Sized>(host: &H, device: &Path) -> Result<Probe> {
-    let args = vec!["-p".into(), "-o".into(), "export".into(), arg(device)];
+    let args = vec!["-p".into(), "-o".into(), "export".into(), path_arg(device)];
     let out = host
         .run("blkid", &args)
         .map_err(|e| Error::io("running blkid", &e))?;
@@ -85,28 +82,12 @@ pub fn probe<H: Host + ?Sized>(host: &H, device: &Path) -> Result<Probe> {
     }
 }
 
-fn run_checked<H: Host + ?Sized>(host: &H, program: &str, args: Vec<String>) -> Result<()> {
-    let out = host
-        .run(program, &args)
-        .map_err(|e| Error::io(format!("running {program}"), &e))?;
-    if out.success() {
-        Ok(())
-    } else {
-        Err(Error::Internal(format!(
-            "{program} {} failed ({:?}): {}",
-            args.join(" "),
-            out.code,
-            out.stderr.trim()
-        )))
-    }
-}
-
 /// Creates a `fs_type` filesystem on `device`.
 pub fn mkfs<H: Host + ?Sized>(host: &H, device: &Path, fs_type: &str) -> Result<()> {
     check_supported(fs_type)?;
     tracing::info!(device = %device.display(), fs_type, "creating filesystem");
     let program = format!("mkfs.{fs_type}");
-    let args = vec!["-q".to_owned(), arg(device)];
+    let args = vec!["-q".to_owned(), path_arg(device)];
     let out = host
         .run(&program, &args)
         .map_err(|e| Error::io(format!("running {program}"), &e))?;
@@ -142,7 +123,7 @@ pub fn check<H: Host + ?Sized>(host: &H, device: &Path, fs_type: &str) -> Result
     if fs_type != "ext4" {
         return Ok(());
     }
-    let args = vec!["-p".to_owned(), arg(device)];
+    let args = vec!["-p".to_owned(), path_arg(device)];
     let out = host
         .run("e2fsck", &args)
         .map_err(|e| Error::io("running e2fsck", &e))?;
@@ -210,8 +191,8 @@ pub fn grow<H: Host + ?Sized>(
     mount_point: &Path,
 ) -> Result<()> {
     match fs_type {
-        "ext4" => run_checked(host, "resize2fs", vec![arg(device)]),
-        "xfs" => run_checked(host, "xfs_growfs", vec![arg(mount_point)]),
+        "ext4" => run_checked(host, "resize2fs", vec![path_arg(device)]),
+        "xfs" => run_checked(host, "xfs_growfs", vec![path_arg(mount_point)]),
         other => Err(Error::FailedPrecondition(format!(
             "cannot grow a {other} filesystem"
         ))),

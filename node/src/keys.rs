@@ -13,17 +13,11 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
+use edgevol_pki::client::{MtlsTarget, TargetError};
 use edgevol_proto::edgevol::v1::enrolment_client::EnrolmentClient;
 use edgevol_proto::edgevol::v1::EnrolRequest;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::rustls::ClientConfig;
-use tokio_rustls::TlsConnector;
-use tonic::transport::Endpoint;
 use tonic::Code;
 use zeroize::Zeroize;
 
@@ -124,77 +118,45 @@ pub struct EnrolConfig {
 /// dropped with the call (which closes its connection at once), so it can be called from any
 /// blocking thread (never from async code: it blocks).
 pub struct GrpcEnroller {
-    address: String,
-    server_name: ServerName<'static>,
-    tls: Arc<ClientConfig>,
+    target: MtlsTarget,
     timeout: Duration,
 }
 
 impl fmt::Debug for GrpcEnroller {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GrpcEnroller")
-            .field("address", &self.address)
-            .field("server_name", &self.server_name)
+            .field("target", &self.target)
             .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
 impl GrpcEnroller {
     /// Loads the certificates and checks the address; connects only when asked to enrol.
     pub fn new(cfg: &EnrolConfig) -> std::result::Result<Self, String> {
-        let authority: tonic::codegen::http::uri::Authority = cfg
-            .address
-            .parse()
-            .map_err(|e| format!("--appliance {:?}: {e}", cfg.address))?;
-        if authority.port_u16().is_none() {
-            return Err(format!(
-                "--appliance {:?}: expected HOST:PORT of the appliance's control endpoint",
-                cfg.address
-            ));
-        }
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        let name = cfg.server_name.as_deref().unwrap_or(host);
-        let server_name = ServerName::try_from(name.to_owned())
-            .map_err(|e| format!("appliance server name {name:?}: {e}"))?;
         let tls = edgevol_pki::tls::client_config(edgevol_pki::tls::TlsFiles {
             ca: &cfg.ca,
             cert: &cfg.cert,
             key: &cfg.key,
-        })
-        .map_err(|e| format!("node certificate: {e}"))?;
+        });
+        let target = tls
+            .map_err(|e| format!("node certificate: {e}"))
+            .and_then(|tls| {
+                MtlsTarget::new(&cfg.address, cfg.server_name.as_deref(), tls)
+                    .map_err(|e| appliance_flag_error(&e))
+            })?;
         Ok(GrpcEnroller {
-            address: cfg.address.clone(),
-            server_name,
-            tls,
+            target,
             timeout: cfg.timeout,
         })
     }
 
     async fn call(&self, host_nqn: &str) -> std::result::Result<DhchapKeysText, CallError> {
-        let (address, name, tls) = (
-            self.address.clone(),
-            self.server_name.clone(),
-            self.tls.clone(),
-        );
-        let channel = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| CallError::Connect(e.to_string()))?
-            .connect_timeout(self.timeout)
-            .timeout(self.timeout)
-            .connect_with_connector(tower::service_fn(move |_| {
-                let (address, name, tls) = (address.clone(), name.clone(), tls.clone());
-                async move {
-                    let tcp = TcpStream::connect(&address).await?;
-                    tcp.set_nodelay(true)?;
-                    let stream = TlsConnector::from(tls).connect(name, tcp).await?;
-                    Ok::<_, std::io::Error>(TokioIo::new(stream))
-                }
-            }))
+        let channel = self
+            .target
+            .channel(self.timeout, Some(self.timeout))
             .await
-            .map_err(|e| CallError::Connect(source_chain(&e)))?;
+            .map_err(|e| CallError::Connect(e.to_string()))?;
         let answer = EnrolmentClient::new(channel)
             .enrol(EnrolRequest {
                 host_nqn: host_nqn.to_owned(),
@@ -210,6 +172,16 @@ impl GrpcEnroller {
     }
 }
 
+/// A bad `--appliance` (or `--appliance-server-name`), named as the flag the operator wrote.
+fn appliance_flag_error(e: &TargetError) -> String {
+    match e {
+        TargetError::NoPort(address) => format!(
+            "--appliance {address:?}: expected HOST:PORT of the appliance's control endpoint"
+        ),
+        other => format!("--appliance: {other}"),
+    }
+}
+
 /// The answer before validation (moved into [`DhchapKeys`] at once).
 struct DhchapKeysText {
     host: String,
@@ -220,17 +192,6 @@ struct DhchapKeysText {
 enum CallError {
     Connect(String),
     Status(tonic::Status),
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        cur = s.source();
-    }
-    text
 }
 
 impl KeySource for GrpcEnroller {
@@ -254,7 +215,7 @@ impl KeySource for GrpcEnroller {
         drop(runtime);
         match outcome {
             Ok(text) => DhchapKeys::validated(text.host, text.ctrl, text.generation),
-            Err(e) => Err(enrol_error(&self.address, host_nqn, e)),
+            Err(e) => Err(enrol_error(self.target.address(), host_nqn, e)),
         }
     }
 }
@@ -391,9 +352,11 @@ mod tests {
             key: dir.path().join("node.key"),
             timeout: Duration::from_secs(1),
         };
-        let e = GrpcEnroller::new(&cfg("10.0.0.1")).unwrap_err();
-        assert!(e.contains("HOST:PORT"), "{e}");
         let e = GrpcEnroller::new(&cfg("10.0.0.1:9500")).unwrap_err();
         assert!(e.contains("node certificate"), "{e}");
+        edgevol_pki::files::ensure_dev(dir.path()).unwrap();
+        let e = GrpcEnroller::new(&cfg("10.0.0.1")).unwrap_err();
+        assert!(e.contains("--appliance") && e.contains("HOST:PORT"), "{e}");
+        GrpcEnroller::new(&cfg("10.0.0.1:9500")).unwrap();
     }
 }

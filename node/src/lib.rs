@@ -16,6 +16,7 @@
 
 pub mod appliances;
 pub mod auth_support;
+mod command;
 pub mod csi;
 pub mod error;
 pub mod fabrics;

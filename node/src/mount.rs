@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::command::{path_arg, run_checked};
 use crate::error::{Error, Result};
 use crate::host::Host;
 
@@ -97,27 +98,6 @@ pub fn table<H: Host + ?Sized>(host: &H) -> Result<Vec<MountEntry>> {
 /// The topmost mount at `path`, if any.
 pub fn mount_at<'a>(table: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
     table.iter().rev().find(|m| m.mount_point == path)
-}
-
-fn run_checked<H: Host + ?Sized>(host: &H, program: &str, args: Vec<String>) -> Result<()> {
-    let out = host
-        .run(program, &args)
-        .map_err(|e| Error::io(format!("running {program}"), &e))?;
-    if out.success() {
-        Ok(())
-    } else {
-        Err(Error::Internal(format!(
-            "{program} {} failed ({}): {}",
-            args.join(" "),
-            out.code
-                .map_or("signal".to_owned(), |c| format!("exit {c}")),
-            out.stderr.trim()
-        )))
-    }
-}
-
-fn path_arg(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
 }
 
 /// Mounts filesystem `fs_type` on `device` at `target` with mount(8) `options`.

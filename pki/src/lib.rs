@@ -7,12 +7,13 @@
 //! [`Role::Node`] (a workload host, which may only enrol for its NVMe data-path keys).
 //!
 //! The crate issues certificates ([`Ca`]), writes them as PEM files ([`files`]), builds the
-//! rustls configurations of both ends ([`tls`]) and reads a verified peer's identity back
-//! ([`PeerIdentity`]). rustls uses the `ring` provider: the one crypto provider of edgevol.
+//! rustls configurations of both ends ([`tls`]), connects clients to the appliance
+//! ([`client::MtlsTarget`]) and reads a verified peer's identity back ([`PeerIdentity`]). rustls uses the `ring` provider: the one crypto provider of edgevol.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod ca;
+pub mod client;
 pub mod files;
 mod identity;
 mod role;

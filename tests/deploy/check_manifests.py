@@ -1,8 +1,12 @@
-"""Consistency of deploy/kubernetes with the code and with itself (issue 18's checks): every
-sidecar's --csi-address is the socket edgevol listens on in the same pod; the registrar's
-kubelet path is the DaemonSet's host path; the CSIDriver name is GetPluginInfo's; edgevol's
-images are the ones scripts/build-images.sh builds; the RBAC covers each sidecar's upstream
-rules at the pinned version; the VolumeSnapshotClass fits its CRD schema.
+"""Consistency of deploy/kubernetes with the code, with itself and with the CSI sidecars'
+rules: every sidecar's --csi-address is the socket edgevol listens on in the same pod; the
+registrar's kubelet path is the DaemonSet's host path; the CSIDriver name is GetPluginInfo's;
+edgevol's images are the ones scripts/build-images.sh builds; the StorageClass passes
+external-provisioner's parameter rules and edgevol's; each sidecar, with its flags and feature
+gates, runs on every Kubernetes version its kustomization is for and reaches the
+VolumeAttributesClass API there (sidecars.py); the RBAC covers each sidecar's upstream rules at
+the pinned version; the VolumeSnapshotClass fits its CRD schema. The checks also run on what
+0.1.0 shipped (fixtures/) and must refuse it, with the sidecars' own messages.
 
 Usage: check_manifests.py  (exit 1 on any failure)
 """
@@ -17,6 +21,7 @@ import jsonschema
 import yaml
 
 import manifests as m
+import sidecars as sc_rules
 
 HERE = pathlib.Path(__file__).resolve().parent
 CHECKS = []
@@ -113,10 +118,11 @@ def driver_name_is_get_plugin_info():
     assert driver["spec"]["fsGroupPolicy"] == "File"
     for sc in m.find(docs, "StorageClass"):
         assert sc["provisioner"] == name
-        assert sc["parameters"]["provisioning"] == "thin" and sc["parameters"]["fsType"] == "ext4"
+        assert sc["parameters"]["provisioning"] == "thin"
+        assert sc["parameters"][sc_rules.FSTYPE_KEY] == "ext4"
         keys = [e["key"] for t in sc["allowedTopologies"] for e in t["matchLabelExpressions"]]
         assert keys == ["edgevol.io/appliance"], keys
-    for vsc in m.find(docs, "VolumeSnapshotClass"):
+    for vsc in snapshot_classes():
         assert vsc["driver"] == name
     vac = yaml.safe_load((m.K8S / "examples" / "volumeattributesclass.yaml").read_text())
     assert vac["driverName"] == name
@@ -142,6 +148,141 @@ def images_are_the_built_ones():
     assert seen == set(built.values()), f"unused built images: {set(built.values()) - seen}"
     for entry in m.kustomization()["images"]:
         assert f"{entry['name']}:{entry['newTag']}" in built.values(), entry
+
+
+SNAPSHOT_CLASS = m.K8S / "snapshots" / "volumesnapshotclass.yaml"
+FIXTURES = HERE / "fixtures"
+
+
+def snapshot_classes():
+    """The VolumeSnapshotClass, applied on its own once the snapshot CRDs exist."""
+    docs = [d for d in yaml.safe_load_all(SNAPSHOT_CLASS.read_text()) if d is not None]
+    assert [d["kind"] for d in docs] == ["VolumeSnapshotClass"], SNAPSHOT_CLASS
+    return docs
+
+
+def sidecar_containers(docs):
+    """(name, version, container) of every upstream sidecar in the workloads."""
+    out = []
+    for _, w in docs:
+        if w["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        for c in pod_spec(w)["containers"]:
+            if c["image"].startswith("registry.k8s.io/sig-storage/"):
+                name, version = c["image"].rsplit("/", 1)[1].split(":")
+                out.append((name, version, c))
+    return out
+
+
+def check_sidecars(docs, k8s_range, opt_in):
+    """Refused (sidecars.Refused) unless every sidecar, with the flags it is started with (its
+    args and exec probes running its binary), runs on the whole range."""
+    for name, version, c in sidecar_containers(docs):
+        sc_rules.check_container(name, version, c.get("args", []), k8s_range, opt_in)
+        probe = c.get("livenessProbe", {}).get("exec", {}).get("command", [])
+        if probe:
+            sc_rules.check_container(name, version, probe[1:], k8s_range, opt_in)
+
+
+def check_storage_classes(docs):
+    """Refused unless each StorageClass passes the provisioner's parameter rules and edgevol
+    accepts what the provisioner sends; returns the filesystems."""
+    versions = {v for n, v, _ in sidecar_containers(docs) if n == "csi-provisioner"}
+    assert len(versions) == 1, f"one external-provisioner expected, found {versions}"
+    version = versions.pop()
+    accepted = sc_rules.edgevol_parameter_keys(m.ROOT)
+    out = []
+    for sc in m.find(docs, "StorageClass"):
+        fs, params = sc_rules.provisioner_create_parameters(
+            sc.get("parameters", {}), version, ("data", "default", "pvc-1"))
+        unknown = set(params) - accepted
+        if unknown:
+            raise sc_rules.Refused(f"edgevol refuses parameters {sorted(unknown)}")
+        out.append(fs)
+    return out
+
+
+@check
+def sidecars_run_on_the_promised_kubernetes_versions():
+    for variant, (path, k8s_range, opt_in) in m.VARIANTS.items():
+        docs = m.documents(path)
+        try:
+            check_sidecars(docs, k8s_range, opt_in)
+        except sc_rules.Refused as e:
+            raise AssertionError(f"{variant}: {e}") from e
+
+
+@check
+def storage_class_passes_the_provisioner_and_edgevol():
+    for variant, (path, _, _) in m.VARIANTS.items():
+        try:
+            fs = check_storage_classes(m.documents(path))
+        except sc_rules.Refused as e:
+            raise AssertionError(f"{variant}: {e}") from e
+        assert fs and all(f in ("ext4", "xfs") for f in fs), f"{variant}: filesystems {fs}"
+
+
+def refused(fn, *args):
+    """The message fn(*args) is refused with; fails if it is accepted."""
+    try:
+        fn(*args)
+    except sc_rules.Refused as e:
+        return str(e)
+    raise AssertionError(f"{fn.__name__} accepted {args!r}")
+
+
+@check
+def the_checks_refuse_what_0_1_0_shipped():
+    base = m.documents()
+    old_sc = yaml.safe_load((FIXTURES / "storageclass-0.1.0.yaml").read_text())
+    msg = refused(check_storage_classes, [d for d in base if d[1]["kind"] != "StorageClass"]
+                  + [("storageclass.yaml", old_sc)])
+    assert msg == 'fstype specified in parameters with both "fstype" and "csi.storage.k8s.io/fstype" keys', msg
+    # Each old sidecar on its own: the resizer (and the provisioner) read v1beta1 classes.
+    old_controller = yaml.safe_load((FIXTURES / "controller-0.1.0.yaml").read_text())
+    _, k8s_range, opt_in = m.VARIANTS["deploy/kubernetes"]
+    refusals = {}
+    for name, version, c in sidecar_containers([("controller.yaml", old_controller)]):
+        try:
+            sc_rules.check_container(name, version, c.get("args", []), k8s_range, opt_in)
+        except sc_rules.Refused as e:
+            refusals[name] = str(e)
+    assert "watches storage.k8s.io/v1beta1" in refusals.get("csi-provisioner", ""), refusals
+    msg = refusals.get("csi-resizer")
+    assert msg == ("csi-resizer:v1.14.0 watches storage.k8s.io/v1beta1 VolumeAttributesClass, "
+                   "which Kubernetes 1.34 does not serve by default"), msg
+
+
+@check
+def the_parameter_rules_refuse_what_the_provisioner_refuses():
+    ok = {"provisioning": "thin", sc_rules.FSTYPE_KEY: "xfs"}
+    assert sc_rules.provisioner_create_parameters(ok, "v6.2.1")[0] == "xfs"
+    for params, want in (
+        ({"FSTYPE": "ext4", sc_rules.FSTYPE_KEY: "ext4"}, "both"),
+        ({"fsType": "ext4", "fstype": "ext4"}, "differ only in case"),
+        ({"Provisioning": "thin", "provisioning": "thick"}, "differ only in case"),
+        ({sc_rules.PREFIX + "pvc/name": "x"}, "unknown parameter key"),
+        ({sc_rules.PREFIX + "fsType": "ext4"}, "unknown parameter key"),
+    ):
+        msg = refused(sc_rules.provisioner_create_parameters, params, "v6.2.1")
+        assert want in msg, (params, msg)
+    # Keys the provisioner strips: secrets, controller-modify only from v6.2.0.
+    modify = {sc_rules.PREFIX + "controller-modify-secret-name": "s"}
+    assert sc_rules.provisioner_create_parameters(modify, "v6.2.1")[1] == {}
+    refused(sc_rules.provisioner_create_parameters, modify, "v5.3.0")
+    # A gate the binary does not know, or a minimum above the range, or a beta API not opted in.
+    msg = refused(sc_rules.check_container, "csi-resizer", "v2.2.1",
+                  ["--feature-gates=VolumeAttributesClass=true,Bogus=true"], ((1, 34), (1, 36)))
+    assert "unrecognized feature gate 'Bogus'" in msg, msg
+    msg = refused(sc_rules.check_container, "csi-provisioner", "v5.3.0",
+                  ["--feature-gates=HonorPVReclaimPolicy=false"], ((1, 31), (1, 33)))
+    assert "locked" in msg, msg
+    msg = refused(sc_rules.check_container, "csi-provisioner", "v6.2.1", [], ((1, 31), (1, 33)))
+    assert "needs Kubernetes 1.34" in msg, msg
+    msg = refused(sc_rules.check_container, "csi-resizer", "v1.14.0", [], ((1, 31), (1, 33)))
+    assert "does not serve by default" in msg, msg
+    msg = refused(sc_rules.check_container, "csi-resizer", "v2.2.1", [], ((1, 31), (1, 36)))
+    assert "storage.k8s.io/v1 VolumeAttributesClass" in msg and "1.31 does not have" in msg, msg
 
 
 def sidecar_versions(docs):
@@ -173,20 +314,20 @@ def granted(docs, role_kind, binding_kind, account):
 
 @check
 def rbac_covers_each_sidecars_upstream_rules():
-    docs = m.documents()
     upstream = json.loads((HERE / "upstream-rbac.json").read_text())
-    versions = sidecar_versions(docs)
-    deployment = m.find(docs, "Deployment")[0]
-    account = pod_spec(deployment)["serviceAccountName"]
-    cluster = granted(docs, "ClusterRole", "ClusterRoleBinding", account)
-    namespaced = granted(docs, "Role", "RoleBinding", account)
-    for name, version in versions.items():
-        assert name in upstream, f"{name}: no upstream rules recorded"
-        assert upstream[name]["version"] == version, f"{name} {version} != {upstream[name]['version']}"
-        for scope, have in (("cluster", cluster), ("namespaced", namespaced)):
-            for group, resource, verbs in upstream[name][scope]:
-                missing = [v for v in verbs if (group, resource, v) not in have]
-                assert not missing, f"{name}: {scope} {group}/{resource} lacks {missing}"
+    for variant, (path, _, _) in m.VARIANTS.items():
+        docs = m.documents(path)
+        deployment = m.find(docs, "Deployment")[0]
+        account = pod_spec(deployment)["serviceAccountName"]
+        cluster = granted(docs, "ClusterRole", "ClusterRoleBinding", account)
+        namespaced = granted(docs, "Role", "RoleBinding", account)
+        for name, version in sidecar_versions(docs).items():
+            rules = upstream.get(name, {}).get(version)
+            assert rules, f"{variant}: {name} {version}: no upstream rules recorded"
+            for scope, have in (("cluster", cluster), ("namespaced", namespaced)):
+                for group, resource, verbs in rules[scope]:
+                    missing = [v for v in verbs if (group, resource, v) not in have]
+                    assert not missing, f"{variant}: {name}: {scope} {group}/{resource} lacks {missing}"
 
 
 @check
@@ -205,6 +346,11 @@ def provisioner_sends_extra_metadata_and_node_plugin_has_its_host():
     hosts = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}
     for path, host in (("/dev", "/dev"), ("/sys", "/sys"), ("/etc/nvme", "/etc/nvme")):
         assert hosts[mounts[path]["name"]] == host, path
+    # modprobe and modules.dep read the host's modules; a host without them still runs the pod.
+    modules = mounts["/lib/modules"]
+    assert modules.get("readOnly") is True, "/lib/modules must be read-only"
+    volume = next(v for v in spec["volumes"] if v["name"] == modules["name"])["hostPath"]
+    assert volume == {"path": "/lib/modules", "type": "DirectoryOrCreate"}, volume
     for flag, where in (("node-id-file", "/etc/nvme"), ("hostid-file", "/etc/nvme"), ("state-dir", "/var/lib/edgevol-node")):
         value = arg(node, flag)
         volume, _ = volume_path(spec, node, value)
@@ -214,9 +360,9 @@ def provisioner_sends_extra_metadata_and_node_plugin_has_its_host():
 @check
 def volume_snapshot_class_fits_its_crd_schema():
     schema = json.loads((HERE / "schemas" / "volumesnapshotclass-v1.json").read_text())
-    for vsc in m.find(m.documents(), "VolumeSnapshotClass"):
+    for vsc in snapshot_classes():
         jsonschema.validate(vsc, schema)
-    bad = dict(m.find(m.documents(), "VolumeSnapshotClass")[0], deletionPolicy="Keep")
+    bad = dict(snapshot_classes()[0], deletionPolicy="Keep")
     try:
         jsonschema.validate(bad, schema)
         raise AssertionError("the CRD schema accepted deletionPolicy: Keep")
@@ -230,7 +376,7 @@ def main():
         try:
             fn()
             print(f"ok: {fn.__name__}")
-        except AssertionError as e:
+        except (AssertionError, KeyError, StopIteration) as e:
             failed += 1
             print(f"FAILED: {fn.__name__}: {e}")
     print(f"{len(CHECKS) - failed} passed, {failed} failed")

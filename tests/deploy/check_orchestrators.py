@@ -1,9 +1,9 @@
-"""deploy/nomad and deploy/swarm parse and carry what the orchestrators need (issue 18): the
+"""deploy/nomad and deploy/swarm parse and carry what the orchestrators need: the
 Nomad plugin jobs (csi_plugin blocks, the node task privileged with the host's /dev, /sys,
 /etc/nvme and state directory, sockets where the binaries listen) and the volume specification
 (capabilities edgevol accepts, topology); the Swarm plugin's config.json (both CSI interface
 types, its socket where the entrypoint listens, mounts, devices, capabilities), and the
-README's scope x sharing table matching seed 004 and edgevol's refusals.
+documentation's scope x sharing table matching seed 004 and edgevol's refusals.
 
 Usage: check_orchestrators.py  (exit 1 on any failure)
 """
@@ -91,6 +91,9 @@ def nomad_plugin_jobs():
             binds = {b["target"]: b["source"] for b in config["mount"] if b["type"] == "bind"}
             for host in ("/dev", "/sys", "/etc/nvme", "/var/lib/edgevol-node", "/etc/edgevol"):
                 assert binds.get(host) == host, f"node task lacks the host's {host}"
+            # Read-only, and created when missing (a `volumes` bind; a `mount` bind fails).
+            assert "/lib/modules" not in binds, "a mount block fails on a host without /lib/modules"
+            assert config.get("volumes") == ["/lib/modules:/lib/modules:ro"], config.get("volumes")
             assert flag(config["args"], "node-id-file").startswith("/etc/nvme/")
             assert flag(config["args"], "state-dir") == "/var/lib/edgevol-node"
             assert flag(config["args"], "topology").startswith("edgevol.io/appliance=")
@@ -127,21 +130,34 @@ def swarm_plugin_config():
     mounts = {mt["destination"]: mt for mt in config["mounts"]}
     for host in ("/dev", "/sys", "/etc/nvme", "/var/lib/edgevol-node", "/etc/edgevol"):
         assert mounts[host]["source"] == host and mounts[host]["type"] == "bind", host
+    # Read-only; its source settable for a host without /lib/modules.
+    modules = mounts["/lib/modules"]
+    assert "ro" in modules["options"] and modules["settable"] == ["source"], modules
+    assert f"{modules['name']}.source=" in modules["description"], modules["description"]
     for name in ("EDGEVOL_APPLIANCE", "EDGEVOL_SERVER_NAME", "EDGEVOL_APPLIANCE_ID"):
         env = next(e for e in config["env"] if e["name"] == name)
         assert env["settable"] == ["value"]
         assert f"${{{name}:?" in entry, f"the entrypoint does not require {name}"
 
 
+def swarm_table():
+    """The documentation's Swarm scope x sharing table (README.md or a docs/ page), as
+    {(scope, sharing): [CSI mode, mount, block]}, and the file holding it."""
+    for path in [m.ROOT / "README.md", *sorted((m.ROOT / "docs").glob("*.md"))]:
+        rows = {}
+        for line in path.read_text().splitlines():
+            cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+            if len(cells) == 5 and cells[0] in ("single", "multi"):
+                rows[(cells[0], cells[1])] = cells[2:]
+        if rows:
+            return rows, path.relative_to(m.ROOT)
+    raise AssertionError("no Swarm scope x sharing table in README.md or docs/*.md")
+
+
 @check
-def readme_swarm_table_matches_seed_004_and_edgevol():
-    readme = (m.ROOT / "README.md").read_text()
-    rows = {}
-    for line in readme.splitlines():
-        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and cells[0] in ("single", "multi"):
-            rows[(cells[0], cells[1])] = cells[2:]
-    assert set(rows) == set(o.SWARM), f"README table rows: {sorted(rows)}"
+def docs_swarm_table_matches_seed_004_and_edgevol():
+    rows, path = swarm_table()
+    assert set(rows) == set(o.SWARM), f"{path} table rows: {sorted(rows)}"
     for key, mode in o.SWARM.items():
         csi, mount, block = rows[key]
         if mode is None:

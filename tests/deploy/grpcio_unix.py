@@ -19,6 +19,7 @@ import check_orchestrators as co
 import csi_wire as w
 import manifests as m
 import orchestrators as o
+import sidecars
 
 DRIVER = "csi.edgevol.io"
 
@@ -87,14 +88,12 @@ def appliance_id(ch):
 def replay_kubernetes(ch, box):
     """external-provisioner's CreateVolume for deploy/kubernetes' StorageClass and example claim."""
     sc = yaml.safe_load((m.K8S / "storageclass.yaml").read_text())
-    # The provisioner strips csi.storage.k8s.io/ keys and adds --extra-create-metadata's.
-    params = {k: v for k, v in sc["parameters"].items() if not k.startswith("csi.storage.k8s.io/")}
-    params.update({
-        "csi.storage.k8s.io/pvc/name": "data",
-        "csi.storage.k8s.io/pvc/namespace": "default",
-        "csi.storage.k8s.io/pv/name": "pvc-replay-k8s",
-    })
-    fs = sc["parameters"]["csi.storage.k8s.io/fstype"]
+    # What the pinned provisioner sends: its parameter rules, --extra-create-metadata's keys.
+    version = next(c["image"].rsplit(":", 1)[1] for _, d in m.documents()
+                   if d["kind"] == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]
+                   if "/csi-provisioner:" in c["image"])
+    fs, params = sidecars.provisioner_create_parameters(
+        sc["parameters"], version, ("data", "default", "pvc-replay-k8s"))
     got = create(ch, "pvc-replay-k8s", 1 << 30, [w.capability("SINGLE_NODE_WRITER", fs)], params,
                  {"edgevol.io/appliance": box})
     assert isinstance(got, str), f"Kubernetes' CreateVolume refused: {got}"

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use edgevol_appliance::{start, Args, Config, Running};
+use edgevol_pki::client::{ChannelError, MtlsTarget};
 use edgevol_pki::tls::{client_config, TlsFiles};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
-use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::ClientConfig;
-use tokio_rustls::TlsConnector;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+
+/// Time a test client allows for TCP and the TLS handshake.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A dev appliance on an ephemeral port with its data dir in a temp dir.
 pub struct DevAppliance {
@@ -91,21 +91,10 @@ pub async fn channel(addr: SocketAddr, tls: Arc<ClientConfig>) -> Channel {
 pub async fn try_channel(
     addr: SocketAddr,
     tls: Arc<ClientConfig>,
-) -> Result<Channel, tonic::transport::Error> {
-    Endpoint::from_shared(format!("http://{addr}"))
+) -> Result<Channel, ChannelError> {
+    MtlsTarget::new(&addr.to_string(), Some("localhost"), tls)
         .unwrap()
-        .connect_with_connector(tower::service_fn(move |_uri| {
-            let tls = tls.clone();
-            async move {
-                let tcp = TcpStream::connect(addr).await?;
-                // Without it Nagle and delayed ACKs add 40 ms to small requests.
-                tcp.set_nodelay(true)?;
-                let stream = TlsConnector::from(tls)
-                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
-                    .await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
+        .channel(CONNECT_TIMEOUT, None)
         .await
 }
 

@@ -9,12 +9,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use edgevol_pki::client::MtlsTarget;
 use edgevol_pki::tls::{client_config, TlsFiles};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint};
 
 pub mod rig;
@@ -36,23 +34,11 @@ pub async fn appliance_channel(addr: SocketAddr, pki: &Path, name: &str) -> Chan
         key: &pki.join(format!("{name}.key")),
     })
     .expect("client TLS configuration from the appliance's PKI");
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-        .expect("endpoint")
-        .connect_timeout(Duration::from_secs(20));
+    let target = MtlsTarget::new(&addr.to_string(), Some("localhost"), tls).expect("address");
     within(
         30,
         "connect to the appliance",
-        endpoint.connect_with_connector(tower::service_fn(move |_uri| {
-            let tls = tls.clone();
-            async move {
-                let tcp = TcpStream::connect(addr).await?;
-                tcp.set_nodelay(true)?;
-                let stream = TlsConnector::from(tls)
-                    .connect(ServerName::try_from("localhost").expect("name"), tcp)
-                    .await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        })),
+        target.channel(Duration::from_secs(20), None),
     )
     .await
     .expect("mTLS connection to the appliance")
