@@ -25,14 +25,19 @@ enum Command {
         #[command(subcommand)]
         command: PkiCommand,
     },
-    /// Serve plaintext gRPC on a unix socket for CO sidecars; forward it to the appliance over mTLS.
+    /// Serve plaintext gRPC on a unix socket for CO sidecars; forward it to the appliances over
+    /// mTLS (one driver over all of them).
     Proxy {
         /// unix:///path/csi.sock
         #[arg(long)]
         listen: String,
-        /// The appliance's CSI endpoint, HOST:PORT.
+        /// An appliance's CSI endpoint: ID=HOST:PORT (its appliance id); repeat for several. One
+        /// appliance may be given as plain HOST:PORT.
         #[arg(long)]
-        appliance: String,
+        appliance: Vec<String>,
+        /// TOML file listing the appliances ([[appliance]] id, address, optional server_name).
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// The appliance CA certificate.
         #[arg(long)]
         ca: PathBuf,
@@ -387,6 +392,7 @@ fn run(command: Command) -> Result<(), String> {
         Command::Proxy {
             listen,
             appliance,
+            config,
             ca,
             cert,
             key,
@@ -405,12 +411,25 @@ fn run(command: Command) -> Result<(), String> {
                 key: &key,
             })
             .map_err(|e| e.to_string())?;
-            let upstream = proxy::Upstream::new(&appliance, server_name.as_deref(), tls)?;
+            let specs = edgevol_cli::fleet_config::gather(&appliance, config.as_deref())?;
+            let mut upstreams = Vec::with_capacity(specs.len());
+            for spec in &specs {
+                let name = spec.server_name.as_deref().or(server_name.as_deref());
+                let upstream = proxy::Upstream::new(&spec.address, name, tls.clone())?;
+                upstreams.push((spec.id.clone().unwrap_or_default(), upstream));
+            }
             let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
             runtime.block_on(async {
                 let listener = proxy::bind(&path).await?;
-                tracing::info!(socket = %path.display(), appliance = %appliance, "proxy serving");
-                proxy::serve_with_node(listener, upstream, node, shutdown_signal()).await;
+                for spec in &specs {
+                    tracing::info!(socket = %path.display(), appliance = %spec.address, id = spec.id.as_deref().unwrap_or("-"), "proxy serving");
+                }
+                if upstreams.len() == 1 {
+                    let (_, upstream) = upstreams.remove(0);
+                    proxy::serve_with_node(listener, upstream, node, shutdown_signal()).await;
+                } else {
+                    proxy::serve_fleet(listener, upstreams, node, shutdown_signal()).await;
+                }
                 let _ = std::fs::remove_file(&path);
                 Ok(())
             })

@@ -15,19 +15,21 @@
 //! Clients that send the socket path as `:authority` (gRPC C-core, grpc-java) are served too:
 //! [`UnixGrpcStream`] makes it `localhost` before HTTP/2 parsing, and the forwarded request
 //! carries the appliance's authority anyway.
+//!
+//! With several appliances ([`serve_fleet`]) the proxy is one driver over all of them: calls
+//! are routed by the appliance id their volume, snapshot or group ids carry, and the calls that
+//! span appliances (CreateVolume, the listings, GetCapacity) are answered by the proxy itself
+//! (see [`crate::fleet_router`]). With one appliance nothing is decoded.
 
-use std::convert::Infallible;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use edgevol_uds::UnixGrpcStream;
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -38,14 +40,14 @@ use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::TlsConnector;
 use tonic::Status;
 
+use crate::fleet_router::{Fleet, Member};
+use crate::grpc_unary::{refuse, ProxyBody};
 use crate::node_route::{NodeRoute, NODE_SERVICE};
 
 /// Time allowed to connect and handshake with the appliance.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 keep-alive towards the appliance, so a vanished box is noticed between calls.
 const KEEPALIVE: Duration = Duration::from_secs(20);
-
-type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 /// Where to forward to.
 #[derive(Debug, Clone)]
@@ -88,14 +90,15 @@ impl Upstream {
 
 /// The forwarding half: a lazily (re)connected HTTP/2 client to the appliance.
 #[derive(Debug)]
-struct Forwarder {
+pub struct Forwarder {
     upstream: Upstream,
     authority: Authority,
-    conn: Mutex<Option<SendRequest<Incoming>>>,
+    conn: Mutex<Option<SendRequest<ProxyBody>>>,
 }
 
 impl Forwarder {
-    fn new(upstream: Upstream) -> Forwarder {
+    /// A client of `upstream`; it connects on the first call.
+    pub fn new(upstream: Upstream) -> Forwarder {
         let authority = upstream.address.parse().expect("checked in Upstream::new");
         Forwarder {
             upstream,
@@ -104,7 +107,7 @@ impl Forwarder {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Incoming>, Status> {
+    async fn connect(&self) -> Result<SendRequest<ProxyBody>, Status> {
         let unavailable = |what: &str, e: &dyn std::fmt::Display| {
             Status::unavailable(format!(
                 "edgevol proxy: appliance {} {what}: {e}",
@@ -143,7 +146,7 @@ impl Forwarder {
     }
 
     /// A live connection: the current one if it still works, else a new one.
-    async fn sender(&self, fresh: bool) -> Result<SendRequest<Incoming>, Status> {
+    async fn sender(&self, fresh: bool) -> Result<SendRequest<ProxyBody>, Status> {
         let mut slot = self.conn.lock().await;
         if !fresh {
             if let Some(sender) = slot.as_mut() {
@@ -158,7 +161,19 @@ impl Forwarder {
         Ok(sender)
     }
 
-    async fn forward(&self, req: Request<Incoming>) -> Result<Response<Incoming>, Status> {
+    /// The appliance's `HOST:PORT`.
+    pub fn address(&self) -> &str {
+        &self.upstream.address
+    }
+
+    /// Whether the appliance can be reached now (a live or new connection).
+    pub async fn ready(&self) -> Result<(), Status> {
+        self.sender(false).await.map(drop)
+    }
+
+    /// Sends `req` (its path and headers as given) to the appliance; its answer comes back as
+    /// it was sent. `UNAVAILABLE` when the appliance cannot be reached.
+    pub async fn forward(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, Status> {
         let (mut parts, body) = req.into_parts();
         let mut uri = Uri::builder()
             .scheme(Scheme::HTTPS)
@@ -191,13 +206,31 @@ impl Forwarder {
     }
 }
 
-/// A trailers-only gRPC answer carrying `status`.
-fn status_response(status: Status) -> Response<ProxyBody> {
-    status.into_http::<()>().map(|()| {
-        Empty::<Bytes>::new()
-            .map_err(|never: Infallible| match never {})
-            .boxed()
-    })
+/// Where the proxy sends what it does not send to the node plugin.
+#[derive(Debug)]
+enum Upstreams {
+    /// One appliance: every call forwarded untouched.
+    One(Forwarder),
+    /// Several: routed by [`Fleet`].
+    Fleet(Fleet),
+}
+
+impl Upstreams {
+    async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
+        match self {
+            Upstreams::One(forwarder) => {
+                let path = req.uri().path().to_owned();
+                match forwarder.forward(req.map(BodyExt::boxed)).await {
+                    Ok(resp) => resp.map(BodyExt::boxed),
+                    Err(status) => {
+                        tracing::warn!(method = %path, error = %status.message(), "call not forwarded");
+                        refuse(status)
+                    }
+                }
+            }
+            Upstreams::Fleet(fleet) => fleet.handle(req).await,
+        }
+    }
 }
 
 /// Serves the proxy on `listener` until `shutdown` completes.
@@ -209,6 +242,27 @@ pub async fn serve(
     serve_with_node(listener, upstream, None, shutdown).await;
 }
 
+/// Serves one driver over several appliances, each named by its appliance id, with Node calls
+/// sent to `node` when given.
+pub async fn serve_fleet(
+    listener: UnixListener,
+    appliances: Vec<(String, Upstream)>,
+    node: Option<NodeRoute>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let members = appliances
+        .into_iter()
+        .map(|(id, upstream)| Member::new(id, Forwarder::new(upstream)))
+        .collect();
+    run(
+        listener,
+        Upstreams::Fleet(Fleet::new(members)),
+        node,
+        shutdown,
+    )
+    .await;
+}
+
 /// [`serve`], with `csi.v1.Node` calls sent to the node plugin of `node` when given (one socket
 /// for a Docker Swarm plugin, see [`crate::node_route`]).
 pub async fn serve_with_node(
@@ -217,7 +271,22 @@ pub async fn serve_with_node(
     node: Option<NodeRoute>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let forwarder = Arc::new(Forwarder::new(upstream));
+    run(
+        listener,
+        Upstreams::One(Forwarder::new(upstream)),
+        node,
+        shutdown,
+    )
+    .await;
+}
+
+async fn run(
+    listener: UnixListener,
+    upstreams: Upstreams,
+    node: Option<NodeRoute>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let forwarder = Arc::new(upstreams);
     let node = node.map(Arc::new);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -240,18 +309,19 @@ pub async fn serve_with_node(
                 let node = node.clone();
                 async move {
                     let path = req.uri().path().to_owned();
-                    let forwarded = match node.as_deref() {
-                        Some(node) if path.starts_with(NODE_SERVICE) => node.forward(req).await,
-                        _ => forwarder.forward(req).await,
-                    };
-                    let resp = match forwarded {
-                        Ok(resp) => resp.map(BodyExt::boxed),
-                        Err(status) => {
-                            tracing::warn!(method = %path, error = %status.message(), "call not forwarded");
-                            status_response(status)
+                    let resp = match node.as_deref() {
+                        Some(node) if path.starts_with(NODE_SERVICE) => {
+                            match node.forward(req).await {
+                                Ok(resp) => resp.map(BodyExt::boxed),
+                                Err(status) => {
+                                    tracing::warn!(method = %path, error = %status.message(), "call not forwarded");
+                                    refuse(status)
+                                }
+                            }
                         }
+                        _ => forwarder.handle(req).await,
                     };
-                    Ok::<_, Infallible>(resp)
+                    Ok::<_, std::convert::Infallible>(resp)
                 }
             });
             if let Err(e) = hyper::server::conn::http2::Builder::new(TokioExecutor::new())

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 mod common;
+mod fleet;
 
 use common::{dev_config, dev_tls, start_proxy, unix_channel};
 use edgevol_appliance::start;
@@ -38,7 +39,23 @@ async fn controller_calls_through_the_proxy_behave_as_direct_ones() {
     start_proxy(&socket, appliance.local_addr, tls).await;
     let channel = unix_channel(socket).await;
     let mut c = ControllerClient::new(channel);
+    conformance(&mut c).await;
+    appliance.stop().await.unwrap();
+}
 
+/// The same calls through a proxy serving two appliances: one driver, as a CO sees it.
+#[tokio::test]
+async fn controller_calls_through_a_two_appliance_proxy_behave_as_direct_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = fleet::start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet::fleet_proxy(dir.path(), &boxes).await;
+    conformance(&mut c).await;
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+async fn conformance(c: &mut ControllerClient<tonic::transport::Channel>) {
     let create = |name: &str| CreateVolumeRequest {
         name: name.into(),
         capacity_range: Some(CapacityRange {
@@ -117,5 +134,4 @@ async fn controller_calls_through_the_proxy_behave_as_direct_ones() {
         .unwrap()
         .into_inner();
     assert!(listed.entries.is_empty());
-    appliance.stop().await.unwrap();
 }

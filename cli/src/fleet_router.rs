@@ -1,0 +1,541 @@
+//! One CSI driver over several appliances: where each call goes.
+//!
+//! * Calls that name a volume, snapshot, group or group snapshot go to the appliance whose id
+//!   the object's id carries (`box-7-v3` lives on `box-7`), request and answer untouched. An id
+//!   of no appliance of this proxy (or an empty one) goes to any reachable appliance, which
+//!   answers as CSI says for that call: NOT_FOUND for most, OK for the deletions,
+//!   INVALID_ARGUMENT for a missing id.
+//! * CreateVolume picks the appliance ([`crate::fleet_placement`]), tells it only the topology
+//!   it checks, and adds `{appliance.edgevol.io/<id>: "true"}` to the volume's accessible
+//!   topology for nodes that reach several appliances. An appliance that is down or full is
+//!   passed over for the next one allowed.
+//! * ListVolumes, ListSnapshots (unfiltered) and ListVolumeGroups page across appliances
+//!   ([`crate::fleet_paging`]); an appliance that is down is left out of the listing (logged),
+//!   so the others stay listable; only when none answers is the call UNAVAILABLE.
+//! * GetCapacity answers for the appliances the requested topology names (all when it names
+//!   none): their free space summed, the largest volume any one of them can hold.
+//! * Everything else (Identity, capabilities, streams of other services) goes untouched to the
+//!   first appliance that can be reached: every appliance runs the same driver.
+//!
+//! Before its first call an appliance is asked its id (GetPluginInfo); one that is not the
+//! appliance configured at that address serves nothing (UNAVAILABLE), so a swapped address can
+//! never send a volume's calls to the wrong box.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use edgevol_proto::csi::v1::volume_content_source::Type as SourceType;
+use edgevol_proto::csi::v1::*;
+use edgevol_proto::volumegroup::{
+    ControllerGetVolumeGroupRequest, DeleteVolumeGroupRequest, ListVolumeGroupsRequest,
+    ModifyVolumeGroupMembershipRequest,
+};
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use prost::Message;
+use tonic::{Code, Status};
+
+use crate::fleet_paging::{self, Listing};
+use crate::fleet_placement as placement;
+use crate::grpc_unary::{answer, refuse, reply, request, Buffered, ProxyBody};
+use crate::proxy::Forwarder;
+
+/// The manifest key of GetPluginInfo that carries the appliance's id.
+const MANIFEST_ID: &str = "appliance-id";
+
+/// One appliance of the fleet.
+#[derive(Debug)]
+pub struct Member {
+    id: String,
+    forwarder: Forwarder,
+    verified: AtomicBool,
+}
+
+impl Member {
+    /// Appliance `id`, reached through `forwarder`.
+    pub fn new(id: String, forwarder: Forwarder) -> Member {
+        Member {
+            id,
+            forwarder,
+            verified: AtomicBool::new(false),
+        }
+    }
+
+    /// Its appliance id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Checks once that the appliance at this address is the one configured.
+    async fn verify(&self) -> Result<(), Status> {
+        if self.verified.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let resp = self
+            .forwarder
+            .forward(request(
+                "/csi.v1.Identity/GetPluginInfo",
+                &GetPluginInfoRequest {},
+            ))
+            .await?;
+        let info: GetPluginInfoResponse = answer(resp).await?;
+        match info.manifest.get(MANIFEST_ID) {
+            Some(id) if *id == self.id => {
+                self.verified.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            other => Err(Status::unavailable(format!(
+                "edgevol proxy: the appliance at {} is {}, not {} as configured",
+                self.forwarder.address(),
+                other.map_or("of unknown id", String::as_str),
+                self.id
+            ))),
+        }
+    }
+
+    /// `req` sent to this appliance; its answer as sent.
+    async fn forward(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, Status> {
+        self.verify().await?;
+        self.forwarder.forward(req).await
+    }
+
+    /// A unary call's answer message, or the status the appliance sent.
+    async fn call<M: Message + Default>(&self, req: Request<ProxyBody>) -> Result<M, Status> {
+        answer(self.forward(req).await?).await
+    }
+
+    /// Whether the appliance can be reached and is the one configured.
+    async fn ready(&self) -> Result<(), Status> {
+        self.forwarder.ready().await?;
+        self.verify().await
+    }
+}
+
+/// The calls routed by the id in their request, and that id.
+fn routing_id(path: &str, b: &Buffered) -> Result<Option<String>, Status> {
+    Ok(Some(match path {
+        "/csi.v1.Controller/DeleteVolume" => b.message::<DeleteVolumeRequest>()?.volume_id,
+        "/csi.v1.Controller/ControllerPublishVolume" => {
+            b.message::<ControllerPublishVolumeRequest>()?.volume_id
+        }
+        "/csi.v1.Controller/ControllerUnpublishVolume" => {
+            b.message::<ControllerUnpublishVolumeRequest>()?.volume_id
+        }
+        "/csi.v1.Controller/ValidateVolumeCapabilities" => {
+            b.message::<ValidateVolumeCapabilitiesRequest>()?.volume_id
+        }
+        "/csi.v1.Controller/CreateSnapshot" => {
+            b.message::<CreateSnapshotRequest>()?.source_volume_id
+        }
+        "/csi.v1.Controller/DeleteSnapshot" => b.message::<DeleteSnapshotRequest>()?.snapshot_id,
+        "/csi.v1.Controller/ControllerExpandVolume" => {
+            b.message::<ControllerExpandVolumeRequest>()?.volume_id
+        }
+        "/csi.v1.Controller/ControllerGetVolume" => {
+            b.message::<ControllerGetVolumeRequest>()?.volume_id
+        }
+        "/csi.v1.Controller/ControllerModifyVolume" => {
+            b.message::<ControllerModifyVolumeRequest>()?.volume_id
+        }
+        "/csi.v1.GroupController/CreateVolumeGroupSnapshot" => b
+            .message::<CreateVolumeGroupSnapshotRequest>()?
+            .source_volume_ids
+            .into_iter()
+            .next()
+            .unwrap_or_default(),
+        "/csi.v1.GroupController/DeleteVolumeGroupSnapshot" => {
+            b.message::<DeleteVolumeGroupSnapshotRequest>()?
+                .group_snapshot_id
+        }
+        "/csi.v1.GroupController/GetVolumeGroupSnapshot" => {
+            b.message::<GetVolumeGroupSnapshotRequest>()?
+                .group_snapshot_id
+        }
+        "/csi.v1.SnapshotMetadata/GetMetadataAllocated" => {
+            b.message::<GetMetadataAllocatedRequest>()?.snapshot_id
+        }
+        "/csi.v1.SnapshotMetadata/GetMetadataDelta" => {
+            b.message::<GetMetadataDeltaRequest>()?.target_snapshot_id
+        }
+        "/volumegroup.Controller/ModifyVolumeGroupMembership" => {
+            b.message::<ModifyVolumeGroupMembershipRequest>()?
+                .volume_group_id
+        }
+        "/volumegroup.Controller/DeleteVolumeGroup" => {
+            b.message::<DeleteVolumeGroupRequest>()?.volume_group_id
+        }
+        "/volumegroup.Controller/ControllerGetVolumeGroup" => {
+            b.message::<ControllerGetVolumeGroupRequest>()?
+                .volume_group_id
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// The calls the router decodes (their request is read whole first).
+const DECODED: &[&str] = &[
+    "/csi.v1.Controller/CreateVolume",
+    "/csi.v1.Controller/DeleteVolume",
+    "/csi.v1.Controller/ControllerPublishVolume",
+    "/csi.v1.Controller/ControllerUnpublishVolume",
+    "/csi.v1.Controller/ValidateVolumeCapabilities",
+    "/csi.v1.Controller/ListVolumes",
+    "/csi.v1.Controller/GetCapacity",
+    "/csi.v1.Controller/CreateSnapshot",
+    "/csi.v1.Controller/DeleteSnapshot",
+    "/csi.v1.Controller/ListSnapshots",
+    "/csi.v1.Controller/ControllerExpandVolume",
+    "/csi.v1.Controller/ControllerGetVolume",
+    "/csi.v1.Controller/ControllerModifyVolume",
+    "/csi.v1.GroupController/CreateVolumeGroupSnapshot",
+    "/csi.v1.GroupController/DeleteVolumeGroupSnapshot",
+    "/csi.v1.GroupController/GetVolumeGroupSnapshot",
+    "/csi.v1.SnapshotMetadata/GetMetadataAllocated",
+    "/csi.v1.SnapshotMetadata/GetMetadataDelta",
+    "/volumegroup.Controller/CreateVolumeGroup",
+    "/volumegroup.Controller/ModifyVolumeGroupMembership",
+    "/volumegroup.Controller/DeleteVolumeGroup",
+    "/volumegroup.Controller/ListVolumeGroups",
+    "/volumegroup.Controller/ControllerGetVolumeGroup",
+];
+
+/// An appliance's answer passed on as it came.
+fn passed(resp: Response<Incoming>) -> Response<ProxyBody> {
+    resp.map(BodyExt::boxed)
+}
+
+/// Several appliances behind one driver.
+#[derive(Debug)]
+pub struct Fleet {
+    members: Vec<Member>,
+}
+
+impl Fleet {
+    /// A fleet of `members`, in the order listings visit them.
+    pub fn new(members: Vec<Member>) -> Fleet {
+        Fleet { members }
+    }
+
+    fn ids(&self) -> Vec<&str> {
+        self.members.iter().map(Member::id).collect()
+    }
+
+    /// The appliance whose object `id` names (`<appliance id>-<kind><n>`).
+    pub fn owner(&self, id: &str) -> Option<usize> {
+        self.members.iter().position(|m| {
+            id.strip_prefix(m.id.as_str())
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|local| {
+                    let digits = local.trim_start_matches(|c: char| c.is_ascii_lowercase());
+                    let kind = &local[..local.len() - digits.len()];
+                    matches!(kind, "v" | "s" | "g" | "gs")
+                        && !digits.is_empty()
+                        && digits.bytes().all(|b| b.is_ascii_digit())
+                })
+        })
+    }
+
+    /// Answers one call.
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
+        let path = req.uri().path().to_owned();
+        match self.route(&path, req).await {
+            Ok(resp) => resp,
+            Err(status) => {
+                tracing::warn!(method = %path, code = ?status.code(), error = %status.message(), "call refused");
+                refuse(status)
+            }
+        }
+    }
+
+    async fn route(
+        &self,
+        path: &str,
+        req: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, Status> {
+        if !DECODED.contains(&path) {
+            return self.any_raw(req).await;
+        }
+        let b = Buffered::read(req).await?;
+        match path {
+            "/csi.v1.Controller/CreateVolume" => self.create_volume(&b).await,
+            "/csi.v1.Controller/GetCapacity" => self.get_capacity(&b).await,
+            "/csi.v1.Controller/ListVolumes" => self.list::<ListVolumesRequest>(&b).await,
+            "/csi.v1.Controller/ListSnapshots" => {
+                let r: ListSnapshotsRequest = b.message()?;
+                match (r.snapshot_id.as_str(), r.source_volume_id.as_str()) {
+                    ("", "") => self.list::<ListSnapshotsRequest>(&b).await,
+                    ("", volume) => self.by_id(&b, volume).await,
+                    (snapshot, _) => self.by_id(&b, snapshot).await,
+                }
+            }
+            "/volumegroup.Controller/ListVolumeGroups" => {
+                self.list::<ListVolumeGroupsRequest>(&b).await
+            }
+            "/volumegroup.Controller/CreateVolumeGroup" => {
+                let r: edgevol_proto::volumegroup::CreateVolumeGroupRequest = b.message()?;
+                let order = placement::order(None, &self.ids(), &r.name);
+                self.first_that_answers(&b, order).await
+            }
+            _ => match routing_id(path, &b)? {
+                Some(id) => self.by_id(&b, &id).await,
+                None => self.any(&b).await,
+            },
+        }
+    }
+
+    /// The call sent to the appliance `id` names, or (an id of none of ours) to any.
+    async fn by_id(&self, b: &Buffered, id: &str) -> Result<Response<ProxyBody>, Status> {
+        match self.owner(id) {
+            Some(i) => Ok(passed(self.members[i].forward(b.replay()).await?)),
+            None => self.any(b).await,
+        }
+    }
+
+    /// The call sent to the first appliance of `order` that can be reached.
+    async fn first_that_answers(
+        &self,
+        b: &Buffered,
+        order: Vec<usize>,
+    ) -> Result<Response<ProxyBody>, Status> {
+        let mut failed = Vec::new();
+        for i in order {
+            match self.members[i].forward(b.replay()).await {
+                Ok(resp) => return Ok(passed(resp)),
+                Err(s) if s.code() == Code::Unavailable => failed.push(s.message().to_owned()),
+                Err(s) => return Err(s),
+            }
+        }
+        Err(Status::unavailable(format!(
+            "edgevol proxy: no appliance could be reached: {}",
+            failed.join("; ")
+        )))
+    }
+
+    /// The (buffered) call sent to any reachable appliance.
+    async fn any(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
+        self.first_that_answers(b, (0..self.members.len()).collect())
+            .await
+    }
+
+    /// A call the proxy does not read, sent as it streams to the first reachable appliance.
+    async fn any_raw(&self, req: Request<Incoming>) -> Result<Response<ProxyBody>, Status> {
+        let mut failed = Vec::new();
+        for m in &self.members {
+            match m.ready().await {
+                Ok(()) => return Ok(passed(m.forwarder.forward(req.map(BodyExt::boxed)).await?)),
+                Err(s) => failed.push(s.message().to_owned()),
+            }
+        }
+        Err(Status::unavailable(format!(
+            "edgevol proxy: no appliance could be reached: {}",
+            failed.join("; ")
+        )))
+    }
+
+    async fn create_volume(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
+        let req: CreateVolumeRequest = b.message()?;
+        if req.name.is_empty() {
+            return self.any(b).await; // INVALID_ARGUMENT, in the appliance's words
+        }
+        let ids = self.ids();
+        let mut order = placement::order(req.accessibility_requirements.as_ref(), &ids, &req.name);
+        if let Some(source) = content_source_id(&req) {
+            // A clone or restore lives where its source does.
+            match self.owner(source) {
+                Some(home) if order.contains(&home) => order = vec![home],
+                Some(home) => {
+                    return Err(Status::resource_exhausted(format!(
+                        "the content source {source} lies on appliance {}, outside the \
+                         requisite topology",
+                        ids[home]
+                    )))
+                }
+                None => return self.any(b).await, // NOT_FOUND, in the appliance's words
+            }
+        }
+        if order.is_empty() {
+            return Err(Status::resource_exhausted(format!(
+                "no appliance of this driver ({}) lies in the requisite topology",
+                ids.join(", ")
+            )));
+        }
+        let mut passed_over = Vec::new();
+        let mut full = false;
+        for i in order {
+            let m = &self.members[i];
+            let mut r = req.clone();
+            if let Some(t) = &req.accessibility_requirements {
+                r.accessibility_requirements = Some(placement::requirement_for(t, m.id()));
+            }
+            match m.call::<CreateVolumeResponse>(b.with_message(&r)).await {
+                Ok(mut resp) => {
+                    if let Some(v) = resp.volume.as_mut() {
+                        v.accessible_topology
+                            .push(placement::presence_segment(m.id()));
+                    }
+                    return Ok(reply(&resp));
+                }
+                Err(s) if matches!(s.code(), Code::Unavailable | Code::ResourceExhausted) => {
+                    full |= s.code() == Code::ResourceExhausted;
+                    tracing::info!(appliance = %m.id(), error = %s.message(), "CreateVolume passed over an appliance");
+                    passed_over.push(format!("{}: {}", m.id(), s.message()));
+                }
+                Err(s) => return Err(s),
+            }
+        }
+        let message = format!(
+            "no allowed appliance could create the volume: {}",
+            passed_over.join("; ")
+        );
+        Err(if full {
+            Status::resource_exhausted(message)
+        } else {
+            Status::unavailable(message)
+        })
+    }
+
+    async fn get_capacity(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
+        let req: GetCapacityRequest = b.message()?;
+        let ids = self.ids();
+        let named: Vec<usize> = match &req.accessible_topology {
+            Some(t) if placement::names_an_appliance(&t.segments) => (0..ids.len())
+                .filter(|&i| placement::allows(&t.segments, ids[i]))
+                .collect(),
+            _ => (0..ids.len()).collect(),
+        };
+        let mut total = GetCapacityResponse {
+            available_capacity: 0,
+            maximum_volume_size: Some(0),
+            minimum_volume_size: None,
+        };
+        let mut answered = false;
+        let mut down = Vec::new();
+        for i in named {
+            let m = &self.members[i];
+            let mut r = req.clone();
+            if let Some(t) = &req.accessible_topology {
+                r.accessible_topology = Some(Topology {
+                    segments: placement::for_appliance(&t.segments, m.id()),
+                });
+            }
+            match m.call::<GetCapacityResponse>(b.with_message(&r)).await {
+                Ok(c) => {
+                    answered = true;
+                    total.available_capacity = total
+                        .available_capacity
+                        .saturating_add(c.available_capacity);
+                    total.maximum_volume_size =
+                        total.maximum_volume_size.max(c.maximum_volume_size);
+                    total.minimum_volume_size =
+                        match (total.minimum_volume_size, c.minimum_volume_size) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                }
+                Err(s) if s.code() == Code::Unavailable => down.push(s.message().to_owned()),
+                Err(s) => return Err(s),
+            }
+        }
+        if !answered && !down.is_empty() {
+            return Err(Status::unavailable(down.join("; ")));
+        }
+        Ok(reply(&total))
+    }
+
+    /// A listing paged across appliances.
+    async fn list<L: Listing>(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
+        let r: L = b.message()?;
+        let Ok(max) = usize::try_from(r.max_entries()) else {
+            return self.any(b).await; // INVALID_ARGUMENT, in the appliance's words
+        };
+        let ids = self.ids();
+        let start = fleet_paging::parse(r.starting_token(), &ids)?;
+        let (mut i, mut token) = (start.appliance, start.token);
+        let mut entries = Vec::new();
+        let mut answered = false;
+        let mut down = Vec::new();
+        let next = loop {
+            if i >= ids.len() {
+                break String::new();
+            }
+            let want = if max == 0 { 0 } else { max - entries.len() };
+            let page = r.page(i32::try_from(want).unwrap_or(i32::MAX), token.clone());
+            match self.members[i]
+                .call::<L::Answer>(b.with_message(&page))
+                .await
+            {
+                Ok(a) => {
+                    answered = true;
+                    let (got, next) = L::split(a);
+                    entries.extend(got);
+                    if !next.is_empty() {
+                        break fleet_paging::render(ids[i], &next);
+                    }
+                }
+                Err(s) if s.code() == Code::Unavailable => {
+                    tracing::warn!(appliance = %ids[i], error = %s.message(), "left out of a listing: unreachable");
+                    down.push(s.message().to_owned());
+                }
+                Err(s) => return Err(s),
+            }
+            i += 1;
+            token.clear();
+            if max != 0 && entries.len() >= max {
+                break match ids.get(i) {
+                    Some(id) => fleet_paging::render(id, ""),
+                    None => String::new(),
+                };
+            }
+        };
+        if !answered && !down.is_empty() {
+            return Err(Status::unavailable(down.join("; ")));
+        }
+        Ok(reply(&L::join(entries, next)))
+    }
+}
+
+/// The snapshot or volume a CreateVolume copies, if any.
+fn content_source_id(req: &CreateVolumeRequest) -> Option<&str> {
+    match req.volume_content_source.as_ref()?.r#type.as_ref()? {
+        SourceType::Snapshot(s) => Some(&s.snapshot_id),
+        SourceType::Volume(v) => Some(&v.volume_id),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::Upstream;
+    use std::sync::Arc;
+
+    fn fleet(ids: &[&str]) -> Fleet {
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+        let tls = Arc::new(
+            tokio_rustls::rustls::ClientConfig::builder()
+                .with_root_certificates(tokio_rustls::rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+        );
+        Fleet::new(
+            ids.iter()
+                .enumerate()
+                .map(|(n, id)| {
+                    let up = Upstream::new(&format!("127.0.0.1:{}", 1000 + n), None, tls.clone())
+                        .unwrap();
+                    Member::new((*id).to_owned(), Forwarder::new(up))
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn ids_name_their_appliance_even_when_appliance_ids_share_a_prefix() {
+        let f = fleet(&["box", "box-7"]);
+        assert_eq!(f.owner("box-v3"), Some(0));
+        assert_eq!(f.owner("box-7-v3"), Some(1));
+        assert_eq!(f.owner("box-7-gs12"), Some(1));
+        assert_eq!(f.owner("box-s1"), Some(0));
+        for foreign in ["box-8-v3", "box-7-v", "box-7-x3", "", "box-7-v3+box-v1"] {
+            assert_eq!(f.owner(foreign), None, "{foreign:?}");
+        }
+    }
+}

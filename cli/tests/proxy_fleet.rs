@@ -1,0 +1,549 @@
+//! `edgevol proxy` over several appliances: placement by topology, idempotency by name,
+//! GetCapacity per segment, listings paged across appliances, routing by id, and one appliance
+//! down while the others keep working.
+
+use std::collections::BTreeSet;
+
+mod common;
+mod fleet;
+
+use common::unix_channel;
+use edgevol_proto::csi::v1::identity_client::IdentityClient;
+use edgevol_proto::csi::v1::*;
+use fleet::{create, fleet_proxy, home, list_all, start_fleet, topology};
+use tonic::Code;
+
+const APPLIANCE: &str = "edgevol.io/appliance";
+
+fn requisite(segments: Vec<Topology>, preferred: Vec<Topology>) -> Option<TopologyRequirement> {
+    Some(TopologyRequirement {
+        requisite: segments,
+        preferred,
+    })
+}
+
+#[tokio::test]
+async fn create_volume_places_by_topology_and_finds_a_retried_name_on_its_appliance() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+
+    // Named by the appliance key, by a presence key, or preferred among several.
+    let mut on_b = create("pinned-b", 1 << 20);
+    on_b.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, "box-b")])], vec![]);
+    let v = c
+        .create_volume(on_b)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(home(&v.volume_id), "box-b");
+    assert!(v
+        .accessible_topology
+        .contains(&topology(&[(APPLIANCE, "box-b")])));
+    assert!(
+        v.accessible_topology
+            .contains(&topology(&[("appliance.edgevol.io/box-b", "true")])),
+        "nodes reaching several appliances match: {:?}",
+        v.accessible_topology
+    );
+
+    let mut on_a = create("pinned-a", 1 << 20);
+    on_a.accessibility_requirements = requisite(
+        vec![topology(&[("appliance.edgevol.io/box-a", "true")])],
+        vec![],
+    );
+    let v = c
+        .create_volume(on_a)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(home(&v.volume_id), "box-a");
+
+    let both = topology(&[
+        ("appliance.edgevol.io/box-a", "true"),
+        ("appliance.edgevol.io/box-b", "true"),
+    ]);
+    for (name, preferred) in [("pref-a", "box-a"), ("pref-b", "box-b")] {
+        let mut r = create(name, 1 << 20);
+        r.accessibility_requirements = requisite(
+            vec![both.clone()],
+            vec![topology(&[(APPLIANCE, preferred)])],
+        );
+        let v = c
+            .create_volume(r)
+            .await
+            .unwrap()
+            .into_inner()
+            .volume
+            .unwrap();
+        assert_eq!(home(&v.volume_id), preferred, "{name}");
+    }
+
+    // No box of this driver in the requisite topology.
+    let mut nowhere = create("nowhere", 1 << 20);
+    nowhere.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, "box-z")])], vec![]);
+    let status = c.create_volume(nowhere).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("box-a, box-b"),
+        "{}",
+        status.message()
+    );
+
+    // Unconstrained names spread over both appliances, and every retry finds its volume.
+    let mut homes = BTreeSet::new();
+    for i in 0..12 {
+        let name = format!("pvc-{i}");
+        let first = c
+            .create_volume(create(&name, 1 << 20))
+            .await
+            .unwrap()
+            .into_inner();
+        let again = c
+            .create_volume(create(&name, 1 << 20))
+            .await
+            .unwrap()
+            .into_inner();
+        let (first, again) = (first.volume.unwrap(), again.volume.unwrap());
+        assert_eq!(first.volume_id, again.volume_id, "{name} retried");
+        homes.insert(home(&first.volume_id).to_owned());
+    }
+    assert_eq!(homes.len(), 2, "names land on both appliances");
+    assert_eq!(
+        list_all(&mut c, 0).await.len(),
+        4 + 12,
+        "no duplicate from a retry"
+    );
+
+    // A clone lives where its source does.
+    let src = c
+        .create_volume(create("src", 1 << 20))
+        .await
+        .unwrap()
+        .into_inner();
+    let src = src.volume.unwrap().volume_id;
+    for name in ["clone-1", "clone-2", "clone-3"] {
+        let mut clone = create(name, 1 << 20);
+        clone.volume_content_source = Some(VolumeContentSource {
+            r#type: Some(volume_content_source::Type::Volume(
+                volume_content_source::VolumeSource {
+                    volume_id: src.clone(),
+                },
+            )),
+        });
+        let v = c
+            .create_volume(clone)
+            .await
+            .unwrap()
+            .into_inner()
+            .volume
+            .unwrap();
+        assert_eq!(home(&v.volume_id), home(&src), "{name}");
+    }
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn get_capacity_answers_per_segment_and_sums_the_appliances_of_a_wider_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let capacity = |t: Option<Topology>| GetCapacityRequest {
+        accessible_topology: t,
+        ..Default::default()
+    };
+    let mut per_box = Vec::new();
+    for id in ["box-a", "box-b"] {
+        let got = c
+            .get_capacity(capacity(Some(topology(&[(APPLIANCE, id)]))))
+            .await
+            .unwrap()
+            .into_inner();
+        let by_presence = c
+            .get_capacity(capacity(Some(topology(&[(
+                &format!("appliance.edgevol.io/{id}"),
+                "true",
+            )]))))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(got.available_capacity > 0);
+        assert_eq!(
+            got.available_capacity, by_presence.available_capacity,
+            "{id}"
+        );
+        per_box.push(got);
+    }
+    // Make the two differ: a thick volume on box-b takes its space.
+    let mut thick = create("thick", 64 << 20);
+    thick
+        .parameters
+        .insert("provisioning".into(), "thick".into());
+    thick.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, "box-b")])], vec![]);
+    c.create_volume(thick).await.unwrap();
+    let b_now = c
+        .get_capacity(capacity(Some(topology(&[(APPLIANCE, "box-b")]))))
+        .await
+        .unwrap()
+        .into_inner()
+        .available_capacity;
+    assert_eq!(b_now, per_box[1].available_capacity - (64 << 20));
+
+    let all = c.get_capacity(capacity(None)).await.unwrap().into_inner();
+    assert_eq!(
+        all.available_capacity,
+        per_box[0].available_capacity + b_now
+    );
+    let node_of_both = c
+        .get_capacity(capacity(Some(topology(&[
+            ("appliance.edgevol.io/box-a", "true"),
+            ("appliance.edgevol.io/box-b", "true"),
+        ]))))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(node_of_both.available_capacity, all.available_capacity);
+    let elsewhere = c
+        .get_capacity(capacity(Some(topology(&[(APPLIANCE, "box-z")]))))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(elsewhere.available_capacity, 0);
+    assert_eq!(elsewhere.maximum_volume_size, Some(0));
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn listings_page_across_appliances_with_tokens_that_outlive_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b", "box-c"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let mut created = Vec::new();
+    for (i, id) in ["box-a", "box-b", "box-c", "box-a", "box-c", "box-a"]
+        .iter()
+        .enumerate()
+    {
+        let mut r = create(&format!("v{i}"), 1 << 20);
+        r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, id)])], vec![]);
+        created.push(
+            c.create_volume(r)
+                .await
+                .unwrap()
+                .into_inner()
+                .volume
+                .unwrap()
+                .volume_id,
+        );
+    }
+    let whole: BTreeSet<_> = created.iter().cloned().collect();
+    for page in [0, 1, 2, 3, 4, 7] {
+        let listed = list_all(&mut c, page).await;
+        assert_eq!(listed.len(), created.len(), "page {page}: each once");
+        assert_eq!(listed.iter().cloned().collect::<BTreeSet<_>>(), whole);
+    }
+
+    // Stop after two entries (both of box-a), then change every appliance under the token:
+    // the entry the token stands after is deleted, others are created.
+    let first = c
+        .list_volumes(ListVolumesRequest {
+            max_entries: 2,
+            starting_token: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let seen: Vec<String> = first
+        .entries
+        .iter()
+        .map(|e| e.volume.clone().unwrap().volume_id)
+        .collect();
+    assert!(!first.next_token.is_empty());
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: seen[1].clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut late = Vec::new();
+    for (i, id) in ["box-a", "box-b"].iter().enumerate() {
+        let mut r = create(&format!("late{i}"), 1 << 20);
+        r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, id)])], vec![]);
+        late.push(
+            c.create_volume(r)
+                .await
+                .unwrap()
+                .into_inner()
+                .volume
+                .unwrap()
+                .volume_id,
+        );
+    }
+    let mut rest = Vec::new();
+    let mut token = first.next_token;
+    while !token.is_empty() {
+        let resp = c
+            .list_volumes(ListVolumesRequest {
+                max_entries: 2,
+                starting_token: token,
+            })
+            .await
+            .expect("a token stays valid while volumes come and go")
+            .into_inner();
+        rest.extend(
+            resp.entries
+                .into_iter()
+                .map(|e| e.volume.unwrap().volume_id),
+        );
+        token = resp.next_token;
+    }
+    for id in &seen {
+        assert!(!rest.contains(id), "{id} listed twice");
+    }
+    for id in created.iter().filter(|id| !seen.contains(id)) {
+        assert!(rest.contains(id), "{id} missing after the changes");
+    }
+    for id in &late {
+        assert!(
+            rest.contains(id),
+            "{id}, created after the token, is listed"
+        );
+    }
+
+    // Tokens the proxy never issued.
+    for bad in ["bogus", "box-z:3", "box-a:zz"] {
+        let status = c
+            .list_volumes(ListVolumesRequest {
+                max_entries: 1,
+                starting_token: bad.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Aborted, "{bad}: {status:?}");
+    }
+
+    // Snapshots page the same way; filtered listings go to the one appliance concerned.
+    let mut snaps = Vec::new();
+    for (i, v) in created.iter().filter(|id| !seen.contains(id)).enumerate() {
+        let s = c
+            .create_snapshot(CreateSnapshotRequest {
+                source_volume_id: v.clone(),
+                name: format!("s{i}"),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .snapshot
+            .unwrap();
+        snaps.push(s);
+    }
+    let mut listed = Vec::new();
+    let mut token = String::new();
+    loop {
+        let resp = c
+            .list_snapshots(ListSnapshotsRequest {
+                max_entries: 1,
+                starting_token: token,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        listed.extend(
+            resp.entries
+                .into_iter()
+                .map(|e| e.snapshot.unwrap().snapshot_id),
+        );
+        if resp.next_token.is_empty() {
+            break;
+        }
+        token = resp.next_token;
+    }
+    assert_eq!(
+        listed.iter().collect::<BTreeSet<_>>(),
+        snaps
+            .iter()
+            .map(|s| &s.snapshot_id)
+            .collect::<BTreeSet<_>>()
+    );
+    assert_eq!(listed.len(), snaps.len());
+    let last = snaps.last().unwrap();
+    let by_source = c
+        .list_snapshots(ListSnapshotsRequest {
+            source_volume_id: last.source_volume_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(by_source.entries.len(), 1);
+    assert_eq!(
+        by_source.entries[0].snapshot.as_ref().unwrap().snapshot_id,
+        last.snapshot_id
+    );
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn an_appliance_down_fails_only_its_own_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let on = |name: &str, id: &str| {
+        let mut r = create(name, 1 << 20);
+        r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, id)])], vec![]);
+        r
+    };
+    let va = c
+        .create_volume(on("va", "box-a"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let vb = c
+        .create_volume(on("vb", "box-b"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let get = |id: &str| ControllerGetVolumeRequest {
+        volume_id: id.into(),
+    };
+
+    // box-a (the first listed, which Identity calls go to) is killed.
+    boxes[0].stop().await;
+    let status = c
+        .controller_get_volume(get(&va.volume_id))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains(&boxes[0].addr.to_string()),
+        "names the appliance: {}",
+        status.message()
+    );
+    let status = c.create_volume(on("va2", "box-a")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+
+    // box-b's volumes, new unconstrained volumes, listings, capacity and Identity still work.
+    c.controller_get_volume(get(&vb.volume_id)).await.unwrap();
+    c.create_snapshot(CreateSnapshotRequest {
+        source_volume_id: vb.volume_id.clone(),
+        name: "while-a-is-down".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for i in 0..6 {
+        let v = c
+            .create_volume(create(&format!("free-{i}"), 1 << 20))
+            .await
+            .unwrap()
+            .into_inner()
+            .volume
+            .unwrap();
+        assert_eq!(home(&v.volume_id), "box-b");
+    }
+    let listed = list_all(&mut c, 1).await;
+    assert_eq!(
+        listed.len(),
+        7,
+        "box-b's volumes, box-a left out: {listed:?}"
+    );
+    assert!(listed.iter().all(|id| home(id) == "box-b"));
+    let cap = c
+        .get_capacity(GetCapacityRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cap.available_capacity > 0);
+    let info = IdentityClient::new(unix_channel(dir.path().join("csi.sock")).await)
+        .get_plugin_info(GetPluginInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.name, "csi.edgevol.io");
+
+    // Back: its calls work again through the same proxy.
+    boxes[0].restart().await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match c.controller_get_volume(get(&va.volume_id)).await {
+            Ok(_) => break,
+            Err(s) => {
+                assert_eq!(s.code(), Code::Unavailable, "{s:?}");
+                assert!(tokio::time::Instant::now() < deadline, "never came back");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+    assert_eq!(list_all(&mut c, 2).await.len(), 8);
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn ids_of_no_appliance_get_the_spec_answer_and_a_swapped_address_serves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let status = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: "box-z-v1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: "box-z-v1".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("deleting a volume that does not exist succeeds");
+    let status = c
+        .delete_snapshot(DeleteSnapshotRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+    // The same appliances, with their ids swapped in the proxy's list.
+    let swapped_dir = dir.path().join("swapped");
+    std::fs::create_dir_all(&swapped_dir).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("pki"), swapped_dir.join("pki")).unwrap();
+    let (a, b) = boxes.split_at_mut(1);
+    std::mem::swap(&mut a[0].id, &mut b[0].id);
+    let mut wrong = fleet_proxy(&swapped_dir, &boxes).await;
+    let status = wrong
+        .create_volume(create("lost", 1 << 20))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("is box-a, not box-b as configured"),
+        "{}",
+        status.message()
+    );
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
