@@ -290,10 +290,41 @@ async fn invalid_argument_and_not_found_rows() {
         ..publish.clone()
     };
     check(
-        code(node.node_publish_volume(unstaged).await),
+        code(node.node_publish_volume(unstaged.clone()).await),
         Code::FailedPrecondition,
         "staging_target_path",
     );
+    // A missing required field comes before the staging path: csi-sanity's NodePublishVolume
+    // without volume_capability (and, on a plugin that stages, without a staging path either).
+    for (req, field) in [
+        (
+            NodePublishVolumeRequest {
+                volume_capability: None,
+                ..unstaged.clone()
+            },
+            "volume_capability",
+        ),
+        (
+            NodePublishVolumeRequest {
+                volume_id: String::new(),
+                ..unstaged.clone()
+            },
+            "volume_id",
+        ),
+        (
+            NodePublishVolumeRequest {
+                target_path: String::new(),
+                ..unstaged.clone()
+            },
+            "target_path",
+        ),
+    ] {
+        check(
+            code(node.node_publish_volume(req).await),
+            Code::InvalidArgument,
+            field,
+        );
+    }
     let unknown = NodePublishVolumeRequest {
         target_path: "/pods/a/v1".into(),
         ..publish

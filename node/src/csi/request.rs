@@ -211,8 +211,11 @@ pub fn unstage(req: &NodeUnstageVolumeRequest) -> Result<(String, PathBuf)> {
 
 /// NodePublishVolume.
 pub fn publish(req: &NodePublishVolumeRequest) -> Result<PublishRequest> {
+    // The REQUIRED fields first ("Missing required field" -> INVALID_ARGUMENT), then the
+    // staging path, which the spec makes REQUIRED only for plugins that stage.
     let volume_id = volume_id(&req.volume_id)?;
     let target_path = abs_path("target_path", &req.target_path)?;
+    let capability = capability(req.volume_capability.as_ref(), &req.volume_context)?;
     // STAGE_UNSTAGE_VOLUME is advertised: an unset staging path is the spec's own
     // FAILED_PRECONDITION row ("Staging target path not set"), not a malformed request.
     if req.staging_target_path.is_empty() {
@@ -225,7 +228,6 @@ pub fn publish(req: &NodePublishVolumeRequest) -> Result<PublishRequest> {
     if target_path == staging_path {
         return Err(invalid("target_path must differ from staging_target_path"));
     }
-    let capability = capability(req.volume_capability.as_ref(), &req.volume_context)?;
     Ok(PublishRequest {
         volume_id,
         staging_path,
