@@ -4,7 +4,6 @@
 //! `Debug`.
 
 use std::collections::HashMap;
-use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use crate::fabrics::{FabricsConfig, HostIdentity};
 use crate::host::Host;
 use crate::keys::{DhchapKeys, KeySource};
 use crate::state::StateStore;
-use crate::testing::FakeHost;
+use crate::testing::{capture, FakeHost};
 use crate::volume::{StageRequest, VolumeConfig, Volumes};
 
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
@@ -64,38 +63,6 @@ impl KeySource for FakeEnrolment {
         self.calls.lock().unwrap().push(host_nqn.to_owned());
         self.answer.lock().unwrap().clone()
     }
-}
-
-/// Log lines written while a test runs, every level.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
-    let log = Captured::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
-    (out, log.text())
 }
 
 struct Env {

@@ -292,9 +292,10 @@ pub fn ensure_connected<H: Host + ?Sized>(
     tracing::info!(subsysnqn = %target.subsysnqn, traddr = %target.traddr,
         trsvcid = target.trsvcid, authentication,
         key_generation = keys.map(|k| k.generation), "connecting NVMe/TCP controller");
-    let answer = host
-        .connect_fabrics(&options)
-        .map_err(|e| connect_error(target, ident, &e, auth))?;
+    let answer = host.connect_fabrics(&options).map_err(|e| {
+        crate::initiator::transport_missing(host, &e)
+            .unwrap_or_else(|| connect_error(target, ident, &e, auth))
+    })?;
     parse_connect_answer(&answer).ok_or_else(|| {
         Error::Internal(format!(
             "unexpected answer from /dev/nvme-fabrics: {answer:?}"

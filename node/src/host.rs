@@ -1,6 +1,6 @@
 //! Every access to the host goes through [`Host`]: the sysfs and /dev roots, the fabrics control
 //! device, sysfs attribute writes, external commands, the mount table, statvfs, device flushes,
-//! sleeping, and the kernel's release and module indexes (what it was built with).
+//! sleeping, the kernel's release and module indexes (what it was built with), and modprobe.
 //!
 //! The rest of the crate reads sysfs and /dev with plain `std::fs` under [`Host::sys_root`] and
 //! [`Host::dev_root`], so unit tests point those at a temp dir holding a fake tree, and a fake
@@ -74,6 +74,8 @@ pub trait Host: Send + Sync + fmt::Debug + 'static {
     fn kernel_release(&self) -> io::Result<String>;
     /// Where the kernels' module trees live (`/lib/modules`).
     fn modules_root(&self) -> &Path;
+    /// Runs `modprobe MODULE` (loads a kernel module and what it depends on).
+    fn modprobe(&self, module: &str) -> io::Result<CmdOutput>;
 }
 
 /// The real Linux host.
@@ -83,6 +85,7 @@ pub struct LinuxHost {
     dev_root: PathBuf,
     mountinfo: PathBuf,
     modules_root: PathBuf,
+    modprobe: PathBuf,
 }
 
 impl Default for LinuxHost {
@@ -99,7 +102,15 @@ impl LinuxHost {
             dev_root: dev_root.into(),
             mountinfo: PathBuf::from("/proc/self/mountinfo"),
             modules_root: PathBuf::from("/lib/modules"),
+            modprobe: PathBuf::from("modprobe"),
         }
+    }
+
+    /// Runs `program` instead of modprobe from `PATH` (tests point it at nothing, so that they
+    /// never load a module into the machine running them).
+    pub fn with_modprobe(mut self, program: impl Into<PathBuf>) -> Self {
+        self.modprobe = program.into();
+        self
     }
 }
 
@@ -183,5 +194,9 @@ impl Host for LinuxHost {
 
     fn modules_root(&self) -> &Path {
         &self.modules_root
+    }
+
+    fn modprobe(&self, module: &str) -> io::Result<CmdOutput> {
+        self.run(&self.modprobe.to_string_lossy(), &[module.to_owned()])
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! One file per host concern, below one [`host::Host`] trait:
 //! * [`fabrics`]: connect (option string to `/dev/nvme-fabrics`), reuse, disconnect;
+//! * [`initiator`]: whether the kernel's NVMe/TCP initiator is there, loading it if not;
 //! * [`sysfs`]: controllers and namespaces (by NGUID/UUID) as the kernel shows them;
 //! * [`mount`]: `/proc/self/mountinfo` and mount(8)/umount(8);
 //! * [`fs`]: signature probe, mkfs, grow;
@@ -23,6 +24,7 @@ pub mod fabrics;
 pub mod fs;
 pub mod host;
 pub mod hostnqn;
+pub mod initiator;
 pub mod keys;
 pub mod mount;
 pub mod state;
@@ -303,6 +305,7 @@ pub fn build_with_keys(
         device_wait: Duration::from_secs(args.device_wait_secs),
         poll: Duration::from_millis(100),
     };
+    initiator::prepare(&*host);
     let mut volumes = Volumes::new(host, store, cfg);
     if let Some(source) = source {
         volumes = volumes.with_appliance_keys(source);

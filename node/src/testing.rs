@@ -48,6 +48,8 @@ struct FakeState {
     state_changes: Vec<(String, String, u32)>,
     kernel_auth: bool,
     release: Option<String>,
+    loadable: Vec<String>,
+    modprobe_missing: bool,
 }
 
 /// The fake host.
@@ -101,14 +103,58 @@ impl FakeHost {
         for d in [&sys, &dev, &work, &modules] {
             fs::create_dir_all(d).unwrap();
         }
-        FakeHost {
+        let host = FakeHost {
             _dir: dir,
             sys,
             dev,
             modules,
             work,
             state: Mutex::new(FakeState::default()),
+        };
+        // The NVMe/TCP initiator is loaded unless a test says otherwise.
+        host.load_module("nvme_fabrics");
+        host.load_module("nvme_tcp");
+        fs::write(host.dev.join("nvme-fabrics"), "").unwrap();
+        host
+    }
+
+    /// Unloads the NVMe/TCP initiator: no `/dev/nvme-fabrics`, no nvme_fabrics or nvme_tcp in
+    /// `/sys/module`, and modprobe finds neither (see [`FakeHost::set_loadable`]).
+    pub fn remove_initiator(&self) {
+        fs::remove_file(self.dev.join("nvme-fabrics")).unwrap();
+        for m in ["nvme_fabrics", "nvme_tcp"] {
+            fs::remove_dir_all(self.sys.join("module").join(m)).unwrap();
         }
+        self.st().loadable.clear();
+    }
+
+    /// modprobe (the plugin's, and the kernel's own request_module at a connect) can load
+    /// these modules; loading nvme-tcp loads nvme-fabrics too, as its dependency.
+    pub fn set_loadable(&self, modules: &[&str]) {
+        self.st().loadable = modules.iter().map(|m| (*m).to_owned()).collect();
+    }
+
+    /// The plugin's image has no modprobe.
+    pub fn set_modprobe_missing(&self) {
+        self.st().modprobe_missing = true;
+    }
+
+    /// The running kernel is `release`, with no module indexes.
+    pub fn set_release(&self, release: &str) {
+        self.st().release = Some(release.to_owned());
+    }
+
+    /// Loads `module` (dash form) as the kernel would, when it is loadable.
+    fn insert_module(&self, module: &str) -> bool {
+        if !self.st().loadable.iter().any(|m| m == module) {
+            return false;
+        }
+        self.load_module(&module.replace('-', "_"));
+        if module == "nvme-tcp" || module == "nvme-fabrics" {
+            self.load_module("nvme_fabrics");
+            fs::write(self.dev.join("nvme-fabrics"), "").unwrap();
+        }
+        true
     }
 
     fn st(&self) -> std::sync::MutexGuard<'_, FakeState> {
@@ -461,6 +507,9 @@ impl Host for FakeHost {
     }
 
     fn connect_fabrics(&self, options: &str) -> io::Result<String> {
+        if !self.dev.join("nvme-fabrics").exists() {
+            return Err(io::Error::from_raw_os_error(2)); // ENOENT: opening the device
+        }
         self.st().fabrics_writes.push(options.to_owned());
         self.st().ops.push("connect".to_owned());
         if self.take_failure("connect") {
@@ -470,6 +519,17 @@ impl Host for FakeHost {
             return Err(io::Error::from_raw_os_error(errno));
         }
         let o = Self::parse_options(options);
+        // nvmf_create_ctrl: request_module("nvme-<transport>"), then EINVAL without a handler.
+        let transport = format!("nvme-{}", o["transport"]);
+        if !self
+            .sys
+            .join("module")
+            .join(transport.replace('-', "_"))
+            .exists()
+            && !self.insert_module(&transport)
+        {
+            return Err(io::Error::from_raw_os_error(22)); // EINVAL
+        }
         let kernel_auth = self.st().kernel_auth;
         if o.contains_key("dhchap_secret") && !kernel_auth {
             // The target asks for authentication the kernel cannot do: the Connect fails.
@@ -732,4 +792,52 @@ impl Host for FakeHost {
     fn modules_root(&self) -> &Path {
         &self.modules
     }
+
+    fn modprobe(&self, module: &str) -> io::Result<CmdOutput> {
+        self.st()
+            .commands
+            .push(("modprobe".to_owned(), vec![module.to_owned()]));
+        self.st().ops.push(format!("run modprobe {module}"));
+        if self.st().modprobe_missing {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        if self.insert_module(module) {
+            return ok("");
+        }
+        let release = self.st().release.clone().unwrap_or_default();
+        fail(
+            1,
+            &format!(
+                "modprobe: FATAL: Module {module} not found in directory /lib/modules/{release}\n"
+            ),
+        )
+    }
+}
+
+/// Log lines written while a test runs, every level.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `f` with every log line of this thread captured; returns its result and the log.
+pub fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    (out, text)
 }

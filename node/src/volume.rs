@@ -433,6 +433,12 @@ impl Volumes {
             Err(e)
         };
         let connected = fabrics::find_controller(&*self.host, &req.target, &self.cfg.host)?;
+        // Nothing connects without the kernel's initiator: say which module and the fix first.
+        if connected.is_none() {
+            if let Err(e) = crate::initiator::require_fabrics(&*self.host, &req.volume_id) {
+                return forget(e);
+            }
+        }
         let keys = match self.enrol(&req.target) {
             Ok(k) => k,
             Err(e) if connected.is_none() => return forget(e),
@@ -475,7 +481,7 @@ impl Volumes {
             auth,
         ) {
             Ok(c) => c,
-            Err(e @ Error::NotFound(_)) => return forget(e),
+            Err(e @ (Error::NotFound(_) | Error::FailedPrecondition(_))) => return forget(e),
             Err(e) => return Err(e),
         };
         drop(keys);

@@ -564,6 +564,43 @@ fn stage_of_a_volume_the_target_refuses_is_not_found_and_leaves_nothing() {
 }
 
 #[test]
+fn stage_without_the_tcp_transport_is_a_failed_precondition_unless_the_kernel_loads_it() {
+    let e = env();
+    let s = e.stage_req(1, false);
+    // nvme-fabrics is there, nvme-tcp is not and cannot be loaded: the kernel answers the
+    // connect EINVAL ("no handler found for transport tcp").
+    e.host.remove_initiator();
+    e.host.set_loadable(&["nvme-fabrics"]);
+    e.host.set_release("6.1.0-minimal");
+    std::fs::write(e.host.dev_root().join("nvme-fabrics"), "").unwrap();
+    let err = e.volumes.stage(&s).unwrap_err();
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("module nvme-tcp")
+            && m.contains("CONFIG_NVME_TCP")),
+        "{err}"
+    );
+    assert_eq!(e.store.get("vol1").unwrap(), None, "no record left");
+    // The kernel loads the transport itself at the connect (request_module): staged.
+    e.host.set_loadable(&["nvme-fabrics", "nvme-tcp"]);
+    e.volumes.stage(&s).unwrap();
+    assert_eq!(e.host.controller_names(), vec!["nvme0".to_owned()]);
+}
+
+#[test]
+fn stage_loads_a_missing_nvme_fabrics_before_it_connects() {
+    let e = env();
+    let s = e.stage_req(1, true);
+    e.host.remove_initiator();
+    e.host.set_loadable(&["nvme-fabrics", "nvme-tcp"]);
+    e.volumes.stage(&s).unwrap();
+    assert_eq!(
+        e.host.commands_of("modprobe"),
+        vec![vec!["nvme-tcp".to_owned()]]
+    );
+    assert_eq!(e.host.controller_names(), vec!["nvme0".to_owned()]);
+}
+
+#[test]
 fn unpublish_touches_only_the_volumes_own_publication() {
     let e = env();
     let a = e.stage_req(1, false);

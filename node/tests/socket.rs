@@ -49,7 +49,8 @@ async fn start() -> Running {
         "--topology=edgevol.io/appliance=box1".to_owned(),
         "--ctrl-loss-tmo=-1".to_owned(),
     ]);
-    let host = Arc::new(LinuxHost::new(d.join("sys"), d.join("dev")));
+    // No module is ever loaded into the machine running the test.
+    let host = Arc::new(LinuxHost::new(d.join("sys"), d.join("dev")).with_modprobe(d.join("none")));
     let plugin = build(&args, host).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(serve(plugin, async {
