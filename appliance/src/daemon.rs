@@ -9,6 +9,7 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -133,7 +134,7 @@ impl Running {
 /// Checks everything, binds, and starts serving.
 pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let data_dir = &config.data_dir;
-    prepare_data_dir(data_dir, config.dev)?;
+    prepare_data_dir(data_dir)?;
     let lock = lock_data_dir(data_dir)?;
     // Held, like the data dir, until the daemon stops: `edgevold format` refuses a held device.
     let device_locks =
@@ -380,9 +381,19 @@ fn io_err(path: &Path) -> impl Fn(io::Error) -> DaemonError + '_ {
     }
 }
 
-fn prepare_data_dir(dir: &Path, dev: bool) -> Result<(), DaemonError> {
-    if dev {
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
+/// Creates the data directory when missing (its parents as usual, itself private, 0700: it holds
+/// the host-key store and, in dev mode, the CA's key); an existing one keeps its mode. Then
+/// checks it is a directory that can be read.
+fn prepare_data_dir(dir: &Path) -> Result<(), DaemonError> {
+    if !dir.exists() {
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        match fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => tracing::info!(data_dir = %dir.display(), "created the data directory"),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err(dir)(e)),
+        }
     }
     let meta = fs::metadata(dir).map_err(io_err(dir))?;
     if !meta.is_dir() {

@@ -1,6 +1,7 @@
 //! `edgevold`: parses flags, starts the daemon, runs until SIGINT/SIGTERM; or runs an operator
 //! command (`edgevold format`).
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -13,6 +14,8 @@ fn main() -> ExitCode {
     let mut args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: a log file or journald gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

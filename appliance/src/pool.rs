@@ -176,7 +176,10 @@ pub fn open_with(
     let never_written = created || (meta.is_file() && meta.blocks() == 0);
     // Probed before the device is opened for the pool: an edgevol pool starts with its
     // superblocks, so it is never blank and is never formatted over.
-    let blank = format_blank && !never_written && is_blank(path).map_err(|e| device_err(&e))?;
+    // A never-written file reads as zeros: blank, like a new drive (only dev mode formats it
+    // without looking, below).
+    let blank =
+        format_blank && !(dev && never_written) && is_blank(path).map_err(|e| device_err(&e))?;
     let device = open_device(path)?;
     let core_err = |error| PoolError::Core {
         path: path.clone(),
@@ -433,6 +436,34 @@ mod tests {
             lock_device(&dir.path().join("missing.img")).is_ok(),
             "nothing to lock"
         );
+    }
+
+    #[test]
+    fn format_blank_formats_a_never_written_sparse_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pool.img");
+        fs::File::create(&path).unwrap().set_len(64 << 20).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().blocks(), 0, "sparse");
+        let one = std::slice::from_ref(&path);
+        match open(one, false) {
+            Err(PoolError::NotAPool(_)) => {}
+            other => panic!("without format_blank it is refused, got {other:?}"),
+        }
+        let pool = open_with(one, false, true).unwrap();
+        let uuid = pool.uuid();
+        drop(pool);
+        assert_eq!(open(one, false).unwrap().uuid(), uuid, "reopened");
+        // A sparse file with data in its first MiB is someone's: still refused.
+        let data = dir.path().join("data.img");
+        let f = fs::File::create(&data).unwrap();
+        f.set_len(64 << 20).unwrap();
+        f.write_all_at(b"x", 4096).unwrap();
+        drop(f);
+        match open_with(std::slice::from_ref(&data), false, true) {
+            Err(PoolError::NotAPool(_)) => {}
+            other => panic!("expected NotAPool, got {other:?}"),
+        }
+        assert_eq!(fs::read(&data).unwrap()[4096], b'x', "untouched");
     }
 
     #[test]
