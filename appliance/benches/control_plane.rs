@@ -163,8 +163,8 @@ async fn main() {
     })
     .unwrap();
     let app = start(config).await.unwrap();
-    while !app.state.is_ready() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    if let Err(e) = app.state.wait_ready(Duration::from_secs(60)).await {
+        panic!("{e}");
     }
     let pki = dir.path().join("pki");
     let tls = client_config(TlsFiles {

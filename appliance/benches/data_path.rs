@@ -522,8 +522,8 @@ async fn main() {
     .await
     .unwrap();
     let state = running.state.clone();
-    while !state.is_ready() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    if let Err(e) = state.wait_ready(Duration::from_secs(60)).await {
+        panic!("{e}");
     }
     let endpoint = running.target.endpoint;
     // One thin volume: the filled span the overwrites and reads use, then `fresh` never-written

@@ -140,8 +140,8 @@ async fn main() {
     ))
     .await
     .unwrap();
-    while !running.state.is_ready() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    if let Err(e) = running.state.wait_ready(Duration::from_secs(60)).await {
+        panic!("{e}");
     }
     println!(
         "QoS, {} mode: {dur:?} per cell, 8 MiB volumes on the dev pool, test initiator over loopback",

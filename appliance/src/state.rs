@@ -46,6 +46,27 @@ impl fmt::Display for PoolUnavailable {
 
 impl std::error::Error for PoolUnavailable {}
 
+/// The pool did not open within the time a caller gave it ([`State::wait_ready`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotReadyWithin {
+    /// The appliance whose pool was awaited.
+    pub appliance_id: String,
+    /// How long the caller waited.
+    pub waited: Duration,
+}
+
+impl fmt::Display for NotReadyWithin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the pool of appliance {:?} did not open and recover within {:?}",
+            self.appliance_id, self.waited
+        )
+    }
+}
+
+impl std::error::Error for NotReadyWithin {}
+
 /// Told how long a successful pool call held the pool (see [`observe_holds`]).
 pub type HoldObserver = Arc<dyn Fn(Duration) + Send + Sync>;
 
@@ -69,6 +90,8 @@ pub struct State {
     pub topology: BTreeMap<String, String>,
     /// The pool, once opened and recovered.
     pool: OnceLock<Mutex<Pool<PoolDevice>>>,
+    /// Turns true when `pool` is set: what [`State::wait_ready`] awaits.
+    opened: tokio::sync::watch::Sender<bool>,
     /// Whether the poisoned lock was logged (once: every later call finds it poisoned).
     poison_logged: AtomicBool,
     /// Group commit of the calls that stage (`with_pool_committed`).
@@ -82,6 +105,7 @@ impl State {
             appliance_id,
             topology,
             pool: OnceLock::new(),
+            opened: tokio::sync::watch::Sender::new(false),
             poison_logged: AtomicBool::new(false),
             commits: GroupCommit::default(),
         }
@@ -92,11 +116,31 @@ impl State {
         self.pool.get().is_some()
     }
 
+    /// Waits until the pool is open and recovered ([`is_ready`](Self::is_ready)), for at most
+    /// `timeout`: there is no wait without a deadline, and the error says what was awaited.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), NotReadyWithin> {
+        let mut opened = self.opened.subscribe();
+        // `wait_for` looks at the current value first; the sender lives in `self`, so it cannot
+        // close while we wait.
+        let open = matches!(
+            tokio::time::timeout(timeout, opened.wait_for(|&open| open)).await,
+            Ok(Ok(_))
+        );
+        if open {
+            return Ok(());
+        }
+        Err(NotReadyWithin {
+            appliance_id: self.appliance_id.clone(),
+            waited: timeout,
+        })
+    }
+
     /// Installs the opened pool; from now on the appliance is ready.
     pub fn set_pool(&self, pool: Pool<PoolDevice>) {
         if self.pool.set(Mutex::new(pool)).is_err() {
             tracing::error!("pool opened twice; keeping the first");
         }
+        self.opened.send_replace(true);
     }
 
     /// The pool's mutex, if open (for callers that manage the lock themselves).
@@ -240,6 +284,36 @@ mod tests {
             Err(PoolUnavailable::NotReady)
         );
         assert_eq!(state.lock_pool().err(), Some(PoolUnavailable::NotReady));
+    }
+
+    #[tokio::test]
+    async fn waiting_for_the_pool_ends_when_it_opens_or_at_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(State::new("box".into(), BTreeMap::new()));
+        // Nobody opens it: the deadline ends the wait, and the error names what was awaited.
+        let e = state
+            .wait_ready(Duration::from_millis(20))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the pool of appliance \"box\" did not open and recover within 20ms"
+        );
+        // Opened while a caller waits with an hour to go: the wait ends then.
+        let waiter = {
+            let state = state.clone();
+            tokio::spawn(async move { state.wait_ready(Duration::from_secs(3600)).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        state.set_pool(crate::pool::open(&[dir.path().join("pool.img")], true).unwrap());
+        tokio::time::timeout(Duration::from_secs(60), waiter)
+            .await
+            .expect("woken when the pool opened")
+            .unwrap()
+            .unwrap();
+        // Already open: no wait at all.
+        state.wait_ready(Duration::ZERO).await.unwrap();
     }
 
     #[tokio::test]

@@ -53,17 +53,6 @@ async fn client(app: &DevAppliance) -> ControllerClient<Channel> {
     ControllerClient::new(app.channel("controller").await)
 }
 
-/// Waits until the pool is open (Probe ready), so calls do not meet UNAVAILABLE.
-async fn ready(app: &DevAppliance) {
-    for _ in 0..500 {
-        if app.running.state.is_ready() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("pool never opened");
-}
-
 async fn snapshot(c: &mut ControllerClient<Channel>, source: &str, name: &str) -> Snapshot {
     c.create_snapshot(CreateSnapshotRequest {
         source_volume_id: source.into(),
@@ -123,7 +112,7 @@ async fn capabilities_are_exactly_what_is_served() {
 #[tokio::test]
 async fn create_volume_validates_and_is_idempotent() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
 
     let v = vol(&mut c, create("pvc-1", 1)).await;
@@ -210,7 +199,7 @@ async fn create_volume_validates_and_is_idempotent() {
 #[tokio::test]
 async fn space_topology_and_sources() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
 
     // Thick beyond the pool: RESOURCE_EXHAUSTED. Thin of the same size: fine.
@@ -292,7 +281,7 @@ async fn space_topology_and_sources() {
 #[tokio::test]
 async fn delete_volume_is_idempotent_and_keeps_snapshots() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let v = vol(&mut c, create("doomed", MIB)).await;
     let snap = snapshot(&mut c, &v.volume_id, "keep-me").await;
@@ -334,7 +323,7 @@ async fn delete_volume_is_idempotent_and_keeps_snapshots() {
 #[tokio::test]
 async fn validate_volume_capabilities_confirms_only_what_works() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let v = vol(&mut c, create("checked", MIB)).await;
     let ask = |caps: Vec<VolumeCapability>| ValidateVolumeCapabilitiesRequest {
@@ -403,7 +392,7 @@ async fn validate_volume_capabilities_confirms_only_what_works() {
 #[tokio::test]
 async fn list_volumes_paginates_while_volumes_come_and_go() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let mut ids = Vec::new();
     for i in 0..5 {
@@ -478,7 +467,7 @@ async fn list_volumes_paginates_while_volumes_come_and_go() {
 #[tokio::test]
 async fn get_capacity_tracks_thick_reservations_and_topology() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let free = |c: &mut ControllerClient<Channel>, req: GetCapacityRequest| {
         let mut c = c.clone();
@@ -525,7 +514,7 @@ async fn get_capacity_tracks_thick_reservations_and_topology() {
 #[tokio::test]
 async fn snapshots_are_idempotent_listed_and_deleted() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let a = vol(&mut c, create("a", 2 * MIB)).await.volume_id;
     let b = vol(&mut c, create("b", MIB)).await.volume_id;
@@ -661,7 +650,7 @@ async fn snapshots_are_idempotent_listed_and_deleted() {
 #[tokio::test]
 async fn expand_grows_and_reports_node_expansion() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let v = vol(&mut c, create("grow", MIB)).await.volume_id;
     let expand = |required: i64, cap: Option<VolumeCapability>| ControllerExpandVolumeRequest {
@@ -716,7 +705,7 @@ async fn expand_grows_and_reports_node_expansion() {
 #[tokio::test]
 async fn volumes_and_snapshots_survive_a_restart() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let v = vol(&mut c, create("durable", 3 * MIB)).await;
     let s = snapshot(&mut c, &v.volume_id, "durable-snap").await;
@@ -727,7 +716,7 @@ async fn volumes_and_snapshots_survive_a_restart() {
         .await
         .unwrap();
     let app = DevAppliance { dir, running };
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let listed = c
         .list_volumes(ListVolumesRequest::default())
@@ -764,7 +753,7 @@ async fn a_volume_looks_the_same_from_the_volume_group_service() {
         ModifyVolumeGroupMembershipRequest,
     };
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let mut req = create("grouped", 2 * MIB);
     req.parameters.insert("fsType".into(), "xfs".into());
@@ -809,7 +798,7 @@ async fn a_volume_looks_the_same_from_the_volume_group_service() {
 #[tokio::test]
 async fn modify_volume_stores_qos_and_refuses_unknown_keys() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let mut req = create("qos", MIB);
     req.mutable_parameters
@@ -869,14 +858,14 @@ async fn modify_volume_stores_qos_and_refuses_unknown_keys() {
         .await
         .unwrap();
     let app = DevAppliance { dir, running };
-    ready(&app).await;
+    app.ready().await;
     assert_eq!(stored(&app, &v.volume_id).len(), 2);
 }
 
 #[tokio::test]
 async fn get_volume_reports_published_nodes_and_condition() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let v = vol(&mut c, create("inspected", MIB)).await;
     let got = c
@@ -938,7 +927,7 @@ fn publish_req(
 #[tokio::test]
 async fn publish_and_unpublish_follow_the_spec_and_survive_a_restart() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let target = app.running.target.clone();
     let mut c = client(&app).await;
     let v = vol(&mut c, create("published", 4 * MIB)).await.volume_id;
@@ -1075,7 +1064,7 @@ async fn publish_and_unpublish_follow_the_spec_and_survive_a_restart() {
         .await
         .unwrap();
     let app = DevAppliance { dir, running };
-    ready(&app).await;
+    app.ready().await;
     let mut c = client(&app).await;
     let status = c
         .controller_get_volume(ControllerGetVolumeRequest {

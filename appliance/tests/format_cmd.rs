@@ -183,9 +183,7 @@ fn foreign_data_is_refused_unless_forced_and_the_data_area_is_deallocated() {
 #[tokio::test]
 async fn a_device_held_by_a_running_daemon_is_refused_until_it_stops() {
     let app = DevAppliance::start().await;
-    while !app.running.state.is_ready() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    app.ready().await;
     let path = app.dir.path().join("pool.img");
     let uuid = uuid_string(app.running.state.pool().unwrap().lock().unwrap().uuid());
     let out = format(&path, true);

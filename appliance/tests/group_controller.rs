@@ -8,7 +8,6 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
 
 use common::{dev_config, DevAppliance};
 use edgevol_appliance::csi::ids::Ids;
@@ -26,17 +25,9 @@ use edgevol_proto::volumegroup::{
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-async fn wait_ready(app: &DevAppliance) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !app.running.state.is_ready() {
-        assert!(tokio::time::Instant::now() < deadline, "pool never opened");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn start() -> DevAppliance {
     let app = DevAppliance::start().await;
-    wait_ready(&app).await;
+    app.ready().await;
     app
 }
 
@@ -48,7 +39,7 @@ async fn restart(app: DevAppliance) -> DevAppliance {
         .await
         .unwrap();
     let app = DevAppliance { dir, running };
-    wait_ready(&app).await;
+    app.ready().await;
     app
 }
 

@@ -45,14 +45,7 @@ impl Fixture {
             change(&mut c.host_auth);
         })
         .await;
-        let state = app.running.state.clone();
-        tokio::time::timeout(WAIT, async {
-            while !state.is_ready() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("pool opens");
+        app.ready().await;
         let addr = app.running.target.endpoint;
         Fixture { app, addr }
     }

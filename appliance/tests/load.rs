@@ -10,9 +10,7 @@ use edgevol_proto::csi::v1::ListVolumesRequest;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_concurrent_creates_and_a_hundred_racing_on_one_name() {
     let app = DevAppliance::start().await;
-    while !app.running.state.is_ready() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    app.ready().await;
     let client = ControllerClient::new(app.channel("controller").await);
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..1100 {

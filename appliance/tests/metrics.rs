@@ -39,14 +39,7 @@ async fn dev_with_metrics() -> DevAppliance {
     };
     let running = start(config).await.unwrap();
     let app = DevAppliance { dir, running };
-    let state = app.running.state.clone();
-    tokio::time::timeout(WAIT, async {
-        while !state.is_ready() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("pool opens");
+    app.ready().await;
     app
 }
 

@@ -24,7 +24,6 @@ use common::guest::{steps, GuestRun, Step};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use edgevol_appliance::hostkeys::{HostKey, HostKeys, Secret};
 use edgevol_appliance::{naming, start, Args, Config, Running};
@@ -75,14 +74,7 @@ impl App {
             config.host_auth.dh_groups = vec![group];
         }
         let running = start(config).await.unwrap();
-        let state = running.state.clone();
-        tokio::time::timeout(Duration::from_secs(60), async {
-            while !state.is_ready() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("pool opens");
+        common::pool_ready(&running.state).await;
         let port = running.target.endpoint.port();
         App {
             _dir: dir,

@@ -28,20 +28,10 @@ fn block() -> VolumeCapability {
     }
 }
 
-async fn ready(app: &DevAppliance) {
-    tokio::time::timeout(WAIT, async {
-        while !app.running.state.is_ready() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("pool opens");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_connect_unpublish_and_reconnect_after_restart() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = ControllerClient::new(app.channel("controller").await);
     let volume = c
         .create_volume(CreateVolumeRequest {
@@ -123,7 +113,7 @@ async fn publish_connect_unpublish_and_reconnect_after_restart() {
         .await
         .unwrap();
     let app = DevAppliance { dir, running };
-    ready(&app).await;
+    app.ready().await;
     let addr = app.running.target.endpoint;
     let admin = Admin::connect(addr, &nqn, HOST, 0)
         .await
@@ -144,7 +134,7 @@ async fn publish_connect_unpublish_and_reconnect_after_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_daemon_lets_go_of_its_pool() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let state = std::sync::Arc::downgrade(&app.running.state);
     let DevAppliance { dir, running } = app;
     running.stop().await.unwrap();

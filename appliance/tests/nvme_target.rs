@@ -31,14 +31,7 @@ impl Fixture {
     /// A fixture whose daemon configuration `change` adjusts first.
     async fn start_with(change: impl FnOnce(&mut edgevol_appliance::config::Config)) -> Fixture {
         let app = DevAppliance::start_with(change).await;
-        let state = app.running.state.clone();
-        tokio::time::timeout(WAIT, async {
-            while !state.is_ready() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("pool opens");
+        app.ready().await;
         let addr = app.running.target.endpoint;
         Fixture { app, addr }
     }

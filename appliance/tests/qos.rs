@@ -25,16 +25,6 @@ const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:9a9a9a9a-0000-4000-8000-0000
 /// Commands queued at once: at 1 IOPS they would take half a minute, longer than `WAIT`.
 const DEPTH: u8 = 30;
 
-async fn ready(app: &DevAppliance) {
-    tokio::time::timeout(WAIT, async {
-        while !app.running.state.is_ready() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("pool opens");
-}
-
 fn block() -> VolumeCapability {
     VolumeCapability {
         access_mode: Some(AccessMode {
@@ -146,7 +136,7 @@ fn delayed(app: &DevAppliance, volume_id: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modify_reaches_held_commands_of_a_connected_queue() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = ControllerClient::new(app.channel("controller").await);
     let (id, nqn) = volume(&mut c, "limited", &[("maxIops", "1")]).await;
     let (_admin, mut q) = queue(app.running.target.endpoint, &nqn).await;
@@ -181,7 +171,7 @@ async fn modify_reaches_held_commands_of_a_connected_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_survive_a_restart_and_an_unlimited_neighbour_is_not_held() {
     let app = DevAppliance::start().await;
-    ready(&app).await;
+    app.ready().await;
     let mut c = ControllerClient::new(app.channel("controller").await);
     let (slow, slow_nqn) = volume(&mut c, "slow", &[("maxReadIops", "1")]).await;
     let (fast, fast_nqn) = volume(&mut c, "fast", &[]).await;
@@ -192,7 +182,7 @@ async fn limits_survive_a_restart_and_an_unlimited_neighbour_is_not_held() {
         .await
         .unwrap();
     let app = DevAppliance { dir, running };
-    ready(&app).await;
+    app.ready().await;
     let addr = app.running.target.endpoint;
     let (_a1, mut slow_q) = queue(addr, &slow_nqn).await;
     let (_a2, mut fast_q) = queue(addr, &fast_nqn).await;

@@ -18,9 +18,7 @@ async fn secrets_are_never_logged() {
     let log = Captured::install();
 
     let app = DevAppliance::start().await;
-    while !app.running.state.is_ready() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    app.ready().await;
     let mut c = ControllerClient::new(app.channel("controller").await);
     let secrets = std::collections::HashMap::from([("password".to_owned(), SECRET.to_owned())]);
     let cap = VolumeCapability {

@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
 
 use common::{dev_config, DevAppliance};
 use edgevol_appliance::csi::ids::Ids;
@@ -22,17 +21,9 @@ use tonic::{Code, Status};
 
 type Client = ControllerClient<Channel>;
 
-async fn wait_ready(app: &DevAppliance) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !app.running.state.is_ready() {
-        assert!(tokio::time::Instant::now() < deadline, "pool never opened");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn start() -> (DevAppliance, Client) {
     let app = DevAppliance::start().await;
-    wait_ready(&app).await;
+    app.ready().await;
     let client = ControllerClient::new(app.channel("controller").await);
     (app, client)
 }
@@ -44,7 +35,7 @@ async fn restart(app: DevAppliance) -> (DevAppliance, Client) {
         .await
         .unwrap();
     let app = DevAppliance { dir, running };
-    wait_ready(&app).await;
+    app.ready().await;
     let client = ControllerClient::new(app.channel("controller").await);
     (app, client)
 }

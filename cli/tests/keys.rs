@@ -27,13 +27,11 @@ async fn appliance(dir: &Path) -> Running {
     })
     .unwrap();
     let running = start(config).await.unwrap();
-    for _ in 0..2000 {
-        if running.state.is_ready() {
-            return running;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    // The pool opens in the background; the error names whose pool did not.
+    if let Err(e) = running.state.wait_ready(Duration::from_secs(60)).await {
+        panic!("{e}");
     }
-    panic!("pool did not open");
+    running
 }
 
 fn fingerprint(pki: &Path, name: &str) -> [u8; 32] {

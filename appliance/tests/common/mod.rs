@@ -17,6 +17,16 @@ use tonic::transport::Channel;
 /// Time a test client allows for TCP and the TLS handshake.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a test gives a pool to open and recover: a debug build on a loaded 2-core machine.
+pub const POOL_READY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits until `state`'s pool is open; after [`POOL_READY`] panics saying whose pool it awaited.
+pub async fn pool_ready(state: &edgevol_appliance::state::State) {
+    if let Err(e) = state.wait_ready(POOL_READY).await {
+        panic!("{e}");
+    }
+}
+
 /// A dev appliance on an ephemeral port with its data dir in a temp dir.
 pub struct DevAppliance {
     pub dir: tempfile::TempDir,
@@ -35,6 +45,11 @@ impl DevAppliance {
         change(&mut config);
         let running = start(config).await.unwrap();
         DevAppliance { dir, running }
+    }
+
+    /// Waits until its pool is open ([`pool_ready`]), so calls do not meet UNAVAILABLE.
+    pub async fn ready(&self) {
+        pool_ready(&self.running.state).await;
     }
 
     pub fn pki(&self) -> PathBuf {
@@ -193,9 +208,7 @@ pub async fn qemu_appliance(dir: &Path, appliance_id: &str) -> Running {
     })
     .unwrap();
     let running = start(config).await.unwrap();
-    while !running.state.is_ready() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    pool_ready(&running.state).await;
     running
 }
 
