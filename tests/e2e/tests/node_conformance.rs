@@ -267,6 +267,16 @@ async fn general_rows_missing_and_invalid_fields_are_invalid_argument() {
             },
             "volume_capability",
         ),
+        // A missing REQUIRED field comes before the staging path, whose own row is
+        // FAILED_PRECONDITION: csi-sanity's publish with neither of them.
+        (
+            NodePublishVolumeRequest {
+                volume_capability: None,
+                staging_target_path: String::new(),
+                ..publish.clone()
+            },
+            "volume_capability",
+        ),
         (
             NodePublishVolumeRequest {
                 target_path: "pods/relative".into(),
