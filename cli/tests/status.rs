@@ -1,11 +1,17 @@
 //! `edgevol status`, `volumes` and `snapshots` against an in-process dev appliance, run as the
-//! real binary with an observer certificate: the printed tables show what was created.
+//! real binary with an observer certificate: the printed tables show what was created, and the
+//! host connected over NVMe/TCP (the test initiator of `edgevol-nvmeof`).
+
+#[path = "../../appliance/tests/nvme_host/mod.rs"]
+mod nvme_host;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use edgevol_appliance::config::MetricsConfig;
+use edgevol_appliance::csi::ids::Ids;
+use edgevol_appliance::naming;
 use edgevol_appliance::{start, Args, Config, Running};
 use edgevol_cli::status;
 use edgevol_pki::tls::{client_config, TlsFiles};
@@ -23,6 +29,8 @@ async fn appliance(dir: &Path) -> Running {
         listen: Some("127.0.0.1:0".parse().unwrap()),
         nvme_listen: Some("127.0.0.1:0".parse().unwrap()),
         appliance_id: Some("cli-box".into()),
+        // The test's NVMe host holds no DH-HMAC-CHAP keys.
+        nvme_allow_unauthenticated_hosts: Some(true),
         ..Args::default()
     })
     .unwrap();
@@ -161,6 +169,13 @@ async fn listings_show_what_was_created() {
             .find(|l| l.split_whitespace().next() == Some(id))
             .unwrap_or_else(|| panic!("no row for {id} in\n{out}"))
     };
+    // Without the exporter the hosts are not known: no CONNECTED column, and how to get it.
+    assert!(!lines[0].contains("CONNECTED"), "{out}");
+    assert!(!out.contains('?'), "{out}");
+    assert!(
+        out.contains("connected hosts: pass --metrics HOST:PORT"),
+        "{out}"
+    );
     assert!(row(&volumes[0]).contains("64.0 MiB"), "{out}");
     assert!(row(&volumes[1]).contains("1.0 GiB"), "{out}");
     assert!(row(&volumes[1]).contains(NODE), "{out}");
@@ -201,6 +216,50 @@ async fn listings_show_what_was_created() {
     assert!(out.contains(&format!("total      {total}")), "{out}");
     let section = out.split("connected hosts").nth(1).unwrap();
     assert!(section.contains("none"), "{out}");
+
+    // A host connects to "db" over NVMe/TCP: CONNECTED names it there, and only there.
+    let id = Ids::new("cli-box").parse_volume(&volumes[1]).unwrap();
+    let subnqn = naming::subsystem_nqn("cli-box", id);
+    let _host = nvme_host::Admin::connect(app.target.endpoint, &subnqn, NODE, 0)
+        .await
+        .unwrap_or_else(|c| panic!("NVMe connect refused: {:?}", c.cqe.status()));
+    let out = edgevol(conn("volumes", true)).await;
+    let lines: Vec<&str> = out.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "VOLUME",
+            "SIZE",
+            "SOURCE",
+            "PUBLISHED",
+            "TO",
+            "CONNECTED",
+            "CLAIM",
+            "PV",
+            "CONDITION"
+        ],
+        "{out}"
+    );
+    let cells = |id: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .unwrap_or_else(|| panic!("no row for {id} in\n{out}"))
+            .split_whitespace()
+            .collect()
+    };
+    // VOLUME, SIZE (two words), SOURCE, PUBLISHED TO, CONNECTED, ...
+    assert_eq!(cells(&volumes[1])[4..6], [NODE, NODE], "{out}");
+    assert_eq!(cells(&volumes[0])[4..6], ["-", "-"], "{out}");
+    let out = edgevol(conn("status", true)).await;
+    let section = out.split("connected hosts").nth(1).unwrap();
+    assert!(
+        section
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == [volumes[1].as_str(), NODE]),
+        "{out}"
+    );
     // Without --metrics, what only the exporter knows is reported unknown, not made up.
     let out = edgevol(conn("status", false)).await;
     assert!(out.contains("unknown (pass --metrics HOST:PORT)"), "{out}");

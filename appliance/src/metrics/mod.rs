@@ -21,7 +21,7 @@ pub mod histogram;
 pub mod http;
 pub mod text;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -281,14 +281,14 @@ fn io_metrics(e: &mut Exposition, sources: &Sources) {
         .as_ref()
         .map(|s| s.stats.all())
         .unwrap_or_default();
-    // Distinct hosts with a live I/O controller, per volume.
-    let mut hosts: BTreeMap<VolumeId, BTreeSet<String>> = BTreeMap::new();
+    // Live controllers per volume and host NQN.
+    let mut hosts: BTreeMap<VolumeId, BTreeMap<String, u64>> = BTreeMap::new();
     let mut controllers = 0u64;
     if let Some(subs) = &sources.subsystems {
         for c in subs.controllers() {
             controllers += 1;
             if let Some(v) = c.volume() {
-                hosts.entry(v).or_default().insert(c.host.clone());
+                *hosts.entry(v).or_default().entry(c.host.clone()).or_default() += 1;
             }
         }
     }
@@ -330,8 +330,22 @@ fn io_metrics(e: &mut Exposition, sources: &Sources) {
         "Distinct host NQNs with a live controller on the volume's subsystem.",
     );
     for (v, name) in &names {
-        let n = hosts.get(v).map_or(0, BTreeSet::len);
+        let n = hosts.get(v).map_or(0, BTreeMap::len);
         e.sample("edgevol_volume_connected_hosts", &[("volume_id", name)], n);
+    }
+    e.family(
+        "edgevol_volume_host_controllers",
+        Kind::Gauge,
+        "Live NVMe/TCP controllers on the volume's subsystem, by host NQN (hosts with none are not listed).",
+    );
+    for (v, name) in &names {
+        for (host, n) in hosts.get(v).into_iter().flatten() {
+            e.sample(
+                "edgevol_volume_host_controllers",
+                &[("volume_id", name), ("host_nqn", host)],
+                n,
+            );
+        }
     }
 
     type Pick = fn(&OpCounters) -> u64;
