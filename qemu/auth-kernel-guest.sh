@@ -23,6 +23,7 @@
 # "EVAUTH FAILED <n> checks" (exit 1).
 # (The script calls itself as `sh auth-kernel-guest.sh --<step>` so that those steps, too, run
 # under busybox `timeout`.)
+# shellcheck shell=sh
 # shellcheck source=qemu/guest-lib.sh
 . /lib/edgevol/guest-lib.sh
 STEP_TAG=EVAUTH

@@ -6,6 +6,7 @@
 #   edgevold: CSI over mTLS on :9500 (host PKI in /etc/edgevol-pki), NVMe/TCP on :4420
 #   nvmet-tcp: NQN from edgevol.nvmet_nqn, port 4421, allow_any_host
 # Markers: EDGEVOL-BENCH-APPLIANCE READY | EDGEVOL-BENCH-APPLIANCE FAILED <why>
+# shellcheck shell=sh
 # shellcheck source=qemu/guest-lib.sh
 . /lib/edgevol/guest-lib.sh
 GUEST_MARKER=EDGEVOL-BENCH-APPLIANCE
@@ -29,7 +30,7 @@ cfg=/sys/kernel/config/nvmet
 mkdir "$cfg/subsystems/$nqn" || fail "nvmet subsystem"
 echo 1 >"$cfg/subsystems/$nqn/attr_allow_any_host"
 mkdir "$cfg/subsystems/$nqn/namespaces/1" || fail "nvmet namespace"
-echo -n "$other" >"$cfg/subsystems/$nqn/namespaces/1/device_path"
+printf %s "$other" >"$cfg/subsystems/$nqn/namespaces/1/device_path"
 echo 1 >"$cfg/subsystems/$nqn/namespaces/1/enable" || fail "nvmet namespace enable"
 mkdir "$cfg/ports/2" || fail "nvmet port"
 echo tcp >"$cfg/ports/2/addr_trtype"
@@ -63,7 +64,7 @@ edgevold --config /tmp/edgevold.toml --format-blank >"$log" 2>&1 &
 pid=$!
 tail -n +1 -f "$log" &
 ready=""
-for i in $(seq 1 1200); do
+for _ in $(seq 1 1200); do
     grep -q "pool open: ready" "$log" && { ready=1; break; }
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1

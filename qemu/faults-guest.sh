@@ -25,6 +25,7 @@
 #              (1 MiB each), so most writes are the first write of their cluster; no Flush ever.
 # Both are rate-limited to RATE IOPS so the write phase (~30 s) outlasts the host's three kill
 # and restart cycles; fio catches up after each stall.
+# shellcheck shell=sh
 RATE=100
 
 # The namespace block device of subsystem $2, once it shows up (guest-lib.sh's ns_of).
@@ -66,7 +67,7 @@ if [ "$1" = --faults ]; then
     dmesg -c >/dev/null
     fio --name="$name" --filename="$dev" --size="$region" --io_size=12m --rw=randwrite --bs=4k \
         --ioengine=libaio --iodepth=16 --direct=1 --rate_iops=$RATE --verify=crc32c \
-        --do_verify=1 --continue_on_error=verify >/tmp/fio-$name 2>&1 &
+        --do_verify=1 --continue_on_error=verify >"/tmp/fio-$name" 2>&1 &
     fio=$!
     sleep 2
     echo "host $(echo "kill $name" | timeout 170 nc 10.0.2.2 "$ctl")"
@@ -74,10 +75,10 @@ if [ "$1" = --faults ]; then
     rc=$?
     echo "fio rc=$rc"
     # fio's summary (err=, issued), then every verify failure counted, the first few shown.
-    grep -E 'err=|issued rwts|IOPS=' /tmp/fio-$name
+    grep -E 'err=|issued rwts|IOPS=' "/tmp/fio-$name"
     pat='bad magic header|verify failed|bad header|verify type mismatch'
-    echo "verify-errors $(grep -cE "$pat" /tmp/fio-$name)"
-    grep -m 5 -E "$pat" /tmp/fio-$name
+    echo "verify-errors $(grep -cE "$pat" "/tmp/fio-$name")"
+    grep -m 5 -E "$pat" "/tmp/fio-$name"
     echo "dmesg:"
     dmesg | grep -E 'nvme|I/O|error|blk_'
     exit "$rc"

@@ -23,6 +23,7 @@
 #   sh /tmp/pc.sh verify-raw DEV every logged batch read back with O_DIRECT
 #   sh /tmp/pc.sh verify-hold DEV every held write read back with O_DIRECT
 # (each prints "verified N bad M" and the first bad entries with their all-zero 4 KiB blocks).
+# shellcheck shell=sh
 mode=$1 target=$2
 lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
 pause() { # NAME: wait while /tmp/pc-pause exists

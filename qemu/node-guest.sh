@@ -12,6 +12,7 @@
 # host NQN to use), edgevol.enrol=HOST:PORT (enrol for DH-HMAC-CHAP keys there with
 # /etc/edgevol/{ca.pem,node.pem,node.key}).
 # Markers: EDGEVOL-NODE READY | EDGEVOL-NODE FAILED <why>
+# shellcheck shell=sh
 # shellcheck source=qemu/guest-lib.sh
 . /lib/edgevol/guest-lib.sh
 GUEST_MARKER=EDGEVOL-NODE
@@ -30,7 +31,7 @@ start_node() { # extra flags...; the process's output goes to the console (the V
 inode() { stat -c %i "$sock" 2>/dev/null || echo none; }
 # A socket that exists and is not the one a previous process left (its inode changed).
 wait_socket() { # OLD-INODE
-    for i in $(seq 1 100); do
+    for _ in $(seq 1 100); do
         [ -S "$sock" ] && [ "$(inode)" != "$1" ] && return 0
         sleep 0.2
     done

@@ -17,15 +17,19 @@
 # Layout of the 256 MiB volume: ext4 on the first 64 MiB; dd round trip at 64 MiB (4 MiB); fio
 # verify at 80 MiB (32 MiB); snapshot region at 128 MiB (8 MiB); fio writes during the snapshot
 # at 144 MiB (32 MiB). The host reads the regions back through core.
+# shellcheck shell=sh
+
+# The NVMe namespaces' block devices (nvmeXnY), one name a line; fails when there is none.
+namespaces() { for b in /sys/block/*; do echo "${b##*/}"; done | grep -E '^nvme[0-9]+n[0-9]+$'; }
 
 # The namespace nvme-cli created (the guest has no other NVMe device), once it shows up.
 if [ "$1" = --wait-ns ]; then
     i=0
-    while ! ls /sys/block/ | grep -qE '^nvme[0-9]+n[0-9]+$' && [ $i -lt 100 ]; do
+    while ! namespaces >/dev/null && [ $i -lt 100 ]; do
         sleep 0.1
         i=$((i + 1))
     done
-    ls /sys/block/ | grep -E '^nvme[0-9]+n[0-9]+$'
+    namespaces
     exit
 fi
 # 4 MiB of a known pattern at 64 MiB, read back after dropping the page cache; both checksums.
@@ -104,7 +108,7 @@ fabric="-t tcp -a 10.0.2.2 -s $port"
 . /lib/edgevol/guest-lib.sh
 STEP_TAG=EVCLI
 ctrl() { for c in /sys/class/nvme/nvme*; do [ -e "$c" ] && echo "/dev/${c##*/}"; done; }
-ns() { ls /sys/block/ | grep -E '^nvme[0-9]+n[0-9]+$' | sed 's|^|/dev/|'; }
+ns() { namespaces | sed 's|^|/dev/|'; }
 
 step net 10 sh -c 'ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0'
 # shellcheck disable=SC2086 # $fabric is several words on purpose

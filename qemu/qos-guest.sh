@@ -12,6 +12,7 @@
 #   without QoS (the control for the neighbour's figures).
 #   CTL_PORT: the host test's control port; the line "raise" sent there makes the host raise
 #   LIMITED to 600 IOPS with ControllerModifyVolume, answered once the call returned.
+# shellcheck shell=sh
 
 # One fio job for SECS seconds on DEV: random reads of BS at depth QD; prints "iops N" and
 # "kib_s N" (terse format v3: field 7 read KiB/s, field 8 read IOPS). Extra fio arguments follow.

@@ -26,6 +26,7 @@ export CARGO_INCREMENTAL=0
 rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 
 step 120 "cargo fmt --check" cargo fmt --all --check
+step 300 "shellcheck: every shell file under scripts/, qemu/, image/ and deploy/" ./scripts/shellcheck.sh
 step 1200 "cargo clippy (warnings are errors)" cargo clippy --workspace --all-targets --locked -- -D warnings
 step 300 "core builds for thumbv7em-none-eabihf (no_std)" \
     cargo build -p edgevol-core --target thumbv7em-none-eabihf --locked
