@@ -8,7 +8,8 @@
 #                                      crash or a replaced pod would end it, and starts it again
 #                                      with the same flags plus FLAG..; returns once the new
 #                                      process serves its socket. Prints "restarted OLD -> NEW".
-# Kernel arguments (node-vm.sh): edgevol.addr, edgevol.appliance (topology), edgevol.hostnqn (the
+# Kernel arguments (node-vm.sh): edgevol.addr, edgevol.appliance (topology; a comma-separated
+# list for a node that reaches several appliances), edgevol.hostnqn (the
 # host NQN to use), edgevol.enrol=HOST:PORT (enrol for DH-HMAC-CHAP keys there with
 # /etc/edgevol/{ca.pem,node.pem,node.key}).
 # Markers: EDGEVOL-NODE READY | EDGEVOL-NODE FAILED <why>
@@ -19,7 +20,9 @@ GUEST_MARKER=EDGEVOL-NODE
 sock=/run/csi/csi.sock pidfile=/run/edgevol-node.pid
 start_node() { # extra flags...; the process's output goes to the console (the VM's log)
     topology=""
-    [ -n "$(arg appliance)" ] && topology="--topology edgevol.io/appliance=$(arg appliance)"
+    for a in $(arg appliance | tr , ' '); do
+        topology="$topology --topology edgevol.io/appliance=$a"
+    done
     enrol=""
     [ -n "$(arg enrol)" ] && enrol="--appliance $(arg enrol) --appliance-ca /etc/edgevol/ca.pem \
         --node-cert /etc/edgevol/node.pem --node-key /etc/edgevol/node.key"

@@ -31,16 +31,22 @@
 #                        [--addr 192.168.77.2] [--appliance ID] [--bench [--fio PATH]]
 #                        [--name node] [--timeout 120] [--lifetime 900] [--kernel default|auth]
 #                        [--enrol DIR [--enrol-endpoint HOST:PORT]] [--hostnqn NQN]
+#                        [--md] [--reach-host]
 #   (with --bench the defaults are --name bench-node --timeout 180 --lifetime 1800)
 # DIR holds edgevol-node and e2e-agent (static). --appliance ID: the node's topology segment
-# edgevol.io/appliance=ID. Exit as run-guest.sh (0 once EDGEVOL-NODE READY).
+# edgevol.io/appliance=ID (a comma-separated list: one --topology flag per appliance the node
+# reaches). --md: replicated volumes' needs on top of the default flavour: the raid1 module,
+# Debian's mdadm and fio (with their libraries), 1 GiB. --reach-host: the management NIC may open
+# connections to the host (slirp 10.0.2.2), for appliances run as host processes.
+# Exit as run-guest.sh (0 once EDGEVOL-NODE READY).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 bin_dir="" link="" csi_port="" exec_port="" addr=192.168.77.2 appliance="" bench=0 fio=/usr/bin/fio
 name="" timeout="" lifetime="" kernel=default enrol="" enrol_endpoint=192.168.77.1:9500 hostnqn=""
+md=0 reach_host=0
 opts_parse 'bin-dir link csi-port exec-port addr appliance bench! fio name timeout lifetime kernel
-    enrol enrol-endpoint hostnqn' "$@"
+    enrol enrol-endpoint hostnqn md! reach-host!' "$@"
 [[ -n "$bin_dir" && -n "$link" && -n "$csi_port" && -n "$exec_port" ]] ||
     die "--bin-dir, --link, --csi-port and --exec-port are required"
 kernel_select "$kernel"
@@ -79,7 +85,13 @@ else
         flavour+=(--host-bin "$t")
     done
     nic=""
+    if ((md)); then
+        apt_need mdadm fio
+        flavour=(--mem 1024 "${flavour[@]:2}" --module raid1 --host-bin /sbin/mdadm --host-bin "$fio")
+    fi
 fi
+restrict=on
+((reach_host)) && restrict=off
 
 exec "$ROOT/qemu/run-guest.sh" --name "$name" --timeout "$timeout" --lifetime "$lifetime" \
     --smp 1 --append "$append" "${common[@]}" \
@@ -88,7 +100,7 @@ exec "$ROOT/qemu/run-guest.sh" --name "$name" --timeout "$timeout" --lifetime "$
     --module virtio_pci --module virtio_net --module nvme-tcp "${flavour[@]}" \
     --cmd 'sh /etc/edgevol-node-guest.sh' \
     --detach-on 'EDGEVOL-NODE READY' --fail-marker 'EDGEVOL-NODE FAILED' -- \
-    -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$csi_port-:7000,hostfwd=tcp:127.0.0.1:$exec_port-:7001" \
+    -netdev "user,id=mgmt,restrict=$restrict,hostfwd=tcp:127.0.0.1:$csi_port-:7000,hostfwd=tcp:127.0.0.1:$exec_port-:7001" \
     -device virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:02 \
     -netdev "$(link_netdev "$link")" -device "virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:02$nic" \
     "${rng[@]}"

@@ -110,6 +110,12 @@ impl Rig {
         let ctl = ControllerClient::new(
             appliance_channel(env_addr("EDGEVOL_E2E_CSI"), &pki, "controller").await,
         );
+        Rig::with_controller(ctl).await
+    }
+
+    /// Connects the node side from the EDGEVOL_E2E_NODE_* variables, with `ctl` as the CSI
+    /// Controller (e.g. `edgevol proxy` in front of several appliances).
+    pub async fn with_controller(ctl: ControllerClient<Channel>) -> Rig {
         let mut node = NodeClient::new(node_channel(env_addr("EDGEVOL_E2E_NODE_CSI")).await);
         let agent = Agent {
             addr: env_addr("EDGEVOL_E2E_NODE_EXEC"),
@@ -161,7 +167,21 @@ impl Rig {
         cap: VolumeCapability,
         from: Option<&str>,
     ) -> Volume {
+        self.create_with(name, bytes, cap, from, HashMap::new())
+            .await
+    }
+
+    /// CreateVolume of `bytes` with `cap` and `parameters`, optionally from a snapshot.
+    pub async fn create_with(
+        &mut self,
+        name: &str,
+        bytes: i64,
+        cap: VolumeCapability,
+        from: Option<&str>,
+        parameters: HashMap<String, String>,
+    ) -> Volume {
         let req = CreateVolumeRequest {
+            parameters,
             name: name.into(),
             capacity_range: Some(CapacityRange {
                 required_bytes: bytes,
@@ -216,10 +236,16 @@ impl Rig {
         .expect("ControllerPublishVolume")
         .into_inner()
         .publish_context;
+        // A replicated volume's context holds each leg's keys, prefixed `leg<i>.`.
+        let prefix = if context.contains_key("replicas") {
+            "leg0."
+        } else {
+            ""
+        };
         for key in ["targetAddress", "targetPort", "subsystemNqn"] {
             assert!(
-                context.contains_key(key),
-                "publish_context lacks {key}: {context:?}"
+                context.contains_key(&format!("{prefix}{key}")),
+                "publish_context lacks {prefix}{key}: {context:?}"
             );
         }
         context

@@ -1,0 +1,604 @@
+//! Replicated volumes across two appliances, end to end (scripts/test-replicated-qemu.sh):
+//! two `edgevold` processes on this host (`box-a`, `box-b`: file pools, one PKI), `edgevol proxy`
+//! in front of both as the CO's controller endpoint, and a node VM (6.1 kernel, raid1, mdadm,
+//! fio) whose `edgevol-node` reaches both boxes through slirp (10.0.2.2).
+//!
+//! A `replicas: "2"` volume staged with ext4 and another staged as raw block carry
+//! `fio --verify=crc32c` writers while box-a is SIGKILLed, kept down 30 s and restarted, then
+//! box-b the same. Pass: no writer error and no verify error, the volume condition reports the
+//! missing leg while its box is down and is normal again once md has resynced, the resync
+//! covered only the write-intent bitmap's dirty chunks, and md's own check finds both legs
+//! identical. Then the ext4 volume grows online and a snapshot of it restores into a new
+//! replicated volume with the same content; at the end nothing is left on either box or the node.
+//! Ignored by default: it needs the VM and the binaries the script builds.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use edgevol_e2e::rig::{capability, Attached, Rig};
+use edgevol_e2e::{appliance_channel, within, Agent};
+use edgevol_proto::csi::v1::controller_client::ControllerClient;
+use edgevol_proto::csi::v1::identity_client::IdentityClient;
+use edgevol_proto::csi::v1::{NodeGetVolumeStatsRequest, ProbeRequest, VolumeCondition};
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint};
+
+const MIB: i64 = 1 << 20;
+/// How long each box stays down, as the check asks.
+const DOWN_S: u64 = 30;
+/// Budget for a box to be ready, for a leg to be failed out, for a resync to finish.
+const READY_S: u64 = 60;
+const DEGRADED_S: u64 = 60;
+const RESYNC_S: u64 = 120;
+
+fn env_path(var: &str) -> PathBuf {
+    PathBuf::from(
+        std::env::var(var)
+            .unwrap_or_else(|_| panic!("{var} not set: run scripts/test-replicated-qemu.sh")),
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// One appliance as a child process, restarted on the same data dir and ports.
+struct Appliance {
+    id: &'static str,
+    csi: SocketAddr,
+    nvme_port: u16,
+    dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Appliance {
+    fn new(id: &'static str, work: &Path) -> Appliance {
+        Appliance {
+            id,
+            csi: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            nvme_port: free_port(),
+            dir: work.join(id),
+            log: work.join(format!("{id}.log")),
+            child: None,
+        }
+    }
+
+    async fn start(&mut self, bin: &Path, pki: &Path) {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("box log");
+        let child = Command::new(bin.join("edgevold"))
+            .arg("--dev")
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .args(["--appliance-id", self.id])
+            .args(["--listen", &self.csi.to_string()])
+            .args(["--nvme-listen", &format!("127.0.0.1:{}", self.nvme_port)])
+            .args(["--nvme-advertise", "10.0.2.2"])
+            .args(["--metrics-listen", "off"])
+            .arg("--tls-ca")
+            .arg(pki.join("ca.pem"))
+            .arg("--tls-cert")
+            .arg(pki.join("server.pem"))
+            .arg("--tls-key")
+            .arg(pki.join("server.key"))
+            // The node VM's 6.1 kernel has no NVMe in-band authentication.
+            .args(["--nvme-allow-unauthenticated-hosts", "true"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn edgevold");
+        self.child = Some(child);
+        let mut identity =
+            IdentityClient::new(appliance_channel(self.csi, pki, "controller").await);
+        let t = Instant::now();
+        loop {
+            if let Ok(r) = identity.probe(ProbeRequest {}).await {
+                if r.into_inner().ready == Some(true) {
+                    return;
+                }
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(READY_S),
+                "{} not ready within {READY_S} s (log: {})",
+                self.id,
+                self.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn kill9(&mut self) {
+        let mut child = self.child.take().expect("a running edgevold");
+        child.kill().expect("SIGKILL edgevold");
+        child.wait().expect("reap edgevold");
+    }
+}
+
+impl Drop for Appliance {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct Proxy(Child);
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `edgevol proxy` in front of both boxes, on a unix socket, and a Controller client through it.
+async fn proxy(bin: &Path, pki: &Path, work: &Path, boxes: &[&Appliance]) -> (Proxy, Channel) {
+    let socket = work.join("csi.sock");
+    let _ = std::fs::remove_file(&socket);
+    let mut cmd = Command::new(bin.join("edgevol"));
+    cmd.arg("proxy")
+        .arg("--listen")
+        .arg(format!("unix://{}", socket.display()));
+    for b in boxes {
+        cmd.arg("--appliance").arg(format!("{}={}", b.id, b.csi));
+    }
+    cmd.arg("--server-name")
+        .arg("localhost")
+        .arg("--ca")
+        .arg(pki.join("ca.pem"))
+        .arg("--cert")
+        .arg(pki.join("controller.pem"))
+        .arg("--key")
+        .arg(pki.join("controller.key"))
+        .stdin(Stdio::null())
+        .stdout(File::create(work.join("proxy.log")).expect("proxy log"))
+        .stderr(File::create(work.join("proxy.err")).expect("proxy log"));
+    let child = Proxy(cmd.spawn().expect("spawn edgevol proxy"));
+    let t = Instant::now();
+    while !socket.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "proxy socket missing"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let channel = Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(socket).await?)) }
+        }))
+        .await
+        .expect("connect to the proxy's socket");
+    (child, channel)
+}
+
+fn replicas(n: u32) -> HashMap<String, String> {
+    HashMap::from([("replicas".to_owned(), n.to_string())])
+}
+
+/// The md device (`md127`) behind a staged or published path: a block device node, or the
+/// source of the mount at that path.
+async fn md_of(agent: &Agent, path: &str, block: bool) -> String {
+    let dev = if block {
+        path.to_owned()
+    } else {
+        agent
+            .ok(
+                10,
+                &format!("awk '$2 == \"{path}\" {{ print $1 }}' /proc/mounts"),
+            )
+            .await
+            .trim()
+            .to_owned()
+    };
+    let name = agent
+        .ok(
+            10,
+            &format!(
+                "t=$(stat -L -c %t {dev}); m=$(stat -L -c %T {dev}); \
+                 basename $(readlink -f /sys/dev/block/$((0x$t)):$((0x$m)))"
+            ),
+        )
+        .await
+        .trim()
+        .to_owned();
+    assert!(
+        name.starts_with("md"),
+        "{path} is on {name}, not an md array"
+    );
+    name
+}
+
+/// The member block devices of `md` and the subsystem NQN each leg is served by.
+async fn legs_of(agent: &Agent, md: &str) -> Vec<(String, String)> {
+    let out = agent
+        .ok(
+            10,
+            &format!(
+                "for d in /sys/block/{md}/md/dev-*; do b=$(basename $(readlink -f $d/block)); \
+                 echo $b $(cat /sys/block/$b/device/subsysnqn 2>/dev/null || \
+                 cat /sys/block/$b/device/device/subsysnqn); done"
+            ),
+        )
+        .await;
+    out.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(d, n)| (d.to_owned(), n.to_owned()))
+        .collect()
+}
+
+async fn condition(rig: &mut Rig, a: &Attached) -> VolumeCondition {
+    within(
+        30,
+        "NodeGetVolumeStats",
+        rig.node.node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: a.volume_id.clone(),
+            volume_path: a.target.clone(),
+            staging_target_path: a.staging.clone(),
+        }),
+    )
+    .await
+    .expect("NodeGetVolumeStats")
+    .into_inner()
+    .volume_condition
+    .expect("a volume condition (VOLUME_CONDITION capability)")
+}
+
+/// Polls the condition of `a` until `want(cond)`, for at most `secs`.
+async fn wait_condition(
+    rig: &mut Rig,
+    a: &Attached,
+    secs: u64,
+    what: &str,
+    want: impl Fn(&VolumeCondition) -> bool,
+) -> VolumeCondition {
+    let t = Instant::now();
+    loop {
+        let c = condition(rig, a).await;
+        if want(&c) {
+            return c;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{}: {what} not seen within {secs} s; last condition {c:?}",
+            a.volume_id
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `mdadm -X` of a member: (bits, dirty bits) of its write-intent bitmap.
+async fn bitmap(agent: &Agent, dev: &str) -> (u64, u64) {
+    let out = agent.ok(20, &format!("mdadm -X /dev/{dev}")).await;
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("Bitmap :"))
+        .unwrap_or_else(|| panic!("mdadm -X /dev/{dev}:\n{out}"));
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(nums.len() >= 2, "bitmap line {line:?}");
+    (nums[0], nums[1])
+}
+
+/// A writer loop in the VM: `fio --verify=crc32c` rounds over `file` until /tmp/stop exists.
+/// Leaves /tmp/fio-TAG.fail (the failing round) or /tmp/fio-TAG.done (rounds run).
+async fn start_writer(agent: &Agent, tag: &str, file: &str, size: &str) {
+    let fio = format!(
+        "fio --name={tag} --filename={file} --size={size} --rw=randwrite --bs=4k \
+         --ioengine=psync --direct=1 --verify=crc32c --verify_backlog=256 --do_verify=1 \
+         --time_based --runtime=15 --randrepeat=0"
+    );
+    agent
+        .ok(
+            10,
+            &format!(
+                "(i=0; while [ ! -e /tmp/stop ]; do i=$((i+1)); \
+                 {fio} --output=/tmp/fio-{tag}.$i.out || {{ echo $i >/tmp/fio-{tag}.fail; break; }}; \
+                 done; echo $i >/tmp/fio-{tag}.done) </dev/null >/dev/null 2>&1 &"
+            ),
+        )
+        .await;
+}
+
+async fn writers_alive(agent: &Agent, tags: &[&str]) {
+    for tag in tags {
+        let (code, out) = agent
+            .sh(10, &format!("cat /tmp/fio-{tag}.fail /tmp/fio-{tag}.*.out 2>/dev/null | tail -40; test ! -e /tmp/fio-{tag}.fail && test ! -e /tmp/fio-{tag}.done"))
+            .await;
+        assert_eq!(code, 0, "writer {tag} stopped:\n{out}");
+    }
+}
+
+/// Kills `b`, keeps it down [`DOWN_S`] while the writers run, restarts it, and waits for both
+/// volumes to be whole again. Returns (bitmap bits, dirty bits) of the block volume's surviving
+/// leg just before the restart.
+async fn outage(
+    rig: &mut Rig,
+    b: &mut Appliance,
+    env: (&Path, &Path),
+    vols: &[&Attached],
+    block_md: &str,
+) -> (u64, u64) {
+    eprintln!("replicated: SIGKILL {}", b.id);
+    b.kill9();
+    let down = Instant::now();
+    for a in vols {
+        let c = wait_condition(rig, a, DEGRADED_S, "the degraded condition", |c| c.abnormal).await;
+        assert!(
+            c.message.contains("degraded") && c.message.contains(b.id),
+            "{}: condition should name the missing leg on {}: {c:?}",
+            a.volume_id,
+            b.id
+        );
+        eprintln!(
+            "replicated: {} {:?} after {:?}",
+            a.volume_id,
+            c.message,
+            down.elapsed()
+        );
+    }
+    writers_alive(&rig.agent, &["fs", "blk"]).await;
+    let left = Duration::from_secs(DOWN_S).saturating_sub(down.elapsed());
+    tokio::time::sleep(left).await;
+    writers_alive(&rig.agent, &["fs", "blk"]).await;
+    let survivor = legs_of(&rig.agent, block_md)
+        .await
+        .into_iter()
+        .find(|(_, nqn)| !nqn.contains(&format!(":{}:", b.id)))
+        .expect("the surviving leg")
+        .0;
+    let bits = bitmap(&rig.agent, &survivor).await;
+    eprintln!(
+        "replicated: restart {} (block volume bitmap {bits:?} bits/dirty)",
+        b.id
+    );
+    b.start(env.0, env.1).await;
+    let back = Instant::now();
+    for a in vols {
+        wait_condition(rig, a, RESYNC_S, "normal after the resync", |c| !c.abnormal).await;
+    }
+    let sync = rig
+        .agent
+        .ok(
+            10,
+            &format!("cat /sys/block/{block_md}/md/sync_action /sys/block/{block_md}/md/degraded"),
+        )
+        .await;
+    assert_eq!(
+        sync.split_whitespace().collect::<Vec<_>>(),
+        ["idle", "0"],
+        "{block_md}: {sync}"
+    );
+    eprintln!(
+        "replicated: {} back, both volumes whole {:?} after its restart",
+        b.id,
+        back.elapsed()
+    );
+    writers_alive(&rig.agent, &["fs", "blk"]).await;
+    bits
+}
+
+#[tokio::test]
+#[ignore = "needs the node VM: scripts/test-replicated-qemu.sh"]
+async fn replicated_volumes_survive_the_loss_of_either_box() {
+    let bin = env_path("EDGEVOL_E2E_BIN");
+    let pki = env_path("EDGEVOL_E2E_PKI");
+    let work = env_path("EDGEVOL_E2E_WORK");
+    let mut a = Appliance::new("box-a", &work);
+    let mut b = Appliance::new("box-b", &work);
+    a.start(&bin, &pki).await;
+    b.start(&bin, &pki).await;
+    let (_proxy, channel) = proxy(&bin, &pki, &work, &[&a, &b]).await;
+    let mut rig = Rig::with_controller(ControllerClient::new(channel)).await;
+
+    let fs_vol = rig
+        .create_with("rep-fs", 512 * MIB, capability(false), None, replicas(2))
+        .await;
+    let blk_vol = rig
+        .create_with("rep-blk", 512 * MIB, capability(true), None, replicas(2))
+        .await;
+    for v in [&fs_vol, &blk_vol] {
+        assert_eq!(v.capacity_bytes, 512 * MIB, "{v:?}");
+        let legs: Vec<&str> = v.volume_id.split('+').collect();
+        assert_eq!(legs.len(), 2, "two legs in {}", v.volume_id);
+        assert!(
+            legs[0].starts_with("box-a-") ^ legs[1].starts_with("box-a-"),
+            "one leg per box: {legs:?}"
+        );
+    }
+    let fs = rig.attach(&fs_vol, false, "rep-fs").await;
+    let blk = rig.attach(&blk_vol, true, "rep-blk").await;
+    assert_eq!(
+        fs.context.get("replicas").map(String::as_str),
+        Some("2"),
+        "{:?}",
+        fs.context
+    );
+    let fs_md = md_of(&rig.agent, &fs.staging, false).await;
+    let blk_md = md_of(&rig.agent, &blk.target, true).await;
+    for md in [&fs_md, &blk_md] {
+        let legs = legs_of(&rig.agent, md).await;
+        assert_eq!(legs.len(), 2, "{md}: {legs:?}");
+        for id in ["box-a", "box-b"] {
+            assert!(
+                legs.iter().any(|(_, n)| n.contains(&format!(":{id}:"))),
+                "{md} has no leg on {id}: {legs:?}"
+            );
+        }
+    }
+    let size = rig
+        .agent
+        .ok(10, &format!("blockdev --getsize64 {}", blk.target))
+        .await;
+    assert_eq!(
+        size.trim(),
+        (512 * MIB).to_string(),
+        "the block volume offers exactly its capacity"
+    );
+    assert!(!condition(&mut rig, &fs).await.abnormal);
+
+    // The writers: 32 MiB of ext4 file, and the first 64 MiB of the raw volume, so that the
+    // bitmap shows a partial resync.
+    rig.agent.ok(10, "rm -f /tmp/stop /tmp/fio-*").await;
+    start_writer(&rig.agent, "fs", &format!("{}/fio.dat", fs.target), "32M").await;
+    start_writer(&rig.agent, "blk", &blk.target, "64M").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    writers_alive(&rig.agent, &["fs", "blk"]).await;
+
+    let env = (bin.as_path(), pki.as_path());
+    let mut partial = Vec::new();
+    partial.push(outage(&mut rig, &mut a, env, &[&fs, &blk], &blk_md).await);
+    partial.push(outage(&mut rig, &mut b, env, &[&fs, &blk], &blk_md).await);
+
+    rig.agent.ok(10, "touch /tmp/stop").await;
+    let t = Instant::now();
+    loop {
+        let (code, _) = rig
+            .agent
+            .sh(10, "test -e /tmp/fio-fs.done -a -e /tmp/fio-blk.done")
+            .await;
+        if code == 0 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "writers did not stop"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    for tag in ["fs", "blk"] {
+        let out = rig
+            .agent
+            .ok(
+                10,
+                &format!("cat /tmp/fio-{tag}.*.out; ls /tmp/fio-{tag}.fail 2>/dev/null || true"),
+            )
+            .await;
+        assert!(
+            !out.contains(&format!("/tmp/fio-{tag}.fail")),
+            "writer {tag} failed:\n{out}"
+        );
+        assert!(
+            !out.contains("verify:") && !out.contains("bad magic"),
+            "verify errors ({tag}):\n{out}"
+        );
+        let rounds = out.matches(" err= 0").count();
+        assert!(
+            rounds >= 2,
+            "writer {tag}: rounds without error {rounds}:\n{out}"
+        );
+    }
+    let dmesg = rig.agent.ok(10, "dmesg").await;
+    for bad in [
+        "EXT4-fs error",
+        "Buffer I/O error on dev md",
+        "I/O error, dev md",
+    ] {
+        assert!(
+            !dmesg.contains(bad),
+            "the workload saw an error ({bad}):\n{dmesg}"
+        );
+    }
+    for (bits, dirty) in &partial {
+        assert!(
+            *dirty > 0 && dirty < bits,
+            "resync should copy only the dirty chunks: {dirty} of {bits}"
+        );
+    }
+    eprintln!("replicated: block volume bitmap before each restart (bits, dirty): {partial:?}");
+    // md's own comparison of the two legs.
+    for md in [&fs_md, &blk_md] {
+        rig.agent
+            .ok(
+                120,
+                &format!(
+                    "echo check >/sys/block/{md}/md/sync_action; sleep 1; \
+             while [ \"$(cat /sys/block/{md}/md/sync_action)\" != idle ]; do sleep 1; done"
+                ),
+            )
+            .await;
+        let mismatch = rig
+            .agent
+            .ok(10, &format!("cat /sys/block/{md}/md/mismatch_cnt"))
+            .await;
+        assert_eq!(mismatch.trim(), "0", "{md}: legs differ");
+    }
+
+    // Online growth of the ext4 volume: every leg, md, then the filesystem.
+    let before = edgevol_e2e::rig::df_kib(&rig.agent.ok(10, &format!("df -k {}", fs.target)).await);
+    let grown = rig.expand(&fs, 768 * MIB).await;
+    assert!(
+        grown == 0 || grown >= 768 * MIB,
+        "NodeExpandVolume said {grown}"
+    );
+    let after = edgevol_e2e::rig::df_kib(&rig.agent.ok(10, &format!("df -k {}", fs.target)).await);
+    assert!(
+        after > before + 200 * 1024,
+        "ext4 grew from {before} KiB to {after} KiB"
+    );
+
+    // A snapshot of the replicated volume, restored into a new replicated volume.
+    let sum = rig
+        .agent
+        .ok(60, &format!(
+            "dd if=/dev/urandom of={t}/payload bs=1M count=8 2>/dev/null && sync && sha256sum {t}/payload | cut -d' ' -f1",
+            t = fs.target
+        ))
+        .await;
+    let snap = rig.snapshot(&fs.volume_id, "rep-fs-snap").await;
+    assert_eq!(
+        snap.snapshot_id.split('+').count(),
+        2,
+        "one snapshot per leg: {snap:?}"
+    );
+    let restored_vol = rig
+        .create_with(
+            "rep-restored",
+            768 * MIB,
+            capability(false),
+            Some(&snap.snapshot_id),
+            replicas(2),
+        )
+        .await;
+    let restored = rig.attach(&restored_vol, false, "rep-restored").await;
+    let sum2 = rig
+        .agent
+        .ok(
+            60,
+            &format!("sha256sum {}/payload | cut -d' ' -f1", restored.target),
+        )
+        .await;
+    assert_eq!(
+        sum.trim(),
+        sum2.trim(),
+        "the restored volume holds the snapshot's data"
+    );
+
+    for v in [&restored, &fs, &blk] {
+        rig.detach_and_delete(v).await;
+    }
+    rig.delete_snapshot(&snap.snapshot_id).await;
+    let mdstat = rig.agent.ok(10, "cat /proc/mdstat").await;
+    assert!(
+        !mdstat.lines().any(|l| l.starts_with("md")),
+        "md arrays left:\n{mdstat}"
+    );
+    rig.assert_nothing_left().await;
+}
