@@ -48,6 +48,10 @@ pub mod workers;
 #[path = "../../tests/nvme_host/mod.rs"]
 mod test_host;
 
+/// The data path's device handle in unit tests ([`io::DataPath`] takes it in their build).
+#[cfg(test)]
+mod test_device;
+
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;

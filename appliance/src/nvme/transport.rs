@@ -602,7 +602,7 @@ fn execute(
     request: &io::Request,
     buf: &mut io::ReadBuf,
 ) -> Result<(), TargetStatus> {
-    guarded(request, || match data {
+    caught(|| match data {
         Some(data) => io::run(state, data, request, buf),
         None => state
             .lock_pool()
@@ -634,22 +634,8 @@ impl Job for IoJob {
     }
 }
 
-/// Runs `f`, the work of `request`: a panic fails the command with Internal Error, not the
-/// connection (the crate docs say why edgevold unwinds).
-fn guarded<R>(
-    request: &io::Request,
-    f: impl FnOnce() -> Result<R, TargetStatus>,
-) -> Result<R, TargetStatus> {
-    caught(|| {
-        #[cfg(test)]
-        tests::injected_panic(request);
-        #[cfg(not(test))]
-        let _ = request;
-        f()
-    })
-}
-
-/// Runs `f`; a panic becomes Internal Error.
+/// Runs `f`, the work of one I/O command: a panic fails the command with Internal Error, not
+/// the connection (the crate docs say why edgevold unwinds).
 fn caught<R>(f: impl FnOnce() -> Result<R, TargetStatus>) -> Result<R, TargetStatus> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
         .unwrap_or_else(|_| Err(StatusCode::InternalError.into()))
@@ -1088,9 +1074,7 @@ impl Conn {
 
     /// Maps a Read under the pool lock and starts its device reads on the ring.
     fn read_on_ring(&mut self, begun: Begun, request: io::Request, mut buf: io::ReadBuf) {
-        let mapped = guarded(&request, || {
-            io::map_read(&self.subs.state, &request, &mut buf)
-        });
+        let mapped = caught(|| io::map_read(&self.subs.state, &request, &mut buf));
         let read = match mapped {
             Ok(read) => read,
             // A Read carries no host data.
@@ -1100,7 +1084,7 @@ impl Conn {
         if read.parts.is_empty() || !ring.has_room(read.parts.len()) {
             // Only holes, or more parts than the ring takes now: read here.
             let result = match self.subs.data_path() {
-                Some(data) => guarded(&request, || io::read_parts(&data, &read.parts, &mut buf)),
+                Some(data) => caught(|| io::read_parts(&data, &read.parts, &mut buf)),
                 None => Err(StatusCode::InternalError.into()),
             };
             drop(read);
@@ -1124,9 +1108,7 @@ impl Conn {
         let Some(data) = self.subs.data_path() else {
             return self.fail(begun.issued, StatusCode::InternalError.into());
         };
-        let mapped = guarded(&request, || {
-            io::map_write(&self.subs.state, &data, &request)
-        });
+        let mapped = caught(|| io::map_write(&self.subs.state, &data, &request));
         let write = match mapped {
             Ok(write) => write,
             Err(s) => return self.finish_io(begun.done(Err(s), buf, request.data)),
@@ -1134,9 +1116,7 @@ impl Conn {
         let ring = self.ring.as_mut().expect("checked by run_io");
         if write.parts.is_empty() || !ring.has_room(write.parts.len()) {
             // All written under the lock, or more parts than the ring takes now: here.
-            let result = guarded(&request, || {
-                io::land_write(&data, write, &request.data, &mut buf)
-            });
+            let result = caught(|| io::land_write(&data, write, &request.data, &mut buf));
             return self.finish_io(begun.done(result, buf, request.data));
         }
         buf.copy_from(&request.data);
@@ -1311,32 +1291,15 @@ impl Conn {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
-    use edgevol_core::VolumeSpec;
-    use edgevol_nvmeof::io_cmd::IoCommand;
+    use edgevol_core::{ReadSegment, VolumeSpec};
     use edgevol_nvmeof::pdu::Digests;
 
-    use super::io;
     use crate::config::NvmeConfig;
     use crate::state::State;
 
     use crate::nvme::test_host::{io as host_io, ok, status, Admin};
-
-    /// The LBA whose Read panics inside the I/O command (`u64::MAX`: none). Only the test below
-    /// sets it, to an LBA no other test reads.
-    static PANIC_AT: AtomicU64 = AtomicU64::new(u64::MAX);
-
-    /// The test-only injection point: called inside every I/O command, under the command's
-    /// `catch_unwind`, before it executes.
-    pub(super) fn injected_panic(request: &io::Request) {
-        if let IoCommand::Read { slba, .. } = request.cmd {
-            if slba == PANIC_AT.load(Ordering::Relaxed) {
-                panic!("injected panic in the Read of LBA {slba}");
-            }
-        }
-    }
 
     const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0badc0de-2222-3333-4444-555555555555";
     const LBA: u64 = 77;
@@ -1378,7 +1341,20 @@ mod tests {
         let (sqe, d) = host_io::write(LBA, &data, false);
         ok(&q.cmd(sqe, d).await);
 
-        PANIC_AT.store(LBA, Ordering::Relaxed);
+        // The device read of LBA's data panics (the test build's data path handle, see
+        // `nvme::test_device`): outside the pool lock, with its cluster pinned.
+        let offset = {
+            let pool = state.lock_pool().unwrap();
+            match pool.map_read(id, LBA << 12, 4096).unwrap().next().unwrap() {
+                ReadSegment::Data { device_offset, .. } => device_offset,
+                ReadSegment::Zero { .. } => panic!("LBA {LBA} was written"),
+            }
+        };
+        let device = target
+            .subsystems
+            .data_path()
+            .expect("a second handle on a file pool");
+        device.handle().panic_on_read_of(Some(offset));
         let (sqe, d) = host_io::read(LBA, 1);
         assert_eq!(
             status(&q.cmd(sqe, d).await),
@@ -1396,7 +1372,7 @@ mod tests {
             .io_queue(addr, 2, &nqn, HOST, Digests::NONE)
             .await
             .unwrap();
-        PANIC_AT.store(u64::MAX, Ordering::Relaxed);
+        device.handle().panic_on_read_of(None);
         let (sqe, d) = host_io::read(LBA, 1);
         let read = q2.cmd(sqe, d).await;
         ok(&read);

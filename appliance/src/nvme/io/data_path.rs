@@ -7,7 +7,6 @@ use smallvec::SmallVec;
 
 use edgevol_core::{DeviceError, IoTicket, PersistTicket, Pool, ReadSegment, WriteSegment};
 use edgevol_hal::uring::{Part, Ring};
-use edgevol_hal::DataHandle;
 use edgevol_nvmeof::io_cmd::IoCommand;
 use edgevol_nvmeof::status::StatusCode;
 
@@ -17,10 +16,17 @@ use super::{byte_range, lock, to_usize, Dev, Parts, ReadBuf, Request, Segments, 
 use crate::nvme::status::{from_core, from_device, Access, TargetStatus};
 use crate::state::State;
 
+/// The second handle the data path's device I/O goes through. The target's unit tests put
+/// one in its place that they can make panic mid-command.
+#[cfg(not(test))]
+type Handle = edgevol_hal::DataHandle;
+#[cfg(test)]
+type Handle = crate::nvme::test_device::PanickingHandle;
+
 /// The data path outside the pool lock: our device handle and the gate.
 #[derive(Debug)]
 pub struct DataPath {
-    dev: DataHandle,
+    dev: Handle,
     gate: Arc<Gate>,
 }
 
@@ -28,7 +34,7 @@ impl DataPath {
     /// Opens a second handle on the pool's device and installs the gate as the pool's quiesce
     /// hook. Call under the pool lock, once.
     pub fn open(pool: &mut Pool<Dev>) -> Result<Self, edgevol_hal::Error> {
-        let dev = DataHandle::open(pool.device_mut())?;
+        let dev = Handle::open(pool.device_mut())?;
         let gate = Arc::new(Gate::default());
         pool.set_quiesce(Box::new(gate.clone()));
         Ok(DataPath { dev, gate })
@@ -39,6 +45,12 @@ impl DataPath {
     /// the drive; otherwise it is a copy to or from the page cache, done in place.
     pub fn is_direct(&self) -> bool {
         self.dev.is_direct()
+    }
+
+    /// The device handle, for the tests that make it fail.
+    #[cfg(test)]
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.dev
     }
 
     /// The gate (for tests and diagnostics).
