@@ -2,15 +2,16 @@
 //! socket's bytes, dispatch its events, transmit, then wait for whatever comes first: the
 //! socket, finished I/O, controller teardown, async events, a QoS turn or the next timer.
 
+use std::future::Future;
+
 use edgevol_nvmeof::queue::Event;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::link::{transmit, Link};
-use super::qos_hold::{qos_turn, Qos};
-use super::ring_io::ring_ready;
+use super::qos_hold::Qos;
+use super::ring_io::RingIo;
 use super::{Conn, End};
-use crate::nvme::controller::Controller;
 use crate::nvme::fabrics::Bound;
 
 /// How [`drive`] returned.
@@ -81,14 +82,14 @@ pub(super) async fn drive(
                 Ok(_) => {}
                 Err(e) => return Exit::Ended(End::Socket(e)),
             },
-            () = ring_ready(conn.ring.as_ref()), if conn.ring.as_ref().is_some_and(|r| r.in_flight() > 0) => {
+            () = or_never(conn.ring.as_ref().map(RingIo::ready)), if conn.ring.as_ref().is_some_and(|r| r.in_flight() > 0) => {
                 conn.reap_ring();
             }
-            () = notified(ctrl.as_deref()), if aen_wanted => conn.deliver_events(),
-            () = qos_turn(conn.qos.as_ref()), if conn.qos.as_ref().is_some_and(Qos::holds) => {
+            () = or_never(ctrl.as_deref().map(|c| c.aen.notified())), if aen_wanted => conn.deliver_events(),
+            () = or_never(conn.qos.as_ref().map(Qos::turn)), if conn.qos.as_ref().is_some_and(Qos::holds) => {
                 conn.qos_turn_came();
             }
-            () = sleep_until(deadline) => {
+            () = or_never(deadline.map(tokio::time::sleep_until)) => {
                 conn.queue.handle_timeout(conn.epoch.elapsed());
                 if conn.keep_alive_expired() {
                     return Exit::Ended(End::KeepAliveExpired);
@@ -113,16 +114,10 @@ async fn watch_shut(w: &mut Option<watch::Receiver<bool>>) -> bool {
     }
 }
 
-async fn notified(ctrl: Option<&Controller>) {
-    match ctrl {
-        Some(c) => c.aen.notified().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
+/// `f`'s output, or never when there is no `f` (a `select!` arm with nothing to wait for).
+async fn or_never<F: Future>(f: Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
         None => std::future::pending().await,
     }
 }

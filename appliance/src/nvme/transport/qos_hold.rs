@@ -58,19 +58,16 @@ impl Qos {
     pub(super) fn hold(&mut self, cmd: Held) {
         self.held.push_back(cmd);
     }
+
+    /// Until the volume's limiter hands out the queue's first held command.
+    pub(super) async fn turn(&self) {
+        self.volume.turn(&self.me).await;
+    }
 }
 
 /// What `request` takes from the volume's limits.
 fn cost(request: &io::Request) -> Cost {
     throttle::cost(&request.cmd, request.lba_shift)
-}
-
-/// Until the volume's limiter hands out the queue's first held command.
-pub(super) async fn qos_turn(qos: Option<&Qos>) {
-    match qos {
-        Some(q) => q.volume.turn(&q.me).await,
-        None => std::future::pending().await,
-    }
 }
 
 impl Conn {

@@ -69,13 +69,10 @@ impl RingIo {
     pub(super) fn in_flight(&self) -> usize {
         self.ring.in_flight()
     }
-}
 
-/// Until the ring has finished operations.
-pub(super) async fn ring_ready(ring: Option<&RingIo>) {
-    match ring {
-        Some(r) => r.ring.ready().await,
-        None => std::future::pending().await,
+    /// Until the ring has finished operations.
+    pub(super) async fn ready(&self) {
+        self.ring.ready().await;
     }
 }
 
