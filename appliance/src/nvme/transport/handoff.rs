@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use super::execute::{Begun, Done};
 use super::in_place::execute;
+use super::io_command::{Begun, Done};
 use super::Conn;
 use crate::nvme::io::{self, DataPath};
 use crate::nvme::workers::{Job, Replies};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use edgevol_nvmeof::status::StatusCode;
 
-use super::execute::Begun;
+use super::io_command::Begun;
 use super::Conn;
 use crate::nvme::io::{self, DataPath};
 use crate::nvme::status::TargetStatus;

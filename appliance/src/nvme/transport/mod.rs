@@ -23,17 +23,18 @@
 //! - `driver`: the loop and its timers; `link`: the socket's bytes (`tcp.c`);
 //! - `dispatch`: parse, route and complete every command, Connect's binding, async events
 //!   (`core.c`); `auth_gate`: the queue's DH-HMAC-CHAP steps and timers;
-//! - `execute`: an I/O command's start, its path and its completion; the paths: `in_place`,
-//!   `ring_io` (the queue's io_uring) and `handoff` (the worker threads); `qos_hold`: commands
-//!   held back by the volume's limits; `buffers`: data buffers reused across commands.
+//! - `io_command`: an I/O command's start, the choice of its path, its completion; the paths
+//!   (`io-cmd-bdev.c` is [`super::io`]): `in_place`, `ring_io` (the queue's io_uring) and
+//!   `handoff` (the worker threads); `qos_hold`: commands held back by the volume's limits;
+//!   `buffers`: data buffers reused across commands.
 
 mod auth_gate;
 mod buffers;
 mod dispatch;
 mod driver;
-mod execute;
 mod handoff;
 mod in_place;
+mod io_command;
 mod link;
 mod qos_hold;
 mod ring_io;
@@ -52,8 +53,8 @@ use tokio::time::Instant;
 
 use self::buffers::Buffers;
 use self::driver::{drive, Exit};
-use self::execute::InPlace;
 use self::handoff::Handoff;
+use self::io_command::InPlace;
 use self::link::{transmit, Link};
 use self::qos_hold::Qos;
 use self::ring_io::RingIo;

@@ -7,8 +7,8 @@ use edgevol_core::DeviceError;
 use edgevol_hal::uring::Refused;
 use edgevol_nvmeof::status::StatusCode;
 
-use super::execute::Begun;
 use super::in_place::caught;
+use super::io_command::Begun;
 use super::Conn;
 use crate::nvme::device_ring::{DeviceRing, Reaped, Record};
 use crate::nvme::io::{self, DataPath};
