@@ -171,7 +171,7 @@ mod tests {
 
     /// A write's record: holds the gate until it lands.
     #[derive(Debug)]
-    struct Held(Option<super::super::io::GateGuard>, Arc<AtomicUsize>);
+    struct Held(Option<super::super::io::gate::GateGuard>, Arc<AtomicUsize>);
 
     impl Record for Held {
         fn landed(&mut self) {

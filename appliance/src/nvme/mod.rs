@@ -3,7 +3,9 @@
 //!
 //! Layers, as Linux `drivers/nvme/target` splits them:
 //! - [`transport`]: one tokio task per TCP connection (= one NVMe queue) driving the sans-I/O
-//!   `edgevol_nvmeof::queue::Queue`; parse → validate → execute → complete → transmit.
+//!   `edgevol_nvmeof::queue::Queue`; parse → validate → execute → complete → transmit. Its
+//!   files: the loop, the socket, dispatch, and an I/O command's three paths (in place, the
+//!   queue's io_uring, the worker threads).
 //! - [`engine`]: the threads I/O queues run on (one per core, run-to-completion).
 //! - [`subsys`]: controllers, dynamic cntlids, the host ACL (the volume's durable
 //!   publications), and [`subsys::Access`], the [`HostAccess`] the CSI controller calls.
@@ -47,6 +49,10 @@ pub mod workers;
 #[allow(clippy::cast_possible_truncation)]
 #[path = "../../tests/nvme_host/mod.rs"]
 mod test_host;
+
+/// The data path's device handle in unit tests ([`io::DataPath`] takes it in their build).
+#[cfg(test)]
+mod test_device;
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -1,0 +1,222 @@
+//! The ring path: the device I/O of Reads and cached Writes on an `O_DIRECT` device that do
+//! not run in place goes on the queue's own io_uring ([`crate::nvme::device_ring`]), submitted
+//! once per pass and reaped in the queue's loop. Mapping runs under the pool lock first; a
+//! command the ring cannot take now runs in place.
+
+use edgevol_core::DeviceError;
+use edgevol_hal::uring::Refused;
+use edgevol_nvmeof::status::StatusCode;
+
+use super::in_place::caught;
+use super::io_command::Begun;
+use super::Conn;
+use crate::nvme::device_ring::{DeviceRing, Reaped, Record};
+use crate::nvme::io::{self, DataPath};
+use crate::nvme::status::{from_device, Access, TargetStatus};
+
+/// Operations a queue's ring holds at once: the deepest queue Linux's NVMe/TCP host asks for
+/// (128 entries); a Read of more parts than fit now reads in place.
+const RING_OPS: u32 = 128;
+
+/// A command whose device I/O is on the queue's ring.
+pub(super) struct OnRing {
+    begun: Begun,
+    op: RingOp,
+    /// The read's length (the buffer's data); 0 for a write.
+    len: usize,
+}
+
+/// What a ring operation does, with what pins its clusters until it lands.
+enum RingOp {
+    Read(io::MappedRead),
+    /// Holds the snapshot gate until its parts land.
+    Write(io::MappedWrite),
+}
+
+impl Record for OnRing {
+    fn landed(&mut self) {
+        if let RingOp::Write(w) = &mut self.op {
+            w.leave_gate();
+        }
+    }
+}
+
+/// A queue's ring.
+pub(super) struct RingIo {
+    ring: DeviceRing<OnRing>,
+    /// Kept between passes: the ring's finished operations.
+    reaped: Vec<Reaped<OnRing>>,
+}
+
+impl RingIo {
+    /// A ring on `data`'s device, registered with this thread's reactor; `None` where there is
+    /// none (the queue then uses the worker threads).
+    pub(super) fn open(data: &DataPath) -> Option<Self> {
+        let ring = data.ring(RING_OPS)?;
+        match DeviceRing::new(ring, data.gate()) {
+            Ok(ring) => Some(RingIo {
+                ring,
+                reaped: Vec::new(),
+            }),
+            Err(e) => {
+                tracing::debug!(%e, "device ring not registered: I/O on the worker threads");
+                None
+            }
+        }
+    }
+
+    /// Operations on the ring.
+    pub(super) fn in_flight(&self) -> usize {
+        self.ring.in_flight()
+    }
+
+    /// Until the ring has finished operations.
+    pub(super) async fn ready(&self) {
+        self.ring.ready().await;
+    }
+}
+
+impl Conn {
+    /// Maps a Read under the pool lock and starts its device reads on the ring.
+    pub(super) fn read_on_ring(
+        &mut self,
+        begun: Begun,
+        request: io::Request,
+        mut buf: io::ReadBuf,
+    ) {
+        let mapped = caught(|| io::map_read(&self.subs.state, &request, &mut buf));
+        let read = match mapped {
+            Ok(read) => read,
+            // A Read carries no host data.
+            Err(s) => return self.finish_io(begun.done(Err(s), buf, Vec::new())),
+        };
+        let ring = &mut self.ring.as_mut().expect("checked by run_io").ring;
+        if read.parts.is_empty() || !ring.has_room(read.parts.len()) {
+            // Only holes, or more parts than the ring takes now: read here.
+            let result = match self.subs.data_path() {
+                Some(data) => caught(|| io::read_parts(&data, &read.parts, &mut buf)),
+                None => Err(StatusCode::InternalError.into()),
+            };
+            drop(read);
+            return self.finish_io(begun.done(result, buf, Vec::new()));
+        }
+        let parts = read.parts.clone();
+        let (abuf, len) = buf.into_parts();
+        let record = OnRing {
+            begun,
+            op: RingOp::Read(read),
+            len,
+        };
+        let started = ring.read(abuf, &parts, record);
+        self.on_ring(started);
+    }
+
+    /// Maps a cached Write under the pool lock (writing what it allocates there) and starts
+    /// the rest on the ring, from a copy in an aligned buffer; the host's buffer goes back to
+    /// the decoder at once.
+    pub(super) fn write_on_ring(
+        &mut self,
+        begun: Begun,
+        request: io::Request,
+        mut buf: io::ReadBuf,
+    ) {
+        let Some(data) = self.subs.data_path() else {
+            return self.fail(begun.issued, StatusCode::InternalError.into());
+        };
+        let mapped = caught(|| io::map_write(&self.subs.state, &data, &request));
+        let write = match mapped {
+            Ok(write) => write,
+            Err(s) => return self.finish_io(begun.done(Err(s), buf, request.data)),
+        };
+        let ring = &mut self.ring.as_mut().expect("checked by run_io").ring;
+        if write.parts.is_empty() || !ring.has_room(write.parts.len()) {
+            // All written under the lock, or more parts than the ring takes now: here.
+            let result = caught(|| io::land_write(&data, write, &request.data, &mut buf));
+            return self.finish_io(begun.done(result, buf, request.data));
+        }
+        buf.copy_from(&request.data);
+        self.queue.recycle(request.data);
+        let parts = write.parts.clone();
+        let (abuf, _) = buf.into_parts();
+        let record = OnRing {
+            begun,
+            op: RingOp::Write(write),
+            len: 0,
+        };
+        let started = ring.write(abuf, &parts, record);
+        self.on_ring(started);
+    }
+
+    fn on_ring(&mut self, started: Result<(), Refused<OnRing>>) {
+        match started {
+            Ok(()) => self.subs.engines.count_ring_operation(),
+            Err(Refused {
+                tag: record,
+                buf,
+                error,
+            }) => {
+                // Room and parts were checked: a bug, not the host's.
+                tracing::error!(%error, "device ring refused an operation");
+                self.ring_done(
+                    (record, buf, Ok(())),
+                    Some(StatusCode::InternalError.into()),
+                );
+            }
+        }
+    }
+
+    /// Submits the ring's queued operations and completes those already done.
+    pub(super) fn submit_ring(&mut self) {
+        let Some(r) = self.ring.as_mut() else {
+            return;
+        };
+        let mut reaped = std::mem::take(&mut r.reaped);
+        if let Err(e) = r.ring.submit(&mut reaped) {
+            // Nothing was submitted; the operations stay queued for the next pass.
+            tracing::warn!(%e, "io_uring submit failed");
+        }
+        self.complete_reaped(reaped);
+    }
+
+    pub(super) fn reap_ring(&mut self) {
+        let Some(r) = self.ring.as_mut() else {
+            return;
+        };
+        let mut reaped = std::mem::take(&mut r.reaped);
+        r.ring.reap(&mut reaped);
+        self.complete_reaped(reaped);
+    }
+
+    /// Completes the ring's finished operations (outside the ring's lock: completing takes the
+    /// pool lock), and keeps the list's memory.
+    fn complete_reaped(&mut self, mut reaped: Vec<Reaped<OnRing>>) {
+        for r in reaped.drain(..) {
+            self.ring_done(r, None);
+        }
+        if let Some(r) = &mut self.ring {
+            r.reaped = reaped;
+        }
+    }
+
+    /// A command's device I/O finished on the ring (or never started: `failed`): unpin its
+    /// clusters; a write is made durable as its mapping requires. Then complete it.
+    fn ring_done(&mut self, (record, abuf, landed): Reaped<OnRing>, failed: Option<TargetStatus>) {
+        let access = match record.op {
+            RingOp::Read(_) => Access::Read,
+            RingOp::Write(_) => Access::Write,
+        };
+        let landed = match failed {
+            Some(s) => Err(s),
+            None => landed.map_err(|e| from_device(e.kind(), access)),
+        };
+        let result = match record.op {
+            RingOp::Read(read) => {
+                drop(read);
+                landed
+            }
+            RingOp::Write(write) => caught(|| write.finish(landed)),
+        };
+        let buf = io::ReadBuf::from_parts(abuf, record.len);
+        self.finish_io(record.begun.done(result, buf, Vec::new()));
+    }
+}

@@ -1,0 +1,93 @@
+//! The connection as a host sees it, end to end over loopback.
+
+use std::sync::Arc;
+
+use edgevol_core::{ReadSegment, VolumeSpec};
+use edgevol_nvmeof::pdu::Digests;
+
+use crate::config::NvmeConfig;
+use crate::state::State;
+
+use crate::nvme::test_host::{io as host_io, ok, status, Admin};
+
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0badc0de-2222-3333-4444-555555555555";
+const LBA: u64 = 77;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_one_io_command_fails_only_that_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = crate::pool::open(&[dir.path().join("pool.img")], true).unwrap();
+    let id = pool
+        .create_volume(VolumeSpec::new("panics", 1 << 20))
+        .unwrap();
+    pool.publish(id, HOST, false).unwrap();
+    let state = Arc::new(State::new("box".into(), Default::default()));
+    state.set_pool(pool);
+    let target = super::super::start(
+        state.clone(),
+        &NvmeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: "127.0.0.1".parse().unwrap(),
+            io_threads: 0,
+        },
+        super::super::auth::HostAuth::new(
+            Arc::new(crate::hostkeys::HostKeys::open(dir.path()).unwrap()),
+            crate::config::HostAuthPolicy {
+                allow_unauthenticated_hosts: true,
+                ..Default::default()
+            },
+        ),
+    )
+    .await
+    .unwrap();
+    let (addr, nqn) = (target.endpoint, crate::naming::subsystem_nqn("box", id));
+    let admin = Admin::connect(addr, &nqn, HOST, 0).await.unwrap();
+    let mut q = admin
+        .io_queue(addr, 1, &nqn, HOST, Digests::NONE)
+        .await
+        .unwrap();
+    let data = vec![0x5au8; 4096];
+    let (sqe, d) = host_io::write(LBA, &data, false);
+    ok(&q.cmd(sqe, d).await);
+
+    // The device read of LBA's data panics (the test build's data path handle, see
+    // `nvme::test_device`): outside the pool lock, with its cluster pinned.
+    let offset = {
+        let pool = state.lock_pool().unwrap();
+        match pool.map_read(id, LBA << 12, 4096).unwrap().next().unwrap() {
+            ReadSegment::Data { device_offset, .. } => device_offset,
+            ReadSegment::Zero { .. } => panic!("LBA {LBA} was written"),
+        }
+    };
+    let device = target
+        .subsystems
+        .data_path()
+        .expect("a second handle on a file pool");
+    device.handle().panic_on_read_of(Some(offset));
+    let (sqe, d) = host_io::read(LBA, 1);
+    assert_eq!(
+        status(&q.cmd(sqe, d).await),
+        (0, 0x06, false),
+        "the panicking command fails with Internal Error"
+    );
+    // The same connection keeps serving, reads and writes, and so does a second queue.
+    let (sqe, d) = host_io::write(LBA + 1, &data, false);
+    ok(&q.cmd(sqe, d).await);
+    let (sqe, d) = host_io::read(LBA + 1, 1);
+    let read = q.cmd(sqe, d).await;
+    ok(&read);
+    assert_eq!(read.data, data);
+    let mut q2 = admin
+        .io_queue(addr, 2, &nqn, HOST, Digests::NONE)
+        .await
+        .unwrap();
+    device.handle().panic_on_read_of(None);
+    let (sqe, d) = host_io::read(LBA, 1);
+    let read = q2.cmd(sqe, d).await;
+    ok(&read);
+    assert_eq!(read.data, data, "the failed read changed nothing");
+    // The panic happened outside the pool lock: the pool is not poisoned.
+    assert!(state.lock_pool().is_ok());
+    drop((q, q2, admin));
+    target.stop().await;
+}
