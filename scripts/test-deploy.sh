@@ -56,17 +56,33 @@ wait_for() {
     return 1
 }
 
-part_grpcio() {
-    # The binaries `cargo test --workspace` builds for the crates' integration tests: the same
-    # command (a no-op after scripts/test.sh's test step), so no second feature set is built.
+# build_debug: the binaries `cargo test --workspace` builds for the crates' integration tests:
+# the same command (a no-op after scripts/test.sh's test step), so no second feature set is
+# built. Once per run.
+built=0
+build_debug() {
+    ((built)) && return 0
     log "building edgevold, edgevol and edgevol-node (cargo test --workspace --no-run)"
     cargo test -q --workspace --locked --no-run
-    local port nvme_port
-    port="$(free_port SOCK_STREAM)" nvme_port="$(free_port SOCK_STREAM)"
-    "$TARGET/debug/edgevold" --dev --data-dir "$work/box" --listen "127.0.0.1:$port" \
-        --nvme-listen "127.0.0.1:$nvme_port" --metrics-listen off >"$work/edgevold.log" 2>&1 &
+    built=1
+}
+
+# start_edgevold NAME ARGS...: a dev edgevold with its data in $work/NAME and its log in
+# $work/NAME.log, its CSI endpoint on a free port (EDGEVOLD_PORT), up when this returns.
+start_edgevold() {
+    local name=$1 nvme_port
+    shift
+    EDGEVOLD_PORT="$(free_port SOCK_STREAM)" nvme_port="$(free_port SOCK_STREAM)"
+    "$TARGET/debug/edgevold" --dev --data-dir "$work/$name" --listen "127.0.0.1:$EDGEVOLD_PORT" \
+        --nvme-listen "127.0.0.1:$nvme_port" "$@" >"$work/$name.log" 2>&1 &
     pids+=($!)
-    wait_for "[[ -f $work/box/pki/controller.key ]] && (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null" 60 edgevold
+    wait_for "[[ -f $work/$name/pki/controller.key ]] && (exec 3<>/dev/tcp/127.0.0.1/$EDGEVOLD_PORT) 2>/dev/null" 60 edgevold
+}
+
+part_grpcio() {
+    build_debug
+    start_edgevold box --metrics-listen off
+    local port=$EDGEVOLD_PORT
     local pki="$work/box/pki"
     "$TARGET/debug/edgevol" proxy --listen "unix://$work/csi.sock" --appliance "127.0.0.1:$port" \
         --server-name localhost --ca "$pki/ca.pem" --cert "$pki/controller.pem" \
@@ -112,6 +128,20 @@ part_manifests() {
     log "ok: the VolumeAttributesClass examples valid (strict) against their Kubernetes versions"
     (cd tests/deploy && "$PY" check_manifests.py)
     (cd tests/deploy && "$PY" check_orchestrators.py)
+}
+
+# deploy/monitoring: the rules checked and unit-tested by promtool, then every metric the rules,
+# their test series and the dashboard name compared with what a dev edgevold serves.
+part_monitoring() {
+    apt_need prometheus # promtool
+    (cd deploy/monitoring && promtool check rules edgevol-alerts.yaml &&
+        promtool test rules edgevol-alerts.test.yaml)
+    log "ok: the alerting rules pass promtool check rules and their unit tests"
+    build_debug
+    local mport
+    mport="$(free_port SOCK_STREAM)"
+    start_edgevold metrics --metrics-listen "127.0.0.1:$mport"
+    (cd tests/deploy && "$PY" check_monitoring.py --url "http://127.0.0.1:$mport/metrics")
 }
 
 # run_in ROOTFS CMD...: CMD inside an unpacked image's root filesystem (chroot), with /proc and
@@ -208,6 +238,7 @@ for part in "${parts[@]}"; do
     case "$part" in
     grpcio) part_grpcio ;;
     manifests) part_manifests ;;
+    monitoring) part_monitoring ;;
     images) part_images ;;
     *) die "unknown part '$part' (grpcio, manifests, monitoring, images)" ;;
     esac

@@ -215,6 +215,9 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     // Each part gets the handles it needs: the state knows nothing of the target or metrics.
     let target_info = target.info();
     let registry = Arc::new(crate::metrics::Registry::default());
+    if let Some((fw, _)) = &firmware {
+        registry.watch_firmware(fw.clone());
+    }
     let metrics = match metrics_listener {
         Some(listener) => {
             let sources = Arc::new(crate::metrics::Sources {

@@ -9,13 +9,16 @@
 //! - CSI calls by method and code with latency ([`csi::CsiMetricsLayer`]);
 //! - metadata commit latency: how long each mutating CSI call took from staging under the pool
 //!   lock to the end of the group commit covering it (the CSI layer observes the pool handle,
-//!   see [`Registry::observe_commit`]).
+//!   see [`Registry::observe_commit`]);
+//! - the firmware life cycle, a trial running or rolled back (the manager the daemon registers
+//!   with [`Registry::watch_firmware`], [`firmware`]).
 //!
 //! The daemon hands the exporter these sources; nothing below (state, target) knows of it.
 //! Volumes are labelled with their CSI `volume_id`. Nothing derived from a request body is
 //! exported, so CSI secrets never reach a metric.
 
 pub mod csi;
+pub mod firmware;
 pub mod health;
 pub mod histogram;
 pub mod http;
@@ -24,7 +27,7 @@ pub mod text;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use edgevol_core::VolumeId;
@@ -46,6 +49,7 @@ pub struct Registry {
     /// CSI calls.
     pub csi: csi::CsiCalls,
     commits: Mutex<BTreeMap<String, Histogram>>,
+    firmware: OnceLock<crate::firmware::Shared>,
 }
 
 impl Registry {
@@ -62,6 +66,12 @@ impl Registry {
                 commits.insert(method.to_owned(), h);
             }
         }
+    }
+
+    /// The firmware manager whose trial and rollback state scrapes report (an appliance image;
+    /// a daemon without one reports no sample). The first registration holds.
+    pub fn watch_firmware(&self, firmware: crate::firmware::Shared) {
+        let _ = self.firmware.set(firmware);
     }
 
     fn commit_snapshot(&self) -> Vec<(String, HistogramSnapshot)> {
@@ -113,6 +123,13 @@ pub async fn gather(sources: &Sources) -> String {
     .await
     .unwrap_or_default();
     health_metrics(&mut e, &health);
+    let view = match sources.registry.firmware.get().cloned() {
+        Some(fw) => tokio::task::spawn_blocking(move || firmware::FirmwareView::read(&fw))
+            .await
+            .ok(),
+        None => None,
+    };
+    firmware::render(&mut e, view);
     io_metrics(&mut e, sources);
     csi_metrics(&mut e, &sources.registry);
     e.finish()
