@@ -37,8 +37,10 @@ use tonic::{Code, Status};
 
 use crate::fleet_paging::{self, Listing};
 use crate::fleet_placement as placement;
+use crate::fleet_replicas::{is_replicated, replicas_param};
 use crate::grpc_unary::{answer, refuse, reply, request, Buffered, ProxyBody};
 use crate::proxy::Forwarder;
+use edgevol_driver::fleet::{legs, REPLICAS_PARAM};
 
 /// The manifest key of GetPluginInfo that carries the appliance's id.
 const MANIFEST_ID: &str = "appliance-id";
@@ -94,13 +96,19 @@ impl Member {
     }
 
     /// `req` sent to this appliance; its answer as sent.
-    async fn forward(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, Status> {
+    pub(crate) async fn forward(
+        &self,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, Status> {
         self.verify().await?;
         self.forwarder.forward(req).await
     }
 
     /// A unary call's answer message, or the status the appliance sent.
-    async fn call<M: Message + Default>(&self, req: Request<ProxyBody>) -> Result<M, Status> {
+    pub(crate) async fn call<M: Message + Default>(
+        &self,
+        req: Request<ProxyBody>,
+    ) -> Result<M, Status> {
         answer(self.forward(req).await?).await
     }
 
@@ -207,7 +215,7 @@ fn passed(resp: Response<Incoming>) -> Response<ProxyBody> {
 /// Several appliances behind one driver.
 #[derive(Debug)]
 pub struct Fleet {
-    members: Vec<Member>,
+    pub(crate) members: Vec<Member>,
 }
 
 impl Fleet {
@@ -216,7 +224,7 @@ impl Fleet {
         Fleet { members }
     }
 
-    fn ids(&self) -> Vec<&str> {
+    pub(crate) fn ids(&self) -> Vec<&str> {
         self.members.iter().map(Member::id).collect()
     }
 
@@ -264,7 +272,13 @@ impl Fleet {
                 let r: ListSnapshotsRequest = b.message()?;
                 match (r.snapshot_id.as_str(), r.source_volume_id.as_str()) {
                     ("", "") => self.list::<ListSnapshotsRequest>(&b).await,
+                    ("", volume) if is_replicated(volume) => {
+                        self.replicated(path, &b, volume).await
+                    }
                     ("", volume) => self.by_id(&b, volume).await,
+                    (snapshot, _) if is_replicated(snapshot) => {
+                        self.replicated(path, &b, snapshot).await
+                    }
                     (snapshot, _) => self.by_id(&b, snapshot).await,
                 }
             }
@@ -277,6 +291,7 @@ impl Fleet {
                 self.first_that_answers(&b, order).await
             }
             _ => match routing_id(path, &b)? {
+                Some(id) if is_replicated(&id) => self.replicated(path, &b, &id).await,
                 Some(id) => self.by_id(&b, &id).await,
                 None => self.any(&b).await,
             },
@@ -333,10 +348,28 @@ impl Fleet {
     }
 
     async fn create_volume(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
-        let req: CreateVolumeRequest = b.message()?;
+        let mut req: CreateVolumeRequest = b.message()?;
         if req.name.is_empty() {
             return self.any(b).await; // INVALID_ARGUMENT, in the appliance's words
         }
+        let source_legs = content_source_id(&req).map_or(1, |s| legs(s).count());
+        match (replicas_param(&req.parameters)?, source_legs) {
+            (None, 1) => {}
+            (Some(1), 1) => {
+                req.parameters.remove(REPLICAS_PARAM);
+                return self.create_plain(b, req).await;
+            }
+            (Some(n), _) | (None, n) => return self.create_replicated(b, req, n).await,
+        }
+        self.create_plain(b, req).await
+    }
+
+    /// CreateVolume of a volume on one appliance.
+    async fn create_plain(
+        &self,
+        b: &Buffered,
+        req: CreateVolumeRequest,
+    ) -> Result<Response<ProxyBody>, Status> {
         let ids = self.ids();
         let mut order = placement::order(req.accessibility_requirements.as_ref(), &ids, &req.name);
         if let Some(source) = content_source_id(&req) {

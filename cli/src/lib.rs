@@ -10,6 +10,7 @@ pub mod firmware_keys;
 pub mod fleet_config;
 pub mod fleet_paging;
 pub mod fleet_placement;
+pub mod fleet_replicas;
 pub mod fleet_router;
 pub mod grpc_unary;
 pub mod keys;

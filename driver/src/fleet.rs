@@ -64,6 +64,17 @@ pub fn leg_key(leg: usize, key: &str) -> String {
 /// publish_context key of each leg: that leg's CSI volume id on its appliance (`leg1.volumeId`).
 pub const LEG_VOLUME_ID: &str = "volumeId";
 
+/// Where the data of a replicated volume's md RAID1 starts on each leg: the node creates the
+/// array with `--metadata=1.2 --bitmap=internal --data-offset=1M` (superblock and write-intent
+/// bitmap below it), so each leg is this much larger than the volume it carries, and the md
+/// device offers exactly the leg's size minus this.
+pub const MD_DATA_OFFSET_BYTES: u64 = 1 << 20;
+
+/// The name of a replicated volume's (or snapshot's) leg on its appliance: the CO's name and
+/// this suffix. Each appliance holds at most one leg of a volume, so the name alone finds it
+/// again when CreateVolume is retried.
+pub const LEG_NAME_SUFFIX: &str = "+leg";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,7 +90,10 @@ mod tests {
     #[test]
     fn presence_keys_name_their_appliance() {
         assert_eq!(reach_key("box-7"), "appliance.edgevol.io/box-7");
-        assert_eq!(reached_appliance("appliance.edgevol.io/box-7"), Some("box-7"));
+        assert_eq!(
+            reached_appliance("appliance.edgevol.io/box-7"),
+            Some("box-7")
+        );
         assert_eq!(reached_appliance("appliance.edgevol.io/"), None);
         assert_eq!(reached_appliance(APPLIANCE_KEY), None);
         assert_eq!(leg_key(1, "targetAddress"), "leg1.targetAddress");

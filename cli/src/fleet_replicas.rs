@@ -1,0 +1,713 @@
+//! Replicated volumes, controller side: one ordinary volume ("leg") per appliance, mirrored by
+//! md RAID1 on the node.
+//!
+//! * CreateVolume with `replicas: "2"` or `"3"` creates a leg named `<name>+leg` on that many
+//!   distinct appliances, chosen like a plain volume's box (the allowed topology, then the
+//!   per-name order), with every leg's box allowed by one requisite segment. Each leg is
+//!   [`MD_DATA_OFFSET_BYTES`] larger than asked, for md's superblock and bitmap. Legs already
+//!   created stay when too few appliances can take one (RESOURCE_EXHAUSTED): the retry finds
+//!   them by name and completes the volume.
+//! * The volume's id is its legs' ids joined by '+', in leg order; every call on it acts on
+//!   every leg; ControllerPublishVolume merges the legs' publish contexts under `leg<i>.` keys.
+//! * A snapshot of a replicated volume is one snapshot per leg (id joined likewise); a volume
+//!   restored or cloned from it has each leg restored on that leg's appliance.
+
+use std::collections::{BTreeSet, HashMap};
+
+use edgevol_driver::fleet::{
+    join_legs, leg_key, legs, reach_key, LEG_NAME_SUFFIX, LEG_VOLUME_ID, MD_DATA_OFFSET_BYTES,
+    REACHES, REPLICAS, REPLICAS_PARAM,
+};
+use edgevol_proto::csi::v1::controller_get_volume_response::VolumeStatus;
+use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
+use edgevol_proto::csi::v1::volume_content_source::{
+    SnapshotSource, Type as SourceType, VolumeSource,
+};
+use edgevol_proto::csi::v1::*;
+use http::Response;
+use prost::Message;
+use tonic::{Code, Status};
+
+use crate::fleet_placement as placement;
+use crate::fleet_router::Fleet;
+use crate::grpc_unary::{reply, Buffered, ProxyBody};
+
+/// The CSI limit on a name, which each leg's name must keep too.
+const MAX_NAME: usize = 128;
+/// Size of a volume created without capacity_range, as the appliances choose it: 1 GiB.
+const DEFAULT_VOLUME_BYTES: i64 = 1 << 30;
+
+fn offset() -> i64 {
+    i64::try_from(MD_DATA_OFFSET_BYTES).unwrap_or(i64::MAX)
+}
+
+/// The `replicas` parameter: 1 (absent) to 3.
+pub fn replicas_param(params: &HashMap<String, String>) -> Result<Option<usize>, Status> {
+    match params.get(REPLICAS_PARAM).map(String::as_str) {
+        None => Ok(None),
+        Some("1") => Ok(Some(1)),
+        Some("2") => Ok(Some(2)),
+        Some("3") => Ok(Some(3)),
+        Some(other) => Err(Status::invalid_argument(format!(
+            "parameter {REPLICAS_PARAM}={other:?}: expected 1, 2 or 3"
+        ))),
+    }
+}
+
+/// Whether `id` names a replicated volume or snapshot.
+pub fn is_replicated(id: &str) -> bool {
+    legs(id).nth(1).is_some()
+}
+
+/// The capacity a replicated volume offers, from its legs' capacities.
+fn offered(leg_capacities: impl IntoIterator<Item = i64>) -> i64 {
+    leg_capacities
+        .into_iter()
+        .min()
+        .map_or(0, |c| c.saturating_sub(offset()))
+}
+
+/// A leg's capacity range for a replicated volume's: [`MD_DATA_OFFSET_BYTES`] more at both
+/// ends; with no requirement (and no source to size from), the appliances' 1 GiB default.
+fn leg_range(
+    range: Option<&CapacityRange>,
+    has_source: bool,
+) -> Result<Option<CapacityRange>, Status> {
+    let (required, limit) = range.map_or((0, 0), |r| (r.required_bytes, r.limit_bytes));
+    if required < 0 || limit < 0 {
+        return Err(Status::invalid_argument(
+            "capacity_range bounds must not be negative",
+        ));
+    }
+    if required == 0 && has_source {
+        // Each leg takes its source leg's size, which already holds the offset.
+        return Ok(range.cloned());
+    }
+    let required = match (required, limit) {
+        (0, 0) => DEFAULT_VOLUME_BYTES,
+        (0, l) => DEFAULT_VOLUME_BYTES.min(l),
+        (r, _) => r,
+    };
+    let add = |v: i64| {
+        v.checked_add(offset()).ok_or_else(|| {
+            Status::out_of_range(format!(
+                "{v} bytes plus the {MD_DATA_OFFSET_BYTES} bytes of md metadata on each leg \
+                 exceed what a volume can hold"
+            ))
+        })
+    };
+    Ok(Some(CapacityRange {
+        required_bytes: add(required)?,
+        limit_bytes: if limit == 0 { 0 } else { add(limit)? },
+    }))
+}
+
+/// The accessible topology of a volume with legs on `boxes`: nodes that reach every one.
+fn topology_of(boxes: &[&str]) -> Vec<Topology> {
+    vec![Topology {
+        segments: boxes
+            .iter()
+            .map(|b| (reach_key(b), REACHES.to_owned()))
+            .collect(),
+    }]
+}
+
+/// The id of the snapshot or volume a CreateVolume copies.
+fn source_id(source: &VolumeContentSource) -> Option<&str> {
+    match source.r#type.as_ref()? {
+        SourceType::Snapshot(s) => Some(&s.snapshot_id),
+        SourceType::Volume(v) => Some(&v.volume_id),
+    }
+}
+
+/// `source` with its id replaced by `id` (a leg's).
+fn with_source_id(source: &VolumeContentSource, id: &str) -> VolumeContentSource {
+    VolumeContentSource {
+        r#type: source.r#type.as_ref().map(|t| match t {
+            SourceType::Snapshot(_) => SourceType::Snapshot(SnapshotSource {
+                snapshot_id: id.to_owned(),
+            }),
+            SourceType::Volume(_) => SourceType::Volume(VolumeSource {
+                volume_id: id.to_owned(),
+            }),
+        }),
+    }
+}
+
+/// Whether one requisite segment allows every one of `boxes` (no requisite: any boxes).
+fn jointly_allowed(req: Option<&TopologyRequirement>, boxes: &[&str]) -> bool {
+    req.is_none_or(|r| {
+        r.requisite.is_empty()
+            || r.requisite
+                .iter()
+                .any(|t| boxes.iter().all(|b| placement::allows(&t.segments, b)))
+    })
+}
+
+impl Fleet {
+    /// The appliance index of each leg of `id`, or NOT_FOUND naming the leg of no appliance.
+    fn leg_homes(&self, id: &str) -> Result<Vec<(String, usize)>, Status> {
+        legs(id)
+            .map(|leg| {
+                self.owner(leg).map(|i| (leg.to_owned(), i)).ok_or_else(|| {
+                    Status::not_found(format!("{id}: leg {leg} names no appliance of this driver"))
+                })
+            })
+            .collect()
+    }
+
+    /// A unary call on every leg of `id`, the request made for each by `make`; the answers in
+    /// leg order, or the first leg's failure (naming the leg).
+    async fn on_every_leg<Req: Message, Resp: Message + Default>(
+        &self,
+        b: &Buffered,
+        id: &str,
+        make: impl Fn(&str) -> Req,
+    ) -> Result<Vec<Resp>, Status> {
+        let mut out = Vec::new();
+        for (leg, i) in self.leg_homes(id)? {
+            let m = &self.members[i];
+            let answer = m
+                .call::<Resp>(b.with_message(&make(&leg)))
+                .await
+                .map_err(|s| leg_status(&s, &leg, m.id()))?;
+            out.push(answer);
+        }
+        Ok(out)
+    }
+
+    /// CreateVolume of a replicated volume (`n` legs), parameters already checked.
+    pub(crate) async fn create_replicated(
+        &self,
+        b: &Buffered,
+        req: CreateVolumeRequest,
+        n: usize,
+    ) -> Result<Response<ProxyBody>, Status> {
+        if req.name.len() + LEG_NAME_SUFFIX.len() > MAX_NAME {
+            return Err(Status::invalid_argument(format!(
+                "name is {} bytes; a replicated volume's may have at most {} (each leg is named \
+                 after it, with {LEG_NAME_SUFFIX:?})",
+                req.name.len(),
+                MAX_NAME - LEG_NAME_SUFFIX.len()
+            )));
+        }
+        let multi_writer = [Mode::MultiNodeSingleWriter, Mode::MultiNodeMultiWriter];
+        if req.volume_capabilities.iter().any(|c| {
+            c.access_mode
+                .as_ref()
+                .is_some_and(|m| multi_writer.iter().any(|w| *w as i32 == m.mode))
+        }) {
+            return Err(Status::invalid_argument(format!(
+                "{REPLICAS_PARAM}={n} with a multi-node writer access mode: md RAID1 on the node \
+                 mirrors one writer's I/O, it is not a cluster filesystem"
+            )));
+        }
+        let ids = self.ids();
+        let source = req.volume_content_source.as_ref();
+        let source_legs: Option<Vec<(String, usize)>> = match source.and_then(source_id) {
+            None => None,
+            Some(sid) if !is_replicated(sid) => {
+                return Err(Status::invalid_argument(format!(
+                    "{sid} lies on one appliance: a replicated volume is restored or cloned from \
+                     a replicated snapshot or volume with as many legs"
+                )))
+            }
+            Some(sid) => {
+                let homes = self.leg_homes(sid)?;
+                if homes.len() != n {
+                    return Err(Status::invalid_argument(format!(
+                        "{sid} has {} legs; {REPLICAS_PARAM}={n} needs as many",
+                        homes.len()
+                    )));
+                }
+                Some(homes)
+            }
+        };
+        let range = leg_range(req.capacity_range.as_ref(), source.is_some())?;
+        let mut leg_req = req.clone();
+        leg_req.name = format!("{}{LEG_NAME_SUFFIX}", req.name);
+        leg_req.parameters.remove(REPLICAS_PARAM);
+        leg_req.capacity_range = range;
+        let topo = req.accessibility_requirements.as_ref();
+
+        // The boxes to try, in order: the source's legs' (fixed), or the placement order.
+        let candidates: Vec<(usize, Option<String>)> = match &source_legs {
+            Some(homes) => {
+                let boxes: Vec<&str> = homes.iter().map(|(_, i)| ids[*i]).collect();
+                if !jointly_allowed(topo, &boxes) {
+                    return Err(Status::resource_exhausted(format!(
+                        "the source's legs lie on {}, which no requisite segment allows together",
+                        boxes.join(", ")
+                    )));
+                }
+                homes
+                    .iter()
+                    .map(|(leg, i)| (*i, Some(leg.clone())))
+                    .collect()
+            }
+            None => placement::order(topo, &ids, &req.name)
+                .into_iter()
+                .map(|i| (i, None))
+                .collect(),
+        };
+        let mut made: Vec<(usize, Volume)> = Vec::new();
+        let mut passed_over = Vec::new();
+        for (i, source_leg) in candidates {
+            if made.len() == n {
+                break;
+            }
+            let mut chosen: Vec<&str> = made.iter().map(|(j, _)| ids[*j]).collect();
+            chosen.push(ids[i]);
+            if !jointly_allowed(topo, &chosen) {
+                continue;
+            }
+            let m = &self.members[i];
+            let mut r = leg_req.clone();
+            if let Some(t) = topo {
+                r.accessibility_requirements = Some(placement::requirement_for(t, m.id()));
+            }
+            if let (Some(src), Some(leg)) = (source, &source_leg) {
+                r.volume_content_source = Some(with_source_id(src, leg));
+            }
+            match m.call::<CreateVolumeResponse>(b.with_message(&r)).await {
+                Ok(resp) => {
+                    let leg = resp.volume.ok_or_else(|| {
+                        Status::internal(format!("appliance {} answered no volume", m.id()))
+                    })?;
+                    made.push((i, leg));
+                }
+                Err(s)
+                    if source_legs.is_none()
+                        && matches!(s.code(), Code::Unavailable | Code::ResourceExhausted) =>
+                {
+                    passed_over.push(format!("{}: {}", m.id(), s.message()));
+                }
+                Err(s) => return Err(leg_status(&s, &r.name, m.id())),
+            }
+        }
+        if made.len() < n {
+            let kept = made
+                .iter()
+                .map(|(_, v)| v.volume_id.as_str())
+                .collect::<Vec<_>>();
+            return Err(Status::resource_exhausted(format!(
+                "{REPLICAS_PARAM}={n} needs {n} appliances of the allowed topology; {} could \
+                 take a leg{}{}",
+                made.len(),
+                if kept.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (kept for a retry, which completes the volume: {})",
+                        kept.join(", ")
+                    )
+                },
+                if passed_over.is_empty() {
+                    String::new()
+                } else {
+                    format!("; passed over: {}", passed_over.join("; "))
+                }
+            )));
+        }
+        let boxes: Vec<&str> = made.iter().map(|(i, _)| ids[*i]).collect();
+        let mut volume_context = made[0].1.volume_context.clone();
+        volume_context.insert(REPLICAS.to_owned(), n.to_string());
+        let volume = Volume {
+            capacity_bytes: offered(made.iter().map(|(_, v)| v.capacity_bytes)),
+            volume_id: join_legs(made.iter().map(|(_, v)| v.volume_id.as_str())),
+            volume_context,
+            content_source: req.volume_content_source.clone(),
+            accessible_topology: topology_of(&boxes),
+        };
+        tracing::info!(volume = %volume.volume_id, bytes = volume.capacity_bytes, "replicated volume created");
+        Ok(reply(&CreateVolumeResponse {
+            volume: Some(volume),
+        }))
+    }
+
+    /// A call on a replicated volume or snapshot `id`: done on every leg.
+    pub(crate) async fn replicated(
+        &self,
+        path: &str,
+        b: &Buffered,
+        id: &str,
+    ) -> Result<Response<ProxyBody>, Status> {
+        match path {
+            "/csi.v1.Controller/DeleteVolume" => {
+                let r: DeleteVolumeRequest = b.message()?;
+                self.delete_legs(b, id, |leg| DeleteVolumeRequest {
+                    volume_id: leg.to_owned(),
+                    ..r.clone()
+                })
+                .await?;
+                Ok(reply(&DeleteVolumeResponse {}))
+            }
+            "/csi.v1.Controller/DeleteSnapshot" => {
+                let r: DeleteSnapshotRequest = b.message()?;
+                self.delete_legs(b, id, |leg| DeleteSnapshotRequest {
+                    snapshot_id: leg.to_owned(),
+                    ..r.clone()
+                })
+                .await?;
+                Ok(reply(&DeleteSnapshotResponse {}))
+            }
+            "/csi.v1.Controller/ControllerPublishVolume" => self.publish(b, id).await,
+            "/csi.v1.Controller/ControllerUnpublishVolume" => {
+                let r: ControllerUnpublishVolumeRequest = b.message()?;
+                self.on_every_leg::<_, ControllerUnpublishVolumeResponse>(b, id, |leg| {
+                    ControllerUnpublishVolumeRequest {
+                        volume_id: leg.to_owned(),
+                        ..r.clone()
+                    }
+                })
+                .await?;
+                Ok(reply(&ControllerUnpublishVolumeResponse {}))
+            }
+            "/csi.v1.Controller/ValidateVolumeCapabilities" => self.validate(b, id).await,
+            "/csi.v1.Controller/ControllerExpandVolume" => {
+                let r: ControllerExpandVolumeRequest = b.message()?;
+                let range = leg_range(r.capacity_range.as_ref(), false)?;
+                let answers = self
+                    .on_every_leg::<_, ControllerExpandVolumeResponse>(b, id, |leg| {
+                        ControllerExpandVolumeRequest {
+                            volume_id: leg.to_owned(),
+                            capacity_range: range,
+                            ..r.clone()
+                        }
+                    })
+                    .await?;
+                Ok(reply(&ControllerExpandVolumeResponse {
+                    capacity_bytes: offered(answers.iter().map(|a| a.capacity_bytes)),
+                    // md, then the filesystem, grow on the node.
+                    node_expansion_required: true,
+                }))
+            }
+            "/csi.v1.Controller/ControllerModifyVolume" => {
+                let r: ControllerModifyVolumeRequest = b.message()?;
+                self.on_every_leg::<_, ControllerModifyVolumeResponse>(b, id, |leg| {
+                    ControllerModifyVolumeRequest {
+                        volume_id: leg.to_owned(),
+                        ..r.clone()
+                    }
+                })
+                .await?;
+                Ok(reply(&ControllerModifyVolumeResponse {}))
+            }
+            "/csi.v1.Controller/ControllerGetVolume" => self.get_volume(b, id).await,
+            "/csi.v1.Controller/CreateSnapshot" => self.snapshot(b, id).await,
+            "/csi.v1.Controller/ListSnapshots" => self.list_snapshot(b, id).await,
+            _ => Err(Status::invalid_argument(format!(
+                "{id} is a replicated volume or snapshot, which {path} does not take"
+            ))),
+        }
+    }
+
+    /// Deletes every leg; a leg already gone (or of an appliance no longer served) is deleted.
+    async fn delete_legs<Req: Message>(
+        &self,
+        b: &Buffered,
+        id: &str,
+        make: impl Fn(&str) -> Req,
+    ) -> Result<(), Status> {
+        for leg in legs(id) {
+            let Some(i) = self.owner(leg) else { continue };
+            let m = &self.members[i];
+            let resp = m.forward(b.with_message(&make(leg))).await;
+            let done = match resp {
+                Ok(resp) => crate::grpc_unary::answer::<()>(resp).await,
+                Err(s) => Err(s),
+            };
+            done.map_err(|s| leg_status(&s, leg, m.id()))?;
+        }
+        Ok(())
+    }
+
+    async fn publish(&self, b: &Buffered, id: &str) -> Result<Response<ProxyBody>, Status> {
+        let r: ControllerPublishVolumeRequest = b.message()?;
+        let mut context = r.volume_context.clone();
+        context.remove(REPLICAS);
+        let leg_ids: Vec<&str> = legs(id).collect();
+        let answers = self
+            .on_every_leg::<_, ControllerPublishVolumeResponse>(b, id, |leg| {
+                ControllerPublishVolumeRequest {
+                    volume_id: leg.to_owned(),
+                    volume_context: context.clone(),
+                    ..r.clone()
+                }
+            })
+            .await?;
+        let mut publish_context = HashMap::from([(REPLICAS.to_owned(), answers.len().to_string())]);
+        for (i, (answer, leg)) in answers.into_iter().zip(leg_ids).enumerate() {
+            for (k, v) in answer.publish_context {
+                publish_context.insert(leg_key(i, &k), v);
+            }
+            publish_context.insert(leg_key(i, LEG_VOLUME_ID), leg.to_owned());
+        }
+        Ok(reply(&ControllerPublishVolumeResponse { publish_context }))
+    }
+
+    async fn validate(&self, b: &Buffered, id: &str) -> Result<Response<ProxyBody>, Status> {
+        let r: ValidateVolumeCapabilitiesRequest = b.message()?;
+        let mut parameters = r.parameters.clone();
+        parameters.remove(REPLICAS_PARAM);
+        let mut context = r.volume_context.clone();
+        context.remove(REPLICAS);
+        let answers = self
+            .on_every_leg::<_, ValidateVolumeCapabilitiesResponse>(b, id, |leg| {
+                ValidateVolumeCapabilitiesRequest {
+                    volume_id: leg.to_owned(),
+                    parameters: parameters.clone(),
+                    volume_context: context.clone(),
+                    ..r.clone()
+                }
+            })
+            .await?;
+        // Confirmed only when every leg confirms; then with what the request gave.
+        let mut out = answers
+            .iter()
+            .find(|a| a.confirmed.is_none())
+            .cloned()
+            .unwrap_or_else(|| answers[0].clone());
+        if let Some(c) = out.confirmed.as_mut() {
+            c.volume_context = r.volume_context.clone();
+            c.parameters = r.parameters.clone();
+        }
+        Ok(reply(&out))
+    }
+
+    async fn get_volume(&self, b: &Buffered, id: &str) -> Result<Response<ProxyBody>, Status> {
+        let homes = self.leg_homes(id)?;
+        let ids = self.ids();
+        let mut answered: Vec<ControllerGetVolumeResponse> = Vec::new();
+        let mut troubles = Vec::new();
+        let mut not_found = 0;
+        for (leg, i) in &homes {
+            let m = &self.members[*i];
+            let req = ControllerGetVolumeRequest {
+                volume_id: leg.clone(),
+            };
+            match m
+                .call::<ControllerGetVolumeResponse>(b.with_message(&req))
+                .await
+            {
+                Ok(a) => {
+                    if let Some(c) = a
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.volume_condition.as_ref())
+                        .filter(|c| c.abnormal)
+                    {
+                        troubles.push(format!("leg {leg} on {}: {}", m.id(), c.message));
+                    }
+                    answered.push(a);
+                }
+                Err(s) if s.code() == Code::NotFound => {
+                    not_found += 1;
+                    troubles.push(format!("leg {leg} on {}: missing", m.id()));
+                }
+                Err(s) if s.code() == Code::Unavailable => {
+                    troubles.push(format!("leg {leg} on {}: unreachable", m.id()));
+                }
+                Err(s) => return Err(leg_status(&s, leg, m.id())),
+            }
+        }
+        let Some(first) = answered.first() else {
+            return Err(if not_found == homes.len() {
+                Status::not_found(format!("volume {id} does not exist"))
+            } else {
+                Status::unavailable(format!("volume {id}: {}", troubles.join("; ")))
+            });
+        };
+        let mut volume = first.volume.clone().unwrap_or_default();
+        volume.volume_id = id.to_owned();
+        volume.capacity_bytes = offered(
+            answered
+                .iter()
+                .filter_map(|a| a.volume.as_ref().map(|v| v.capacity_bytes)),
+        );
+        volume
+            .volume_context
+            .insert(REPLICAS.to_owned(), homes.len().to_string());
+        volume.content_source = None;
+        let boxes: Vec<&str> = homes.iter().map(|(_, i)| ids[*i]).collect();
+        volume.accessible_topology = topology_of(&boxes);
+        // Published where every leg that answered is published.
+        let mut nodes: Option<BTreeSet<String>> = None;
+        for a in &answered {
+            let these: BTreeSet<String> = a
+                .status
+                .as_ref()
+                .map(|s| s.published_node_ids.iter().cloned().collect())
+                .unwrap_or_default();
+            nodes = Some(match nodes {
+                None => these,
+                Some(n) => n.intersection(&these).cloned().collect(),
+            });
+        }
+        let condition = VolumeCondition {
+            abnormal: !troubles.is_empty(),
+            message: if troubles.is_empty() {
+                format!("all {} legs healthy", homes.len())
+            } else {
+                format!("degraded: {}", troubles.join("; "))
+            },
+        };
+        Ok(reply(&ControllerGetVolumeResponse {
+            volume: Some(volume),
+            status: Some(VolumeStatus {
+                published_node_ids: nodes.unwrap_or_default().into_iter().collect(),
+                volume_condition: Some(condition),
+            }),
+        }))
+    }
+
+    async fn snapshot(&self, b: &Buffered, id: &str) -> Result<Response<ProxyBody>, Status> {
+        let r: CreateSnapshotRequest = b.message()?;
+        if r.name.len() + LEG_NAME_SUFFIX.len() > MAX_NAME {
+            return Err(Status::invalid_argument(format!(
+                "name is {} bytes; a replicated snapshot's may have at most {}",
+                r.name.len(),
+                MAX_NAME - LEG_NAME_SUFFIX.len()
+            )));
+        }
+        let name = if r.name.is_empty() {
+            String::new() // INVALID_ARGUMENT from the first leg's appliance
+        } else {
+            format!("{}{LEG_NAME_SUFFIX}", r.name)
+        };
+        let answers = self
+            .on_every_leg::<_, CreateSnapshotResponse>(b, id, |leg| CreateSnapshotRequest {
+                source_volume_id: leg.to_owned(),
+                name: name.clone(),
+                ..r.clone()
+            })
+            .await?;
+        let snaps: Vec<Snapshot> = answers.into_iter().filter_map(|a| a.snapshot).collect();
+        Ok(reply(&CreateSnapshotResponse {
+            snapshot: Some(merge_snapshots(&snaps, id)),
+        }))
+    }
+
+    async fn list_snapshot(&self, b: &Buffered, id: &str) -> Result<Response<ProxyBody>, Status> {
+        let r: ListSnapshotsRequest = b.message()?;
+        if r.snapshot_id != id {
+            return Err(Status::invalid_argument(format!(
+                "listing the snapshots of replicated volume {id} is not supported; list by \
+                 snapshot_id or unfiltered"
+            )));
+        }
+        let Ok(homes) = self.leg_homes(id) else {
+            return Ok(reply(&ListSnapshotsResponse::default()));
+        };
+        let mut snaps = Vec::new();
+        for (leg, i) in homes {
+            let m = &self.members[i];
+            let req = ListSnapshotsRequest {
+                snapshot_id: leg.clone(),
+                source_volume_id: String::new(),
+                max_entries: 0,
+                starting_token: String::new(),
+                ..r.clone()
+            };
+            let answer = m
+                .call::<ListSnapshotsResponse>(b.with_message(&req))
+                .await
+                .map_err(|s| leg_status(&s, &leg, m.id()))?;
+            match answer.entries.into_iter().find_map(|e| e.snapshot) {
+                Some(s) => snaps.push(s),
+                // A leg gone: the snapshot is not there as a whole.
+                None => return Ok(reply(&ListSnapshotsResponse::default())),
+            }
+        }
+        let source = join_legs(snaps.iter().map(|s| s.source_volume_id.as_str()));
+        Ok(reply(&ListSnapshotsResponse {
+            entries: vec![list_snapshots_response::Entry {
+                snapshot: Some(merge_snapshots(&snaps, &source)),
+            }],
+            next_token: String::new(),
+        }))
+    }
+}
+
+/// One replicated snapshot from its legs' snapshots, of the volume `source`.
+fn merge_snapshots(legs_: &[Snapshot], source: &str) -> Snapshot {
+    Snapshot {
+        size_bytes: offered(legs_.iter().map(|s| s.size_bytes)),
+        snapshot_id: join_legs(legs_.iter().map(|s| s.snapshot_id.as_str())),
+        source_volume_id: source.to_owned(),
+        creation_time: legs_
+            .iter()
+            .filter_map(|s| s.creation_time)
+            .max_by_key(|t| (t.seconds, t.nanos)),
+        ready_to_use: legs_.iter().all(|s| s.ready_to_use),
+        group_snapshot_id: String::new(),
+    }
+}
+
+/// A leg's failure, its code kept and the leg and appliance named.
+fn leg_status(s: &Status, leg: &str, appliance: &str) -> Status {
+    Status::new(
+        s.code(),
+        format!("leg {leg} on appliance {appliance}: {}", s.message()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legs_carry_the_md_offset_and_the_volume_offers_the_smallest_leg_less_it() {
+        let mib = 1 << 20;
+        let r = leg_range(
+            Some(&CapacityRange {
+                required_bytes: 64 * mib,
+                limit_bytes: 0,
+            }),
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((r.required_bytes, r.limit_bytes), (65 * mib, 0));
+        let r = leg_range(None, false).unwrap().unwrap();
+        assert_eq!(r.required_bytes, (1 << 30) + mib);
+        let r = leg_range(
+            Some(&CapacityRange {
+                required_bytes: 0,
+                limit_bytes: 8 * mib,
+            }),
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((r.required_bytes, r.limit_bytes), (9 * mib, 9 * mib));
+        assert_eq!(
+            leg_range(None, true).unwrap(),
+            None,
+            "sized by the source legs"
+        );
+        let huge = CapacityRange {
+            required_bytes: i64::MAX,
+            limit_bytes: 0,
+        };
+        assert_eq!(
+            leg_range(Some(&huge), false).unwrap_err().code(),
+            Code::OutOfRange
+        );
+        assert_eq!(offered([66 * mib, 65 * mib]), 64 * mib);
+    }
+
+    #[test]
+    fn the_replicas_parameter_is_one_to_three() {
+        let p = |v: &str| HashMap::from([(REPLICAS_PARAM.to_owned(), v.to_owned())]);
+        assert_eq!(replicas_param(&HashMap::new()).unwrap(), None);
+        assert_eq!(replicas_param(&p("2")).unwrap(), Some(2));
+        for bad in ["0", "4", "two", ""] {
+            assert_eq!(
+                replicas_param(&p(bad)).unwrap_err().code(),
+                Code::InvalidArgument
+            );
+        }
+        assert!(is_replicated("a-v1+b-v2") && !is_replicated("a-v1"));
+    }
+}

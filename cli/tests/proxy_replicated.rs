@@ -1,0 +1,525 @@
+//! Replicated volumes through `edgevol proxy`: one leg per appliance, sized for md's metadata,
+//! every call acting on every leg, snapshots per leg, a half-created volume completed by the
+//! retry, and a leg's appliance down.
+
+use std::collections::{BTreeSet, HashMap};
+
+mod common;
+mod fleet;
+
+use edgevol_proto::csi::v1::controller_client::ControllerClient;
+use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
+use edgevol_proto::csi::v1::volume_capability::AccessMode;
+use edgevol_proto::csi::v1::*;
+use fleet::{create, fleet_proxy, home, mount, start_fleet, topology};
+use tonic::transport::Channel;
+use tonic::Code;
+
+const MIB: i64 = 1 << 20;
+const NODE: &str = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001";
+
+fn replicated(name: &str, bytes: i64, replicas: &str) -> CreateVolumeRequest {
+    let mut r = create(name, bytes);
+    r.parameters.insert("replicas".into(), replicas.into());
+    r
+}
+
+fn legs(id: &str) -> Vec<&str> {
+    id.split('+').collect()
+}
+
+async fn leg_volume(c: &mut ControllerClient<Channel>, leg: &str) -> Result<Volume, tonic::Status> {
+    Ok(c.controller_get_volume(ControllerGetVolumeRequest {
+        volume_id: leg.into(),
+    })
+    .await?
+    .into_inner()
+    .volume
+    .unwrap())
+}
+
+#[tokio::test]
+async fn a_replicated_volume_has_a_leg_per_appliance_and_every_call_acts_on_every_leg() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b", "box-c"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+
+    let v = c
+        .create_volume(replicated("mirror", 64 * MIB, "2"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let ids = legs(&v.volume_id);
+    assert_eq!(ids.len(), 2, "{}", v.volume_id);
+    let homes: BTreeSet<&str> = ids.iter().map(|l| home(l)).collect();
+    assert_eq!(
+        homes.len(),
+        2,
+        "legs on distinct appliances: {}",
+        v.volume_id
+    );
+    assert_eq!(v.capacity_bytes, 64 * MIB, "exactly what was asked");
+    assert_eq!(v.volume_context["replicas"], "2");
+    let segment = &v.accessible_topology[0].segments;
+    for h in &homes {
+        assert_eq!(segment[&format!("appliance.edgevol.io/{h}")], "true");
+    }
+    for leg in &ids {
+        let lv = leg_volume(&mut c, leg).await.unwrap();
+        assert_eq!(
+            lv.capacity_bytes,
+            65 * MIB,
+            "{leg}: the md data offset more"
+        );
+    }
+    let again = c
+        .create_volume(replicated("mirror", 64 * MIB, "2"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(again.volume_id, v.volume_id, "idempotent by name");
+
+    // Publish: every leg, each one's context under its leg<i>. keys.
+    let publish = ControllerPublishVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        node_id: NODE.into(),
+        volume_capability: Some(mount()),
+        volume_context: v.volume_context.clone(),
+        ..Default::default()
+    };
+    let ctx = c
+        .controller_publish_volume(publish.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context;
+    assert_eq!(ctx["replicas"], "2");
+    for (i, leg) in ids.iter().enumerate() {
+        assert_eq!(ctx[&format!("leg{i}.volumeId")], *leg);
+        assert_eq!(ctx[&format!("leg{i}.transport")], "tcp");
+        assert!(ctx.contains_key(&format!("leg{i}.subsystemNqn")));
+        assert!(ctx.contains_key(&format!("leg{i}.targetAddress")));
+    }
+    let got = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: v.volume_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let status = got.status.unwrap();
+    assert_eq!(status.published_node_ids, vec![NODE.to_owned()]);
+    assert!(!status.volume_condition.unwrap().abnormal);
+    assert_eq!(got.volume.unwrap().capacity_bytes, 64 * MIB);
+    c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        node_id: NODE.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let status = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: v.volume_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert!(status.published_node_ids.is_empty());
+
+    // Validate: confirmed with the parameters it was created with (replicas included).
+    let validate = |mutable: &[(&str, &str)], id: &str, params: HashMap<String, String>| {
+        ValidateVolumeCapabilitiesRequest {
+            volume_id: id.into(),
+            volume_capabilities: vec![mount()],
+            parameters: params,
+            mutable_parameters: mutable
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Default::default()
+        }
+    };
+    let params = HashMap::from([("replicas".to_owned(), "2".to_owned())]);
+    let ok = c
+        .validate_volume_capabilities(validate(&[], &v.volume_id, params.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ok.confirmed.unwrap().parameters, params);
+
+    // Modify: QoS on every leg.
+    for leg in &ids {
+        let before = c
+            .validate_volume_capabilities(validate(&[("maxIops", "100")], leg, HashMap::new()))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(before.confirmed.is_none(), "{leg} has no limit yet");
+    }
+    c.controller_modify_volume(ControllerModifyVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        mutable_parameters: HashMap::from([("maxIops".into(), "100".into())]),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for leg in &ids {
+        let after = c
+            .validate_volume_capabilities(validate(&[("maxIops", "100")], leg, HashMap::new()))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(after.confirmed.is_some(), "{leg}: {}", after.message);
+    }
+
+    // Expand: every leg to the new size plus the offset; the node grows md and the filesystem.
+    let grown = c
+        .controller_expand_volume(ControllerExpandVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 128 * MIB,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 128 * MIB);
+    assert!(grown.node_expansion_required);
+    for leg in &ids {
+        assert_eq!(
+            leg_volume(&mut c, leg).await.unwrap().capacity_bytes,
+            129 * MIB
+        );
+    }
+
+    // Delete: every leg, and again (idempotent).
+    for _ in 0..2 {
+        c.delete_volume(DeleteVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    for leg in &ids {
+        let status = leg_volume(&mut c, leg).await.unwrap_err();
+        assert_eq!(status.code(), Code::NotFound, "{leg} deleted");
+    }
+    let status = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: v.volume_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn replicas_are_refused_without_enough_appliances_and_with_multi_node_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+
+    let status = c
+        .create_volume(replicated("three", 8 * MIB, "3"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("replicas=3 needs 3 appliances"),
+        "{}",
+        status.message()
+    );
+
+    // Requisite allows one box only: never two legs on it.
+    let mut one_box = replicated("one-box", 8 * MIB, "2");
+    one_box.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![topology(&[("edgevol.io/appliance", "box-a")])],
+        preferred: vec![],
+    });
+    let status = c.create_volume(one_box).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+
+    // A node reaching both allows both.
+    let mut both = replicated("both", 8 * MIB, "2");
+    both.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![topology(&[
+            ("appliance.edgevol.io/box-a", "true"),
+            ("appliance.edgevol.io/box-b", "true"),
+        ])],
+        preferred: vec![],
+    });
+    let v = c
+        .create_volume(both)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(legs(&v.volume_id).len(), 2);
+
+    let mut shared = replicated("shared", 8 * MIB, "2");
+    shared.volume_capabilities[0].access_mode = Some(AccessMode {
+        mode: Mode::MultiNodeMultiWriter as i32,
+    });
+    let status = c.create_volume(shared).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("multi-node writer"),
+        "{}",
+        status.message()
+    );
+
+    let status = c
+        .create_volume(replicated("four", 8 * MIB, "4"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+    // replicas=1 is a plain volume (the parameter never reaches the appliance).
+    let plain = c
+        .create_volume(replicated("plain", 8 * MIB, "1"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(legs(&plain.volume_id).len(), 1);
+    assert_eq!(plain.capacity_bytes, 8 * MIB);
+
+    // A leg size no appliance can give.
+    let status = c
+        .create_volume(replicated("huge", i64::MAX - 1, "2"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_half_created_volume_is_completed_by_the_retry_and_a_lost_leg_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+
+    boxes[1].stop().await;
+    let status = c
+        .create_volume(replicated("half", 16 * MIB, "2"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("box-b"), "{}", status.message());
+    let kept = status
+        .message()
+        .split("completes the volume: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .expect("the kept leg is named")
+        .to_owned();
+    assert_eq!(home(&kept), "box-a");
+
+    boxes[1].restart().await;
+    let v = c
+        .create_volume(replicated("half", 16 * MIB, "2"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert!(
+        legs(&v.volume_id).contains(&kept.as_str()),
+        "{} reuses {kept}",
+        v.volume_id
+    );
+    assert_eq!(legs(&v.volume_id).len(), 2);
+
+    // box-b down again: the volume is reported degraded, naming the leg; its deletion waits.
+    boxes[1].stop().await;
+    let got = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: v.volume_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let cond = got.status.unwrap().volume_condition.unwrap();
+    assert!(cond.abnormal);
+    let lost = legs(&v.volume_id)
+        .into_iter()
+        .find(|l| home(l) == "box-b")
+        .unwrap();
+    assert!(cond.message.contains(lost), "{}", cond.message);
+    assert!(cond.message.contains("unreachable"), "{}", cond.message);
+    let status = c
+        .delete_volume(DeleteVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    boxes[1].restart().await;
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for leg in legs(&v.volume_id) {
+        assert_eq!(
+            leg_volume(&mut c, leg).await.unwrap_err().code(),
+            Code::NotFound
+        );
+    }
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_snapshot_has_a_leg_per_leg_and_restores_into_a_replicated_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b", "box-c"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let v = c
+        .create_volume(replicated("orig", 32 * MIB, "2"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let snap = c
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: v.volume_id.clone(),
+            name: "snap".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let snap_legs = legs(&snap.snapshot_id);
+    assert_eq!(snap_legs.len(), 2);
+    for (s, vol) in snap_legs.iter().zip(legs(&v.volume_id)) {
+        assert_eq!(home(s), home(vol), "each leg snapshotted on its appliance");
+    }
+    assert_eq!(snap.source_volume_id, v.volume_id);
+    assert_eq!(snap.size_bytes, 32 * MIB);
+    assert!(snap.ready_to_use);
+    let listed = c
+        .list_snapshots(ListSnapshotsRequest {
+            snapshot_id: snap.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.entries.len(), 1);
+    assert_eq!(
+        listed.entries[0].snapshot.as_ref().unwrap().snapshot_id,
+        snap.snapshot_id
+    );
+
+    let from_snapshot = |name: &str, replicas: Option<&str>| {
+        let mut r = create(name, 0);
+        r.capacity_range = None;
+        if let Some(n) = replicas {
+            r.parameters.insert("replicas".into(), n.into());
+        }
+        r.volume_content_source = Some(VolumeContentSource {
+            r#type: Some(volume_content_source::Type::Snapshot(
+                volume_content_source::SnapshotSource {
+                    snapshot_id: snap.snapshot_id.clone(),
+                },
+            )),
+        });
+        r
+    };
+    for (name, replicas) in [("restored", Some("2")), ("restored-default", None)] {
+        let r = c
+            .create_volume(from_snapshot(name, replicas))
+            .await
+            .unwrap()
+            .into_inner()
+            .volume
+            .unwrap();
+        assert_eq!(r.capacity_bytes, 32 * MIB, "{name}");
+        for (leg, s) in legs(&r.volume_id).iter().zip(&snap_legs) {
+            assert_eq!(
+                home(leg),
+                home(s),
+                "{name}: restored where the snapshot leg is"
+            );
+        }
+        assert_eq!(
+            r.content_source,
+            from_snapshot(name, None).volume_content_source
+        );
+    }
+    let status = c
+        .create_volume(from_snapshot("three", Some("3")))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+    // A clone of the replicated volume, likewise.
+    let mut clone = create("clone", 32 * MIB);
+    clone.parameters.insert("replicas".into(), "2".into());
+    clone.volume_content_source = Some(VolumeContentSource {
+        r#type: Some(volume_content_source::Type::Volume(
+            volume_content_source::VolumeSource {
+                volume_id: v.volume_id.clone(),
+            },
+        )),
+    });
+    let cl = c
+        .create_volume(clone)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    for (leg, src) in legs(&cl.volume_id).iter().zip(legs(&v.volume_id)) {
+        assert_eq!(home(leg), home(src));
+    }
+
+    for _ in 0..2 {
+        c.delete_snapshot(DeleteSnapshotRequest {
+            snapshot_id: snap.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let listed = c
+        .list_snapshots(ListSnapshotsRequest {
+            snapshot_id: snap.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.entries.is_empty(), "every leg deleted");
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
