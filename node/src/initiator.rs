@@ -115,13 +115,13 @@ fn missing_message<H: Host + ?Sized>(host: &H, found: Initiator, tried: &str) ->
         |r| format!("the host's kernel {}", r.trim()),
     );
     let what = match found {
-        Initiator::NoFabrics => "/dev/nvme-fabrics is missing (module nvme-fabrics not loaded)",
+        Initiator::NoFabrics => "no /dev/nvme-fabrics (module nvme-fabrics not loaded)",
         Initiator::NoTransport | Initiator::Ready => {
-            "its NVMe/TCP transport (module nvme-tcp) is not loaded"
+            "no NVMe/TCP transport (module nvme-tcp not loaded)"
         }
     };
     format!(
-        "this node cannot connect NVMe/TCP volumes: in {kernel} {what}; {tried}. Fix: run \
+        "this node cannot connect NVMe/TCP volumes: {kernel} has {what}; {tried}. Fix: run \
          `modprobe nvme-tcp` on the host (it loads nvme-fabrics too; list nvme-tcp in \
          /etc/modules-load.d/ to keep it across reboots), or boot a kernel built with \
          CONFIG_NVME_TCP"
@@ -244,7 +244,7 @@ mod tests {
         for want in [
             "ERROR",
             "6.1.0-minimal",
-            "/dev/nvme-fabrics is missing",
+            "6.1.0-minimal has no /dev/nvme-fabrics",
             "modprobe nvme-tcp failed (status 1): modprobe: FATAL: Module nvme-tcp not found",
             "`modprobe nvme-tcp` on the host",
             "CONFIG_NVME_TCP",
@@ -285,7 +285,7 @@ mod tests {
         let (found, log) = capture(|| prepare(&host));
         assert_eq!(found, Initiator::NoTransport);
         assert!(log.contains("WARN"), "{log}");
-        assert!(log.contains("module nvme-tcp) is not loaded"), "{log}");
+        assert!(log.contains("module nvme-tcp not loaded"), "{log}");
         assert!(require_fabrics(&host, "v1").is_ok(), "the device is there");
         let einval = io::Error::from_raw_os_error(22);
         let err = transport_missing(&host, &einval).unwrap();
@@ -327,7 +327,7 @@ mod tests {
         let (plugin, log) = capture(|| crate::build(&args, dyn_host));
         let plugin = plugin.expect("the plugin starts: other volumes' calls still work");
         assert!(log.contains("ERROR"), "{log}");
-        assert!(log.contains("/dev/nvme-fabrics is missing"), "{log}");
+        assert!(log.contains("has no /dev/nvme-fabrics"), "{log}");
         assert!(log.contains("modprobe nvme-tcp"), "{log}");
 
         let request = NodeStageVolumeRequest {
