@@ -400,6 +400,7 @@ fn run(command: Command) -> Result<(), String> {
             node_socket,
         } => {
             let path = proxy::socket_path(&listen)?;
+            let specs = edgevol_cli::fleet_config::gather(&appliance, config.as_deref())?;
             let node = node_socket
                 .as_deref()
                 .map(proxy::socket_path)
@@ -411,7 +412,6 @@ fn run(command: Command) -> Result<(), String> {
                 key: &key,
             })
             .map_err(|e| e.to_string())?;
-            let specs = edgevol_cli::fleet_config::gather(&appliance, config.as_deref())?;
             let mut upstreams = Vec::with_capacity(specs.len());
             for spec in &specs {
                 let name = spec.server_name.as_deref().or(server_name.as_deref());
