@@ -187,9 +187,10 @@ def check_sidecars(docs, k8s_range, opt_in):
 def check_storage_classes(docs):
     """Refused unless each StorageClass passes the provisioner's parameter rules and edgevol
     accepts what the provisioner sends; returns the filesystems."""
-    versions = {v for n, v, _ in sidecar_containers(docs) if n == "csi-provisioner"}
-    assert len(versions) == 1, f"one external-provisioner expected, found {versions}"
-    version = versions.pop()
+    provisioners = [(v, c) for n, v, c in sidecar_containers(docs) if n == "csi-provisioner"]
+    assert len(provisioners) == 1, f"one external-provisioner expected, found {provisioners}"
+    version, container = provisioners[0]
+    default_fs = arg(container, "default-fstype") or ""
     accepted = sc_rules.edgevol_parameter_keys(m.ROOT)
     out = []
     for sc in m.find(docs, "StorageClass"):
@@ -198,7 +199,7 @@ def check_storage_classes(docs):
         unknown = set(params) - accepted
         if unknown:
             raise sc_rules.Refused(f"edgevol refuses parameters {sorted(unknown)}")
-        out.append(fs)
+        out.append(fs or default_fs)
     return out
 
 
