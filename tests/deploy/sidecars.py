@@ -87,18 +87,25 @@ class Sidecar:
     """One pinned sidecar version. k8s_min: its release page's minimum Kubernetes version.
     vac: the storage.k8s.io VolumeAttributesClass version it reads, if any. gates: its feature
     gates (features.go) with the value each is locked to (None: settable). flags: the flags of
-    its main.go the manifests may use. source: where this row comes from."""
+    its main.go the manifests may use. apis: the other built-in (kind, group/version) it reads
+    or writes (its RBAC). source: where this row comes from."""
 
     k8s_min: tuple
     vac: str | None
     gates: dict = field(default_factory=dict)
     flags: frozenset = frozenset()
     source: str = ""
+    apis: tuple = ()
 
 
 _PROVISIONER_FLAGS = frozenset({"csi-address", "extra-create-metadata", "default-fstype",
                                 "leader-election", "timeout", "feature-gates", "http-endpoint"})
 _COMMON_FLAGS = frozenset({"csi-address", "leader-election", "timeout", "http-endpoint"})
+_LEASE = ("Lease", "coordination.k8s.io/v1")
+_PROVISIONER_APIS = (("CSINode", "storage.k8s.io/v1"), ("VolumeAttachment", "storage.k8s.io/v1"),
+                     ("CSIStorageCapacity", "storage.k8s.io/v1"), _LEASE)
+_ATTACHER_APIS = (("CSINode", "storage.k8s.io/v1"), ("VolumeAttachment", "storage.k8s.io/v1"),
+                  _LEASE)
 
 SIDECARS = {
     ("csi-provisioner", "v6.2.1"): Sidecar(
@@ -106,34 +113,37 @@ SIDECARS = {
         {"Topology": None, "CrossNamespaceVolumeDataSource": None, "VolumeAttributesClass": None},
         _PROVISIONER_FLAGS,
         "release v6.2.1: minimum Kubernetes 1.34 (storage/v1 VolumeAttributesClass); v6.0.0 "
-        "VolumeAttributesClass GA; v6.2.0 removed the HonorPVReclaimPolicy gate"),
+        "VolumeAttributesClass GA; v6.2.0 removed the HonorPVReclaimPolicy gate",
+        _PROVISIONER_APIS),
     ("csi-provisioner", "v5.3.0"): Sidecar(
         (1, 20), "storage.k8s.io/v1beta1",
         {"Topology": None, "HonorPVReclaimPolicy": True, "CrossNamespaceVolumeDataSource": None,
          "VolumeAttributesClass": None},
         _PROVISIONER_FLAGS,
-        "releases v3.0-v5.x: minimum Kubernetes 1.20; v1beta1 VolumeAttributesClass until v6.0.0"),
+        "releases v3.0-v5.x: minimum Kubernetes 1.20; v1beta1 VolumeAttributesClass until v6.0.0",
+        _PROVISIONER_APIS),
     ("csi-attacher", "v4.11.0"): Sidecar(
         (1, 17), None, {}, _COMMON_FLAGS,
         "releases v3.0-v4.x: minimum Kubernetes 1.17; v4.10/v4.11 notes: dependencies only "
-        "(v4.12.0's notes are not in the reference corpus)"),
+        "(v4.12.0's notes are not in the reference corpus)",
+        _ATTACHER_APIS),
     ("csi-snapshotter", "v8.6.0"): Sidecar(
         (1, 25), None, {"CSIVolumeGroupSnapshot": None}, _COMMON_FLAGS,
-        "releases v8.x: minimum Kubernetes 1.25; v8.6.0: VolumeGroupSnapshot v1"),
+        "releases v8.x: minimum Kubernetes 1.25; v8.6.0: VolumeGroupSnapshot v1", (_LEASE,)),
     ("csi-resizer", "v2.2.1"): Sidecar(
         (1, 16), "storage.k8s.io/v1",
         {"AnnotateFsResize": None, "RecoverVolumeExpansionFailure": None,
          "VolumeAttributesClass": None, "ReleaseLeaderElectionOnExit": None},
         _COMMON_FLAGS | {"feature-gates"},
         "release v2.2.1: minimum Kubernetes 1.16, recommended 1.34; v2.0.0: VolumeAttributesClass "
-        "GA through storage.k8s.io/v1 (needs Kubernetes 1.34)"),
+        "GA through storage.k8s.io/v1 (needs Kubernetes 1.34)", (_LEASE,)),
     ("csi-resizer", "v1.14.0"): Sidecar(
         (1, 16), "storage.k8s.io/v1beta1",
         {"AnnotateFsResize": None, "RecoverVolumeExpansionFailure": None,
          "VolumeAttributesClass": None},
         _COMMON_FLAGS | {"feature-gates"},
         "release v1.14.0: minimum Kubernetes 1.16, recommended 1.32; watches v1beta1 "
-        "VolumeAttributesClasses"),
+        "VolumeAttributesClasses", (_LEASE,)),
     ("csi-node-driver-registrar", "v2.17.0"): Sidecar(
         (1, 13), None, {}, frozenset({"csi-address", "kubelet-registration-path", "mode",
                                       "http-endpoint"}),
@@ -192,6 +202,11 @@ def check_container(name, version, args, k8s_range, opt_in_apis=()):
                 locked = row.gates[g]
                 if locked is not None and (v.lower() == "true") != locked:
                     raise Refused(f"{name}:{version}: feature gate {g} is locked to {locked}")
+    for kind, group_version in row.apis:
+        for minor in minors(low, high):
+            if not api_exists(group_version, kind, minor):
+                raise Refused(f"{name}:{version} uses {group_version} {kind}, which Kubernetes "
+                              f"{minor[0]}.{minor[1]} does not have")
     if row.vac:
         for minor in minors(low, high):
             if not api_exists(row.vac, "VolumeAttributesClass", minor):
