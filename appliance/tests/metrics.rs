@@ -311,8 +311,9 @@ async fn counters_move_by_exactly_the_known_calls_and_io() {
         after.get("edgevol_build_info", &[("appliance", "test-box")]),
         1.0
     );
-    // Host NQNs are not exported (only counts).
-    assert!(!after.text.contains(HOST));
+    // The host's NQN (no secret: it is the CSI node id) with its live controllers.
+    let host = [("volume_id", volume.as_str()), ("host_nqn", HOST)];
+    assert_eq!(after.get("edgevol_volume_host_controllers", &host), 1.0);
 
     // The host goes away: its controller is torn down and the gauge falls back to 0.
     drop(q);
@@ -328,6 +329,7 @@ async fn counters_move_by_exactly_the_known_calls_and_io() {
     })
     .await
     .expect("controller torn down after disconnect");
+    assert!(!gone.text.contains(HOST), "a gone host is still listed");
     // Counters survive the disconnect.
     assert_eq!(
         gone.get(
