@@ -67,6 +67,46 @@ fn offered(leg_capacities: impl IntoIterator<Item = i64>) -> i64 {
         .map_or(0, |c| c.saturating_sub(offset()))
 }
 
+/// GetCapacity over the appliances that answered, for volumes of `replicas` legs: a plain
+/// volume can use any box, so their free space adds up and the largest volume is the largest
+/// any one box takes; a volume of N legs needs N boxes, so it is bounded by the N-th largest
+/// box (less the md offset), and a single such volume is the most that can be promised.
+pub fn capacity_of(answers: &[GetCapacityResponse], replicas: usize) -> GetCapacityResponse {
+    let minimum = answers.iter().filter_map(|a| a.minimum_volume_size).min();
+    if replicas <= 1 {
+        return GetCapacityResponse {
+            available_capacity: answers
+                .iter()
+                .fold(0i64, |t, a| t.saturating_add(a.available_capacity)),
+            maximum_volume_size: Some(
+                answers
+                    .iter()
+                    .filter_map(|a| a.maximum_volume_size)
+                    .max()
+                    .unwrap_or(0),
+            ),
+            minimum_volume_size: minimum,
+        };
+    }
+    let nth_largest = |mut v: Vec<i64>| {
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v.get(replicas - 1)
+            .map_or(0, |c| c.saturating_sub(offset()).max(0))
+    };
+    let available = nth_largest(answers.iter().map(|a| a.available_capacity).collect());
+    let maximum = nth_largest(
+        answers
+            .iter()
+            .map(|a| a.maximum_volume_size.unwrap_or(a.available_capacity))
+            .collect(),
+    );
+    GetCapacityResponse {
+        available_capacity: available,
+        maximum_volume_size: Some(maximum),
+        minimum_volume_size: minimum,
+    }
+}
+
 /// A leg's capacity range for a replicated volume's: [`MD_DATA_OFFSET_BYTES`] more at both
 /// ends; with no requirement (and no source to size from), the appliances' 1 GiB default.
 fn leg_range(
@@ -695,6 +735,26 @@ mod tests {
             Code::OutOfRange
         );
         assert_eq!(offered([66 * mib, 65 * mib]), 64 * mib);
+    }
+
+    #[test]
+    fn capacity_adds_up_for_plain_volumes_and_is_the_nth_box_for_replicated_ones() {
+        let mib = 1 << 20;
+        let box_ = |free: i64| GetCapacityResponse {
+            available_capacity: free * mib,
+            maximum_volume_size: Some(free * mib),
+            minimum_volume_size: Some(mib),
+        };
+        let boxes = [box_(100), box_(40), box_(70)];
+        let plain = capacity_of(&boxes, 1);
+        assert_eq!(plain.available_capacity, 210 * mib);
+        assert_eq!(plain.maximum_volume_size, Some(100 * mib));
+        let two = capacity_of(&boxes, 2);
+        assert_eq!(two.available_capacity, 69 * mib);
+        assert_eq!(two.maximum_volume_size, Some(69 * mib));
+        assert_eq!(capacity_of(&boxes, 3).available_capacity, 39 * mib);
+        assert_eq!(capacity_of(&boxes[..1], 2).available_capacity, 0);
+        assert_eq!(two.minimum_volume_size, Some(mib));
     }
 
     #[test]

@@ -37,7 +37,7 @@ use tonic::{Code, Status};
 
 use crate::fleet_paging::{self, Listing};
 use crate::fleet_placement as placement;
-use crate::fleet_replicas::{is_replicated, replicas_param};
+use crate::fleet_replicas::{capacity_of, is_replicated, replicas_param};
 use crate::grpc_unary::{answer, refuse, reply, request, Buffered, ProxyBody};
 use crate::proxy::Forwarder;
 use edgevol_driver::fleet::{legs, REPLICAS_PARAM};
@@ -282,6 +282,20 @@ impl Fleet {
                     (snapshot, _) => self.by_id(&b, snapshot).await,
                 }
             }
+            "/csi.v1.Controller/ValidateVolumeCapabilities" => {
+                let mut r: ValidateVolumeCapabilitiesRequest = b.message()?;
+                if is_replicated(&r.volume_id) {
+                    return self.replicated(path, &b, &r.volume_id).await;
+                }
+                // A plain volume made with replicas=1 was created without the parameter.
+                if r.parameters.get(REPLICAS_PARAM).is_some_and(|n| n == "1") {
+                    r.parameters.remove(REPLICAS_PARAM);
+                }
+                match self.owner(&r.volume_id) {
+                    Some(i) => Ok(passed(self.members[i].forward(b.with_message(&r)).await?)),
+                    None => self.any(&b).await,
+                }
+            }
             "/volumegroup.Controller/ListVolumeGroups" => {
                 self.list::<ListVolumeGroupsRequest>(&b).await
             }
@@ -428,7 +442,9 @@ impl Fleet {
     }
 
     async fn get_capacity(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
-        let req: GetCapacityRequest = b.message()?;
+        let mut req: GetCapacityRequest = b.message()?;
+        let replicas = replicas_param(&req.parameters)?.unwrap_or(1);
+        req.parameters.remove(REPLICAS_PARAM);
         let ids = self.ids();
         let named: Vec<usize> = match &req.accessible_topology {
             Some(t) if placement::names_an_appliance(&t.segments) => (0..ids.len())
@@ -436,12 +452,7 @@ impl Fleet {
                 .collect(),
             _ => (0..ids.len()).collect(),
         };
-        let mut total = GetCapacityResponse {
-            available_capacity: 0,
-            maximum_volume_size: Some(0),
-            minimum_volume_size: None,
-        };
-        let mut answered = false;
+        let mut answers = Vec::new();
         let mut down = Vec::new();
         for i in named {
             let m = &self.members[i];
@@ -452,27 +463,15 @@ impl Fleet {
                 });
             }
             match m.call::<GetCapacityResponse>(b.with_message(&r)).await {
-                Ok(c) => {
-                    answered = true;
-                    total.available_capacity = total
-                        .available_capacity
-                        .saturating_add(c.available_capacity);
-                    total.maximum_volume_size =
-                        total.maximum_volume_size.max(c.maximum_volume_size);
-                    total.minimum_volume_size =
-                        match (total.minimum_volume_size, c.minimum_volume_size) {
-                            (Some(a), Some(b)) => Some(a.min(b)),
-                            (a, b) => a.or(b),
-                        };
-                }
+                Ok(c) => answers.push(c),
                 Err(s) if s.code() == Code::Unavailable => down.push(s.message().to_owned()),
                 Err(s) => return Err(s),
             }
         }
-        if !answered && !down.is_empty() {
+        if answers.is_empty() && !down.is_empty() {
             return Err(Status::unavailable(down.join("; ")));
         }
-        Ok(reply(&total))
+        Ok(reply(&capacity_of(&answers, replicas)))
     }
 
     /// A listing paged across appliances.

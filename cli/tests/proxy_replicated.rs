@@ -299,6 +299,43 @@ async fn replicas_are_refused_without_enough_appliances_and_with_multi_node_writ
         .unwrap();
     assert_eq!(legs(&plain.volume_id).len(), 1);
     assert_eq!(plain.capacity_bytes, 8 * MIB);
+    let confirmed = c
+        .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
+            volume_id: plain.volume_id.clone(),
+            volume_capabilities: vec![mount()],
+            parameters: HashMap::from([("replicas".into(), "1".into())]),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(confirmed.confirmed.is_some(), "{}", confirmed.message);
+
+    // Capacity for replicated volumes: bounded by the second box, less the md offset.
+    let capacity = |replicas: &str| GetCapacityRequest {
+        parameters: HashMap::from([("replicas".into(), replicas.into())]),
+        ..Default::default()
+    };
+    let mut free = Vec::new();
+    for id in ["box-a", "box-b"] {
+        free.push(
+            c.get_capacity(GetCapacityRequest {
+                accessible_topology: Some(topology(&[("edgevol.io/appliance", id)])),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .available_capacity,
+        );
+    }
+    let two = c.get_capacity(capacity("2")).await.unwrap().into_inner();
+    assert_eq!(two.available_capacity, free.iter().min().unwrap() - MIB);
+    let three = c.get_capacity(capacity("3")).await.unwrap().into_inner();
+    assert_eq!(
+        three.available_capacity, 0,
+        "two appliances cannot hold three legs"
+    );
 
     // A leg size no appliance can give.
     let status = c
