@@ -26,7 +26,9 @@ pub mod host;
 pub mod hostnqn;
 pub mod initiator;
 pub mod keys;
+pub mod legs;
 pub mod mount;
+pub mod raid;
 pub mod state;
 pub mod sysfs;
 pub mod volume;
@@ -37,6 +39,8 @@ mod appliance_tests;
 mod auth_tests;
 #[cfg(test)]
 mod fault_tests;
+#[cfg(test)]
+mod replicated_tests;
 #[cfg(test)]
 mod restart_tests;
 #[cfg(test)]
@@ -96,6 +100,14 @@ pub struct Args {
     /// Seconds the kernel keeps reconnecting a lost controller before deleting it (-1 = forever).
     #[arg(long, default_value_t = fabrics::DEFAULT_CTRL_LOSS_TMO, allow_negative_numbers = true)]
     pub ctrl_loss_tmo: i32,
+    /// fast_io_fail_tmo of a replicated volume's legs, in seconds: how long writes wait for a
+    /// lost leg before the kernel fails its I/O and md goes on with the other legs.
+    #[arg(long, default_value_t = volume::DEFAULT_LEG_FAST_IO_FAIL_TMO)]
+    pub leg_fast_io_fail_tmo: i32,
+    /// Seconds between checks that re-add a replicated volume's returned legs (and connect a
+    /// leg whose controller the kernel gave up); NodeGetVolumeStats re-adds too.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    pub replica_check_secs: u64,
     /// Seconds between reconnect attempts.
     #[arg(long, default_value_t = fabrics::DEFAULT_RECONNECT_DELAY)]
     pub reconnect_delay: u32,
@@ -242,6 +254,8 @@ pub struct Plugin {
     pub node: NodeService,
     /// The volumes and how often to look for rotated keys, when the node enrols.
     pub key_refresh: Option<(Arc<Volumes>, Duration)>,
+    /// The volumes and how often to re-add returned legs of replicated volumes.
+    pub replica_check: (Arc<Volumes>, Duration),
 }
 
 /// Builds the plugin from flags on a given host: checks the connection flags, reads (or
@@ -306,11 +320,19 @@ pub fn build_with_keys(
         poll: Duration::from_millis(100),
     };
     initiator::prepare(&*host);
-    let mut volumes = Volumes::new(host, store, cfg);
+    if !(1..=60).contains(&args.leg_fast_io_fail_tmo) || args.replica_check_secs == 0 {
+        return Err(
+            "--leg-fast-io-fail-tmo must be 1 to 60 seconds and --replica-check-secs at least 1"
+                .to_owned(),
+        );
+    }
+    let mut volumes =
+        Volumes::new(host, store, cfg).with_leg_fast_io_fail_tmo(args.leg_fast_io_fail_tmo);
     if let Some(source) = source {
         volumes = volumes.with_appliance_keys(source);
     }
     let volumes = Arc::new(volumes);
+    let volumes_for_check = volumes.clone();
     let key_refresh = volumes
         .uses_keys()
         .then(|| (volumes.clone(), Duration::from_secs(args.key_refresh_secs)));
@@ -330,6 +352,10 @@ pub fn build_with_keys(
         socket,
         node: NodeService::new(volumes, info),
         key_refresh,
+        replica_check: (
+            volumes_for_check,
+            Duration::from_secs(args.replica_check_secs),
+        ),
     })
 }
 
@@ -359,6 +385,8 @@ pub async fn serve(
     let refresher = plugin
         .key_refresh
         .map(|(volumes, every)| tokio::spawn(refresh_keys(volumes, every)));
+    let (volumes, every) = plugin.replica_check;
+    let replica_checker = tokio::spawn(check_replicas(volumes, every));
     tracing::info!(socket = %plugin.socket.display(), "serving CSI Identity + Node");
     let served = tonic::transport::Server::builder()
         .add_service(IdentityServer::new(IdentityService))
@@ -369,7 +397,23 @@ pub async fn serve(
     if let Some(task) = refresher {
         task.abort();
     }
+    replica_checker.abort();
     served
+}
+
+/// Every `every`, re-adds the returned legs of replicated volumes ([`Volumes::heal_replicated`]).
+pub async fn check_replicas(volumes: Arc<Volumes>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let v = volumes.clone();
+        match tokio::task::spawn_blocking(move || v.heal_replicated()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(legs = n, "returned legs re-added to their md arrays"),
+            Err(e) => tracing::error!(error = %e, "replica check task failed"),
+        }
+    }
 }
 
 /// Enrols every `every` (the first time at once) and hands rotated keys to the controllers

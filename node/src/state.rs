@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fabrics::Target;
+use crate::legs::Replicated;
 use crate::volume::Capability;
 
 /// One staged (or being staged) volume.
@@ -45,6 +46,10 @@ pub struct StagedVolume {
     /// published; this says what was asked.
     #[serde(default)]
     pub publications: Vec<Publication>,
+    /// A replicated volume: its md array and legs (`target`, `nguid` and `uuid` above are its
+    /// first leg's). `None` for a plain volume, and in records written before replication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicated: Option<Replicated>,
 }
 
 /// One NodePublishVolume of a staged volume.
@@ -177,6 +182,7 @@ mod tests {
             controller: Some("nvme1".into()),
             disk: None,
             publications: Vec::new(),
+            replicated: None,
         }
     }
 

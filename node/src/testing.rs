@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use crate::host::{CmdOutput, FsUsage, Host};
 
+mod md;
+
 #[derive(Debug, Clone)]
 struct FakeMount {
     dev: String,
@@ -707,6 +709,7 @@ impl Host for FakeHost {
                 }
             }
             "resize2fs" | "xfs_growfs" | "e2fsck" => ok(""),
+            "mdadm" => self.mdadm(args),
             _ => fail(127, "command not found"),
         }
     }

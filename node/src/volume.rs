@@ -26,6 +26,9 @@ use crate::mount::{self, MountEntry};
 use crate::state::{Publication, StagedVolume, StateStore};
 use crate::sysfs::{self, Controller, FailFast, Namespace, NamespaceId};
 
+mod replicated;
+pub use replicated::DEFAULT_LEG_FAST_IO_FAIL_TMO;
+
 /// Mount or block access.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Access {
@@ -169,6 +172,8 @@ pub struct Volumes {
     /// Per key scope (appliance), the key generation every controller of a staged volume of
     /// it was last given (in memory only: after a restart the first enrolment checks them all).
     generation: Mutex<HashMap<KeyScope, u64>>,
+    /// `fast_io_fail_tmo` of a replicated volume's legs (md carries their I/O).
+    leg_fast_io_fail_tmo: i32,
 }
 
 fn path_str(p: &Path) -> String {
@@ -185,6 +190,7 @@ impl Volumes {
             lock: Mutex::new(()),
             keys: None,
             generation: Mutex::new(HashMap::new()),
+            leg_fast_io_fail_tmo: DEFAULT_LEG_FAST_IO_FAIL_TMO,
         }
     }
 
@@ -197,6 +203,12 @@ impl Volumes {
     /// Connects with the keys each appliance's enrolment gives (none when `keys` is empty).
     pub fn with_appliance_keys(mut self, keys: ApplianceKeys) -> Self {
         self.keys = (!keys.is_empty()).then_some(keys);
+        self
+    }
+
+    /// Connects the legs of replicated volumes with this `fast_io_fail_tmo` (seconds).
+    pub fn with_leg_fast_io_fail_tmo(mut self, secs: i32) -> Self {
+        self.leg_fast_io_fail_tmo = secs;
         self
     }
 
@@ -236,12 +248,15 @@ impl Volumes {
         let mut seen = Vec::new();
         let (mut updated, mut failed) = (0, 0);
         let sources = self.keys.as_ref();
-        for rec in self.store.all()? {
-            if sources.map(|s| s.scope_of(&rec.target.subsysnqn)).as_ref() != Some(scope) {
+        let records = self.store.all()?;
+        let targets = records
+            .iter()
+            .flat_map(|rec| rec.targets().into_iter().map(move |t| (rec, t)));
+        for (rec, target) in targets {
+            if sources.map(|s| s.scope_of(&target.subsysnqn)).as_ref() != Some(scope) {
                 continue;
             }
-            let Some(c) = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)?
-            else {
+            let Some(c) = fabrics::find_controller(&*self.host, target, &self.cfg.host)? else {
                 continue;
             };
             if seen.contains(&c.name) {
@@ -418,6 +433,7 @@ impl Volumes {
                     controller: None,
                     disk: None,
                     publications: Vec::new(),
+                    replicated: None,
                 };
                 self.store.put(&rec)?;
                 rec
@@ -548,7 +564,7 @@ impl Volumes {
             .store
             .all()?
             .into_iter()
-            .filter(|o| o.volume_id != rec.volume_id && o.target == rec.target)
+            .filter(|o| o.volume_id != rec.volume_id && o.targets().contains(&&rec.target))
             .map(|o| o.volume_id)
             .collect())
     }
@@ -646,6 +662,9 @@ impl Volumes {
                 asked = %staging_path.display(), "unstage of a path the volume is not staged at");
             return Ok(());
         }
+        if rec.replicated.is_some() {
+            return self.unstage_replicated(&rec, staging_path, &table);
+        }
         let ns = self.find_namespace(&Self::namespace_id(&rec))?;
         if let Some(ns) = &ns {
             let others = Self::other_mounts(&table, &rec, ns, &[staging_path]);
@@ -708,17 +727,24 @@ impl Volumes {
             }
         };
         let mut changed = 0;
-        for rec in records {
-            let found = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host);
-            let applied = found.and_then(|c| match c {
-                Some(c) => fabrics::apply_fail_fast(&*self.host, &c, &self.cfg.fabrics),
-                None => Ok(false),
-            });
-            match applied {
-                Ok(true) => changed += 1,
-                Ok(false) => {}
-                Err(e) => tracing::warn!(volume_id = %rec.volume_id, error = %e,
-                    "could not set fast_io_fail_tmo on the volume's controller"),
+        for rec in &records {
+            // A replicated volume's legs fail fast after the legs' own (short) timeout.
+            let cfg = match rec.replicated {
+                Some(_) => self.leg_fabrics(),
+                None => self.cfg.fabrics,
+            };
+            for target in rec.targets() {
+                let found = fabrics::find_controller(&*self.host, target, &self.cfg.host);
+                let applied = found.and_then(|c| match c {
+                    Some(c) => fabrics::apply_fail_fast(&*self.host, &c, &cfg),
+                    None => Ok(false),
+                });
+                match applied {
+                    Ok(true) => changed += 1,
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(volume_id = %rec.volume_id, error = %e,
+                        "could not set fast_io_fail_tmo on the volume's controller"),
+                }
             }
         }
         changed
@@ -761,7 +787,7 @@ impl Volumes {
         let wants_block = matches!(req.capability.access, Access::Block);
         let kind = |block: bool| if block { "block" } else { "mount" };
         let table = mount::table(&*self.host)?;
-        let ns = self.find_namespace(&Self::namespace_id(&rec))?;
+        let ns = self.volume_device(&rec)?;
         // The target first: the same publication again is OK, a different one ALREADY_EXISTS.
         if let Some(m) = mount::mount_at(&table, &req.target_path) {
             if !Self::is_volume_mount(&table, &rec, ns.as_ref(), m) {
@@ -907,7 +933,7 @@ impl Volumes {
         if let Some(m) = mount::mount_at(&table, target_path) {
             let ours = match self.store.get(volume_id)? {
                 Some(rec) => {
-                    let ns = self.find_namespace(&Self::namespace_id(&rec))?;
+                    let ns = self.volume_device(&rec)?;
                     Self::is_volume_mount(&table, &rec, ns.as_ref(), m)
                 }
                 None => false,
@@ -969,6 +995,9 @@ impl Volumes {
     /// NodeGetVolumeStats.
     pub fn stats(&self, volume_id: &str, volume_path: &Path) -> Result<VolumeStats> {
         let rec = self.staged(volume_id)?;
+        if rec.replicated.is_some() {
+            return self.stats_replicated(&rec, volume_path);
+        }
         let ns = self.find_namespace(&Self::namespace_id(&rec))?;
         let table = mount::table(&*self.host)?;
         self.volume_path_mount(&table, &rec, ns.as_ref(), volume_path)?;
@@ -1026,6 +1055,9 @@ impl Volumes {
         let _guard = self.guard();
         let volume_id = req.volume_id.as_str();
         let rec = self.staged(volume_id)?;
+        if rec.replicated.is_some() {
+            return self.expand_replicated(&rec, req);
+        }
         let ns = self.find_namespace(&Self::namespace_id(&rec))?;
         let table = mount::table(&*self.host)?;
         self.volume_path_mount(&table, &rec, ns.as_ref(), &req.volume_path)?;

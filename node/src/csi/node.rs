@@ -80,6 +80,12 @@ impl Node for NodeService {
         &self,
         request: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        if let Some(op) = crate::legs::stage_request(request.get_ref())? {
+            tracing::info!(volume_id = %op.volume_id, staging = %op.staging_path.display(),
+                legs = op.legs.len(), "NodeStageVolume (replicated)");
+            self.blocking(move |v| v.stage_replicated(&op)).await?;
+            return Ok(Response::new(NodeStageVolumeResponse {}));
+        }
         let op = request::stage(request.get_ref())?;
         tracing::info!(volume_id = %op.volume_id, staging = %op.staging_path.display(), "NodeStageVolume");
         self.blocking(move |v| v.stage(&op)).await?;

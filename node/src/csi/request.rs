@@ -157,7 +157,7 @@ fn context_key<'a>(ctx: &'a HashMap<String, String>, key: &str) -> Result<&'a st
     }
 }
 
-fn namespace(ctx: &HashMap<String, String>) -> Result<NamespaceId> {
+pub(crate) fn namespace(ctx: &HashMap<String, String>) -> Result<NamespaceId> {
     let parse = |key: &str| -> Result<Option<String>> {
         match ctx.get(key).filter(|v| !v.is_empty()) {
             None => Ok(None),

@@ -1,0 +1,268 @@
+//! The fake host's md: mdadm's create, assemble, examine, stop, remove, re-add, add and grow,
+//! modelled on sysfs as the kernel shows arrays (`/sys/block/mdN/{dev,size,slaves/,md/}`), and
+//! superblocks kept per namespace (by NGUID), so they survive a leg's controller going away and
+//! coming back under another name. Tests play md's part when a leg's I/O fails
+//! ([`FakeHost::md_fail_member`]) and when a resync ends ([`FakeHost::md_finish_resync`]).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::{arg_basename, fail, ok, write, FakeHost};
+use crate::host::CmdOutput;
+
+/// md's data offset in 512-byte sectors (the plugin's `--data-offset=1M`).
+const OFFSET_SECTORS: u64 = 2048;
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+impl FakeHost {
+    fn superblock(&self, disk: &str) -> PathBuf {
+        let nguid = read(&self.sys.join("block").join(disk).join("nguid"));
+        self.sys
+            .parent()
+            .unwrap()
+            .join("md-superblocks")
+            .join(nguid)
+    }
+
+    fn array_dir(&self, md: &str) -> PathBuf {
+        self.sys.join("block").join(md)
+    }
+
+    fn disk_sectors(&self, disk: &str) -> u64 {
+        read(&self.sys.join("block").join(disk).join("size"))
+            .parse()
+            .unwrap_or(0)
+    }
+
+    fn members(&self, md: &str) -> Vec<String> {
+        let mut out: Vec<String> = fs::read_dir(self.array_dir(md).join("md"))
+            .map(|d| {
+                d.filter_map(|e| {
+                    let name = e.ok()?.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix("dev-").map(str::to_owned)
+                })
+                .collect()
+            })
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
+    fn set_member(&self, md: &str, disk: &str, state: &str) {
+        let dir = self.array_dir(md);
+        write(&dir.join(format!("md/dev-{disk}/state")), state);
+        write(&dir.join("slaves").join(disk), "");
+    }
+
+    fn set_degraded(&self, md: &str) {
+        let dir = self.array_dir(md);
+        let raid_disks: usize = read(&dir.join("md/raid_disks")).parse().unwrap();
+        let in_sync = self
+            .members(md)
+            .iter()
+            .filter(|d| self.md_member_state(md, d) == "in_sync")
+            .count();
+        write(
+            &dir.join("md/degraded"),
+            &(raid_disks - in_sync).to_string(),
+        );
+    }
+
+    fn resize_array(&self, md: &str) {
+        let size = self
+            .members(md)
+            .iter()
+            .filter(|d| self.sys.join("block").join(d).exists())
+            .map(|d| self.disk_sectors(d))
+            .min()
+            .unwrap_or(0)
+            .saturating_sub(OFFSET_SECTORS);
+        write(&self.array_dir(md).join("size"), &size.to_string());
+    }
+
+    /// Starts array `name` over `disks` (superblocks written by the caller).
+    fn start_array(&self, name: &str, raid_disks: usize, disks: &[String]) -> String {
+        let md = (0..128u32)
+            .rev()
+            .map(|n| format!("md{n}"))
+            .find(|m| !self.array_dir(m).exists())
+            .unwrap();
+        let dir = self.array_dir(&md);
+        write(&dir.join("dev"), &format!("9:{}", &md[2..]));
+        write(&dir.join("md/raid_disks"), &raid_disks.to_string());
+        write(&dir.join("md/fake_name"), name);
+        write(&dir.join("md/sync_action"), "idle");
+        write(&dir.join("md/sync_completed"), "none");
+        for d in disks {
+            self.set_member(&md, d, "in_sync");
+        }
+        self.set_degraded(&md);
+        self.resize_array(&md);
+        fs::write(self.dev.join(&md), "").unwrap();
+        md
+    }
+
+    /// Runs the fake mdadm.
+    pub(super) fn mdadm(&self, args: &[String]) -> io::Result<CmdOutput> {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let devices = |list: &[&str]| -> Vec<String> {
+            list.iter()
+                .filter(|x| !x.starts_with("--") && **x != "missing")
+                .map(|x| arg_basename(x))
+                .collect()
+        };
+        match a.as_slice() {
+            ["--examine", dev] => {
+                let sb = self.superblock(&arg_basename(dev));
+                match fs::read_to_string(sb) {
+                    Ok(name) => ok(&format!("MD_NAME={name}\n")),
+                    Err(_) => fail(1, &format!("mdadm: No md superblock detected on {dev}.")),
+                }
+            }
+            ["--create", array, rest @ ..] => {
+                let name = arg_basename(array);
+                let raid_disks: usize = rest
+                    .iter()
+                    .find_map(|x| x.strip_prefix("--raid-devices="))
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                let disks = devices(rest);
+                for d in &disks {
+                    write(&self.superblock(d), &format!("{name}:{raid_disks}"));
+                }
+                self.start_array(&name, raid_disks, &disks);
+                ok("")
+            }
+            ["--assemble", array, "--run", rest @ ..] => {
+                let name = arg_basename(array);
+                let disks = devices(rest);
+                let sbs: Vec<String> = disks.iter().map(|d| read(&self.superblock(d))).collect();
+                let Some(raid_disks) = sbs
+                    .first()
+                    .and_then(|sb| sb.strip_prefix(&format!("{name}:")))
+                    .and_then(|n| n.parse().ok())
+                    .filter(|_| sbs.iter().all(|sb| sb == &sbs[0]))
+                else {
+                    return fail(1, &format!("mdadm: no devices found for {array}"));
+                };
+                self.start_array(&name, raid_disks, &disks);
+                ok("")
+            }
+            ["--stop", md] => {
+                let md = arg_basename(md);
+                fs::remove_dir_all(self.array_dir(&md))?;
+                fs::remove_file(self.dev.join(&md))?;
+                ok("")
+            }
+            ["--grow", md, "--size=max"] => {
+                self.resize_array(&arg_basename(md));
+                ok("")
+            }
+            [md, "--remove", "detached"] => {
+                let md = arg_basename(md);
+                for d in self.members(&md) {
+                    if !self.sys.join("block").join(&d).exists() {
+                        self.drop_member(&md, &d);
+                    }
+                }
+                ok("")
+            }
+            [md, "--remove", "failed"] => {
+                let md = arg_basename(md);
+                for d in self.members(&md) {
+                    if self.md_member_state(&md, &d).contains("faulty") {
+                        self.drop_member(&md, &d);
+                    }
+                }
+                ok("")
+            }
+            [md, op @ ("--re-add" | "--add"), dev] => {
+                let (md, disk) = (arg_basename(md), arg_basename(dev));
+                let dir = self.array_dir(&md);
+                let name = format!(
+                    "{}:{}",
+                    read(&dir.join("md/fake_name")),
+                    read(&dir.join("md/raid_disks"))
+                );
+                let sb = self.superblock(&disk);
+                if *op == "--re-add" && read(&sb) != name {
+                    return fail(
+                        1,
+                        &format!("mdadm: --re-add for {dev} to /dev/{md} is not possible"),
+                    );
+                }
+                write(&sb, &name);
+                self.set_member(&md, &disk, "spare");
+                write(&dir.join("md/sync_action"), "recover");
+                let size = read(&dir.join("size"));
+                write(&dir.join("md/sync_completed"), &format!("0 / {size}"));
+                ok("")
+            }
+            _ => fail(1, &format!("fake mdadm: unexpected {}", args.join(" "))),
+        }
+    }
+
+    fn drop_member(&self, md: &str, disk: &str) {
+        let dir = self.array_dir(md);
+        fs::remove_dir_all(dir.join(format!("md/dev-{disk}"))).unwrap();
+        fs::remove_file(dir.join("slaves").join(disk)).unwrap();
+        self.set_degraded(md);
+    }
+
+    /// The md devices running.
+    pub fn md_arrays(&self) -> Vec<String> {
+        let mut out: Vec<String> = fs::read_dir(self.sys.join("block"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("md"))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// An array's member disks.
+    pub fn md_members(&self, md: &str) -> Vec<String> {
+        self.members(md)
+    }
+
+    /// A member's state flags.
+    pub fn md_member_state(&self, md: &str, disk: &str) -> String {
+        read(&self.array_dir(md).join(format!("md/dev-{disk}/state")))
+    }
+
+    /// md failed a member (its I/O failed): faulty, the array degraded.
+    pub fn md_fail_member(&self, md: &str, disk: &str) {
+        write(
+            &self.array_dir(md).join(format!("md/dev-{disk}/state")),
+            "faulty",
+        );
+        self.set_degraded(md);
+    }
+
+    /// md is halfway through a resync.
+    pub fn md_sync_progress(&self, md: &str, done: u64) {
+        let dir = self.array_dir(md);
+        let size = read(&dir.join("size"));
+        write(&dir.join("md/sync_completed"), &format!("{done} / {size}"));
+    }
+
+    /// md finished resyncing: every spare in sync, the array whole again.
+    pub fn md_finish_resync(&self, md: &str) {
+        for d in self.members(md) {
+            if self.md_member_state(md, &d) == "spare" {
+                self.set_member(md, &d, "in_sync");
+            }
+        }
+        let dir = self.array_dir(md);
+        write(&dir.join("md/sync_action"), "idle");
+        write(&dir.join("md/sync_completed"), "none");
+        self.set_degraded(md);
+    }
+}
