@@ -108,6 +108,15 @@ fn modules_hint<H: Host + ?Sized>(host: &H) -> String {
     }
 }
 
+/// modprobe said yes, yet there is no device node: the plugin looks at a `/dev` of its own.
+fn no_device_after_modprobe<H: Host + ?Sized>(host: &H) -> String {
+    format!(
+        "modprobe succeeded but {} did not appear: mount the host's /dev into the plugin's \
+         container",
+        host.dev_root().join("nvme-fabrics").display()
+    )
+}
+
 /// The operator's message: what is missing, what the plugin tried, and the fix.
 fn missing_message<H: Host + ?Sized>(host: &H, found: Initiator, tried: &str) -> String {
     let kernel = host.kernel_release().map_or_else(
@@ -145,11 +154,17 @@ pub fn prepare<H: Host + ?Sized>(host: &H) -> Initiator {
         }
     }
     let found = check(host);
-    let tried = if tried.is_empty() {
-        "modprobe reported success".to_owned()
-    } else {
-        tried.join("; ")
-    };
+    if tried.is_empty() {
+        match found {
+            Initiator::Ready => {}
+            Initiator::NoFabrics => tried.push(no_device_after_modprobe(host)),
+            Initiator::NoTransport => tried.push(format!(
+                "modprobe {TCP_MODULE} succeeded but no TCP transport shows in {}",
+                host.sys_root().join("module").display()
+            )),
+        }
+    }
+    let tried = tried.join("; ");
     match found {
         Initiator::Ready => {
             tracing::info!("NVMe/TCP initiator ready: /dev/nvme-fabrics and nvme-tcp are there");
@@ -181,7 +196,7 @@ pub fn require_fabrics<H: Host + ?Sized>(host: &H, volume_id: &str) -> Result<()
             );
             return Ok(());
         }
-        Ok(()) => format!("modprobe {TCP_MODULE} succeeded but made no /dev/nvme-fabrics"),
+        Ok(()) => no_device_after_modprobe(host),
         Err(why) => why,
     };
     Err(Error::FailedPrecondition(format!(
@@ -275,6 +290,25 @@ mod tests {
         let (_, log) = capture(|| prepare(&host));
         assert!(log.contains("mount the host's /lib/modules"), "{log}");
         assert!(log.contains("6.12.0-nomodules"), "{log}");
+    }
+
+    #[test]
+    fn a_loaded_module_whose_device_the_container_does_not_see_is_named() {
+        let host = FakeHost::new();
+        host.remove_initiator();
+        host.set_loadable(&[FABRICS_MODULE, TCP_MODULE]);
+        // The kernel makes the node in the host's devtmpfs, not in this /dev.
+        host.hide_device_nodes();
+        let (_, log) = capture(|| prepare(&host));
+        assert!(
+            log.contains("did not appear: mount the host's /dev"),
+            "{log}"
+        );
+        let err = require_fabrics(&host, "v1").unwrap_err();
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("mount the host's /dev")),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -52,6 +52,7 @@ struct FakeState {
     release: Option<String>,
     loadable: Vec<String>,
     modprobe_missing: bool,
+    hidden_device_nodes: bool,
 }
 
 /// The fake host.
@@ -141,6 +142,12 @@ impl FakeHost {
         self.st().modprobe_missing = true;
     }
 
+    /// Modules load, but their device nodes never appear in this `/dev` (a container without
+    /// the host's `/dev`).
+    pub fn hide_device_nodes(&self) {
+        self.st().hidden_device_nodes = true;
+    }
+
     /// The running kernel is `release`, with no module indexes.
     pub fn set_release(&self, release: &str) {
         self.st().release = Some(release.to_owned());
@@ -154,7 +161,9 @@ impl FakeHost {
         self.load_module(&module.replace('-', "_"));
         if module == "nvme-tcp" || module == "nvme-fabrics" {
             self.load_module("nvme_fabrics");
-            fs::write(self.dev.join("nvme-fabrics"), "").unwrap();
+            if !self.st().hidden_device_nodes {
+                fs::write(self.dev.join("nvme-fabrics"), "").unwrap();
+            }
         }
         true
     }
