@@ -70,6 +70,9 @@ pub struct ArrayStatus {
     pub dev: String,
     /// The array's size in bytes.
     pub size_bytes: u64,
+    /// `md/array_state`: `clean`, `active`, ... or `inactive` (assembled in part by udev's
+    /// incremental assembly, not started).
+    pub state: String,
     /// `md/degraded`: how many members the array is short of.
     pub degraded: u32,
     /// `md/sync_action`: `idle`, `resync`, `recover`, ...
@@ -94,6 +97,14 @@ impl ArrayStatus {
 
 fn read_trimmed(path: &Path) -> io::Result<String> {
     Ok(fs::read_to_string(path)?.trim().to_owned())
+}
+
+/// An md attribute an inactive array may not show: `default` when it is missing.
+fn read_or(path: &Path, default: &str) -> io::Result<String> {
+    match read_trimmed(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(default.to_owned()),
+        other => other,
+    }
 }
 
 /// Parses `sync_completed`: `none`, or `done / total`.
@@ -131,7 +142,7 @@ pub fn status<H: Host + ?Sized>(host: &H, md: &str) -> io::Result<ArrayStatus> {
     let sectors: u64 = read_trimmed(&dir.join("size"))?
         .parse()
         .map_err(|_| io::Error::other(format!("{}/size: not a number", dir.display())))?;
-    let degraded = read_trimmed(&dir.join("md/degraded"))?
+    let degraded = read_or(&dir.join("md/degraded"), "0")?
         .parse()
         .map_err(|_| io::Error::other(format!("{}/md/degraded: not a number", dir.display())))?;
     let mut members = Vec::new();
@@ -151,9 +162,10 @@ pub fn status<H: Host + ?Sized>(host: &H, md: &str) -> io::Result<ArrayStatus> {
         md: md.to_owned(),
         dev: read_trimmed(&dir.join("dev"))?,
         size_bytes: sectors.saturating_mul(512),
+        state: read_or(&dir.join("md/array_state"), "inactive")?,
         degraded,
-        sync_action: read_trimmed(&dir.join("md/sync_action"))?,
-        sync_completed: parse_sync_completed(&read_trimmed(&dir.join("md/sync_completed"))?),
+        sync_action: read_or(&dir.join("md/sync_action"), "idle")?,
+        sync_completed: parse_sync_completed(&read_or(&dir.join("md/sync_completed"), "none")?),
         members,
     })
 }
@@ -224,6 +236,13 @@ pub fn assemble<H: Host + ?Sized>(host: &H, name: &str, legs: &[PathBuf]) -> Res
     ];
     args.extend(paths(legs));
     mdadm(host, &format!("assembling md array {name}"), args).map(drop)
+}
+
+/// Starts an array that was assembled in part and left inactive (by udev's incremental
+/// assembly, waiting for its other legs): degraded, with the legs it has.
+pub fn run<H: Host + ?Sized>(host: &H, md_device: &Path) -> Result<()> {
+    let args = vec!["--run".to_owned(), md_device.display().to_string()];
+    mdadm(host, &format!("starting {}", md_device.display()), args).map(drop)
 }
 
 /// Stops the array.

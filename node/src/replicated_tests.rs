@@ -370,6 +370,34 @@ fn a_restarted_node_assembles_the_array_from_its_legs_degraded_if_one_is_missing
 }
 
 #[test]
+fn an_array_udev_assembled_in_part_is_started_not_assembled_again() {
+    let e = env();
+    e.stage(true);
+    let dev = e.host.dev_root().display().to_string();
+    e.host
+        .run("mdadm", &["--stop".into(), format!("{dev}/md127")])
+        .unwrap();
+    // The node restarts; box-1 is down; udev's incremental assembly holds box-0's leg.
+    e.host.remove_controller_named("nvme1");
+    e.host.md_incremental("nvme0n1");
+    e.host.fail_next("connect");
+    e.stage(true);
+    assert_eq!(
+        e.mdadm().pop().unwrap(),
+        format!("--run {dev}/md127"),
+        "started, not assembled a second time"
+    );
+    assert_eq!(
+        e.volumes.stats(ID, &e.staging()).unwrap().usage,
+        Usage::Block(MD_BYTES)
+    );
+    assert_eq!(
+        e.condition().as_deref(),
+        Some("degraded: leg box-1-v7 (box-1) missing")
+    );
+}
+
+#[test]
 fn a_controller_connected_by_an_older_plugin_gets_the_legs_timeout_at_start() {
     let e = env();
     e.stage(true);

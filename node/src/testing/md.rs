@@ -99,6 +99,7 @@ impl FakeHost {
         write(&dir.join("md/fake_name"), name);
         write(&dir.join("md/sync_action"), "idle");
         write(&dir.join("md/sync_completed"), "none");
+        write(&dir.join("md/array_state"), "clean");
         for d in disks {
             self.set_member(&md, d, "in_sync");
         }
@@ -153,6 +154,19 @@ impl FakeHost {
                     return fail(1, &format!("mdadm: no devices found for {array}"));
                 };
                 self.start_array(&name, raid_disks, &disks);
+                ok("")
+            }
+            ["--run", md] => {
+                let md = arg_basename(md);
+                let dir = self.array_dir(&md);
+                if read(&dir.join("md/array_state")) != "inactive" {
+                    return fail(1, &format!("mdadm: /dev/{md} is already active"));
+                }
+                write(&dir.join("md/array_state"), "clean");
+                write(&dir.join("md/sync_action"), "idle");
+                write(&dir.join("md/sync_completed"), "none");
+                self.set_degraded(&md);
+                self.resize_array(&md);
                 ok("")
             }
             ["--stop", md] => {
@@ -214,6 +228,20 @@ impl FakeHost {
         fs::remove_dir_all(dir.join(format!("md/dev-{disk}"))).unwrap();
         fs::remove_file(dir.join("slaves").join(disk)).unwrap();
         self.set_degraded(md);
+    }
+
+    /// What mdadm's udev rule does when a leg with a superblock appears and its array is not
+    /// complete: an inactive array holding it (`/sys/block/mdN` with `slaves/`, no size yet).
+    pub fn md_incremental(&self, disk: &str) {
+        let name = read(&self.superblock(disk));
+        let (name, raid_disks) = name.split_once(':').unwrap();
+        let md = self.start_array(name, raid_disks.parse().unwrap(), &[disk.to_owned()]);
+        let dir = self.array_dir(&md);
+        write(&dir.join("md/array_state"), "inactive");
+        write(&dir.join("size"), "0");
+        for attr in ["degraded", "sync_action", "sync_completed"] {
+            fs::remove_file(dir.join("md").join(attr)).unwrap();
+        }
     }
 
     /// The md devices running.

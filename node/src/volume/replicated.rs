@@ -168,7 +168,7 @@ impl Volumes {
     ) -> Result<ArrayStatus> {
         let mut waited = std::time::Duration::ZERO;
         loop {
-            if let Some(a) = self.find_array(present)? {
+            if let Some(a) = self.find_array(present)?.filter(|a| a.state != "inactive") {
                 return Ok(a);
             }
             if waited >= self.cfg.device_wait {
@@ -186,7 +186,14 @@ impl Volumes {
     /// from the legs that carry its superblock; a no-op when it runs already.
     fn ensure_array(&self, rep: &Replicated, present: &[Option<Namespace>]) -> Result<ArrayStatus> {
         if let Some(a) = self.find_array(present)? {
-            return Ok(a);
+            if a.state != "inactive" {
+                return Ok(a);
+            }
+            // A host with mdadm's udev rules assembles legs as they appear and waits for all.
+            tracing::info!(array = %rep.array, md = %a.md,
+                "md array assembled in part by udev and inactive: starting it with its legs");
+            raid::run(&*self.host, &self.device_path(&a.md))?;
+            return self.wait_for_array(rep, present);
         }
         let devices: Vec<Option<std::path::PathBuf>> = present
             .iter()
