@@ -22,6 +22,8 @@
 //! never send a volume's calls to the wrong box.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use edgevol_proto::csi::v1::volume_content_source::Type as SourceType;
 use edgevol_proto::csi::v1::*;
@@ -45,12 +47,21 @@ use edgevol_driver::fleet::{legs, REPLICAS_PARAM};
 /// The manifest key of GetPluginInfo that carries the appliance's id.
 const MANIFEST_ID: &str = "appliance-id";
 
+/// How long calls that ask every appliance (listings, GetCapacity) leave out an appliance they
+/// could not reach, without trying it again: an appliance that is off (no answer at all) would
+/// otherwise hold each of them for the whole connect timeout. Calls that need one appliance of
+/// several (Identity, ids of no appliance) try it after the others; CreateVolume keeps the
+/// name's order (the volume may be there already) and calls on its own volumes always try it.
+pub const SKIP_UNREACHABLE: Duration = Duration::from_secs(30);
+
 /// One appliance of the fleet.
 #[derive(Debug)]
 pub struct Member {
     id: String,
     forwarder: Forwarder,
     verified: AtomicBool,
+    /// When a call last failed to reach it, and why; cleared by the next call that does.
+    unreachable: Mutex<Option<(Instant, String)>>,
 }
 
 impl Member {
@@ -60,7 +71,35 @@ impl Member {
             id,
             forwarder,
             verified: AtomicBool::new(false),
+            unreachable: Mutex::new(None),
         }
+    }
+
+    fn unreachable(&self) -> std::sync::MutexGuard<'_, Option<(Instant, String)>> {
+        self.unreachable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// UNAVAILABLE when a call failed to reach the appliance less than [`SKIP_UNREACHABLE`] ago.
+    fn recently_unreachable(&self) -> Result<(), Status> {
+        match &*self.unreachable() {
+            Some((at, why)) if at.elapsed() < SKIP_UNREACHABLE => Err(Status::unavailable(
+                format!("{why} (left out for {}s)", SKIP_UNREACHABLE.as_secs()),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Notes whether `result` reached the appliance.
+    fn note<T>(&self, result: Result<T, Status>) -> Result<T, Status> {
+        match &result {
+            Err(s) if s.code() == Code::Unavailable => {
+                *self.unreachable() = Some((Instant::now(), s.message().to_owned()));
+            }
+            _ => *self.unreachable() = None,
+        }
+        result
     }
 
     /// Its appliance id.
@@ -100,8 +139,20 @@ impl Member {
         &self,
         req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, Status> {
-        self.verify().await?;
-        self.forwarder.forward(req).await
+        let verified = self.verify().await;
+        self.note(verified)?;
+        let forwarded = self.forwarder.forward(req).await;
+        self.note(forwarded)
+    }
+
+    /// [`Member::call`] for a call that asks every appliance (listings, capacity): fails at
+    /// once while the appliance is [recently unreachable](Member::recently_unreachable).
+    async fn call_fanned<M: Message + Default>(
+        &self,
+        req: Request<ProxyBody>,
+    ) -> Result<M, Status> {
+        self.recently_unreachable()?;
+        self.call(req).await
     }
 
     /// A unary call's answer message, or the status the appliance sent.
@@ -114,8 +165,10 @@ impl Member {
 
     /// Whether the appliance can be reached and is the one configured.
     async fn ready(&self) -> Result<(), Status> {
-        self.forwarder.ready().await?;
-        self.verify().await
+        let ready = self.forwarder.ready().await;
+        self.note(ready)?;
+        let verified = self.verify().await;
+        self.note(verified)
     }
 }
 
@@ -226,6 +279,16 @@ impl Fleet {
 
     pub(crate) fn ids(&self) -> Vec<&str> {
         self.members.iter().map(Member::id).collect()
+    }
+
+    /// `order` with the appliances recently found unreachable moved last: a call that needs
+    /// one appliance of several tries those that answered first, and waits on one that may be
+    /// off only when no other would do.
+    fn reachable_first(&self, order: Vec<usize>) -> Vec<usize> {
+        let (up, down): (Vec<usize>, Vec<usize>) = order
+            .into_iter()
+            .partition(|&i| self.members[i].recently_unreachable().is_ok());
+        up.into_iter().chain(down).collect()
     }
 
     /// The appliance whose object `id` names (`<appliance id>-<kind><n>`).
@@ -342,14 +405,15 @@ impl Fleet {
 
     /// The (buffered) call sent to any reachable appliance.
     async fn any(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
-        self.first_that_answers(b, (0..self.members.len()).collect())
+        self.first_that_answers(b, self.reachable_first((0..self.members.len()).collect()))
             .await
     }
 
     /// A call the proxy does not read, sent as it streams to the first reachable appliance.
     async fn any_raw(&self, req: Request<Incoming>) -> Result<Response<ProxyBody>, Status> {
         let mut failed = Vec::new();
-        for m in &self.members {
+        for i in self.reachable_first((0..self.members.len()).collect()) {
+            let m = &self.members[i];
             match m.ready().await {
                 Ok(()) => return Ok(passed(m.forwarder.forward(req.map(BodyExt::boxed)).await?)),
                 Err(s) => failed.push(s.message().to_owned()),
@@ -408,6 +472,8 @@ impl Fleet {
         }
         let mut passed_over = Vec::new();
         let mut full = false;
+        // The name's order even when an appliance was unreachable a moment ago: the answer of
+        // an earlier attempt may be what was lost, and only that appliance has the volume.
         for i in order {
             let m = &self.members[i];
             let mut r = req.clone();
@@ -462,7 +528,10 @@ impl Fleet {
                     segments: placement::for_appliance(&t.segments, m.id()),
                 });
             }
-            match m.call::<GetCapacityResponse>(b.with_message(&r)).await {
+            match m
+                .call_fanned::<GetCapacityResponse>(b.with_message(&r))
+                .await
+            {
                 Ok(c) => answers.push(c),
                 Err(s) if s.code() == Code::Unavailable => down.push(s.message().to_owned()),
                 Err(s) => return Err(s),
@@ -493,7 +562,7 @@ impl Fleet {
             let want = if max == 0 { 0 } else { max - entries.len() };
             let page = r.page(i32::try_from(want).unwrap_or(i32::MAX), token.clone());
             match self.members[i]
-                .call::<L::Answer>(b.with_message(&page))
+                .call_fanned::<L::Answer>(b.with_message(&page))
                 .await
             {
                 Ok(a) => {

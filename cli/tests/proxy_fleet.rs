@@ -547,3 +547,68 @@ async fn ids_of_no_appliance_get_the_spec_answer_and_a_swapped_address_serves_no
         b.stop().await;
     }
 }
+
+#[tokio::test]
+async fn an_unreachable_appliance_is_left_out_of_listings_without_being_dialled_again() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-b"]).await;
+    // box-x: something on its address that drops every connection, counting them.
+    let dialled = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let x_addr = listener.local_addr().unwrap();
+    let counter = dialled.clone();
+    tokio::spawn(async move {
+        loop {
+            let (conn, _) = listener.accept().await.unwrap();
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    boxes.insert(
+        0,
+        fleet::Box_ {
+            id: "box-x".into(),
+            data: dir.path().join("box-x"),
+            addr: x_addr,
+            running: None,
+        },
+    );
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    c.create_volume(create("v", 1 << 20)).await.unwrap();
+    let after_create = dialled.load(Ordering::SeqCst);
+
+    assert_eq!(list_all(&mut c, 0).await.len(), 1);
+    let tried = dialled.load(Ordering::SeqCst);
+    assert!(tried >= 1, "the listing tried box-x");
+    assert!(tried >= after_create);
+    assert_eq!(list_all(&mut c, 1).await.len(), 1);
+    c.get_capacity(GetCapacityRequest::default()).await.unwrap();
+    let info = IdentityClient::new(unix_channel(dir.path().join("csi.sock")).await)
+        .get_plugin_info(GetPluginInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.name, "csi.edgevol.io");
+    assert_eq!(
+        dialled.load(Ordering::SeqCst),
+        tried,
+        "listings, capacity and Identity left box-x out without dialling it"
+    );
+
+    // Its own volumes' calls always try it.
+    let status = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: "box-x-v1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(dialled.load(Ordering::SeqCst), tried + 1);
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
