@@ -11,9 +11,13 @@
 //!   passed over for the next one allowed.
 //! * ListVolumes, ListSnapshots (unfiltered) and ListVolumeGroups page across appliances
 //!   ([`crate::fleet_paging`]); an appliance that is down is left out of the listing (logged),
-//!   so the others stay listable; only when none answers is the call UNAVAILABLE.
+//!   so the others stay listable; only when none answers is the call UNAVAILABLE. Such calls
+//!   skip an appliance they could not reach for [`SKIP_UNREACHABLE`].
 //! * GetCapacity answers for the appliances the requested topology names (all when it names
-//!   none): their free space summed, the largest volume any one of them can hold.
+//!   none): their free space summed, the largest volume any one of them can hold (for
+//!   replicated volumes, see [`crate::fleet_replicas::capacity_of`]).
+//! * Ids with several legs (`box-7-v3+box-8-v5`) and CreateVolume with `replicas` above 1 are
+//!   replicated volumes ([`crate::fleet_replicas`]).
 //! * Everything else (Identity, capabilities, streams of other services) goes untouched to the
 //!   first appliance that can be reached: every appliance runs the same driver.
 //!

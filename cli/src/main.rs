@@ -35,7 +35,7 @@ enum Command {
         /// appliance may be given as plain HOST:PORT.
         #[arg(long)]
         appliance: Vec<String>,
-        /// TOML file listing the appliances ([[appliance]] id, address, optional server_name).
+        /// TOML file listing the appliances: `[[appliance]]` tables of id, address, server_name.
         #[arg(long)]
         config: Option<PathBuf>,
         /// The appliance CA certificate.
