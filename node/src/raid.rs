@@ -14,7 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::host::Host;
+use crate::host::{CmdOutput, Host};
 
 /// The program.
 pub const MDADM: &str = "mdadm";
@@ -170,8 +170,9 @@ pub fn status<H: Host + ?Sized>(host: &H, md: &str) -> io::Result<ArrayStatus> {
     })
 }
 
-fn mdadm<H: Host + ?Sized>(host: &H, what: &str, args: Vec<String>) -> Result<String> {
-    let out = host.run(MDADM, &args).map_err(|e| {
+/// Runs mdadm; a node without it is FAILED_PRECONDITION saying what to install.
+fn run_mdadm<H: Host + ?Sized>(host: &H, what: &str, args: &[String]) -> Result<CmdOutput> {
+    host.run(MDADM, args).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
             Error::FailedPrecondition(format!(
                 "{what}: mdadm is not installed on this node; replicated volumes need it \
@@ -180,17 +181,25 @@ fn mdadm<H: Host + ?Sized>(host: &H, what: &str, args: Vec<String>) -> Result<St
         } else {
             Error::io(format!("{what}: running mdadm"), &e)
         }
-    })?;
-    if out.success() {
-        return Ok(out.stdout);
-    }
-    Err(Error::Internal(format!(
+    })
+}
+
+fn failed(what: &str, args: &[String], out: &CmdOutput) -> Error {
+    Error::Internal(format!(
         "{what}: mdadm {} failed ({}): {}",
         args.join(" "),
         out.code
             .map_or_else(|| "killed by a signal".to_owned(), |c| format!("exit {c}")),
         out.stderr.trim()
-    )))
+    ))
+}
+
+fn mdadm<H: Host + ?Sized>(host: &H, what: &str, args: Vec<String>) -> Result<String> {
+    let out = run_mdadm(host, what, &args)?;
+    if out.success() {
+        return Ok(out.stdout);
+    }
+    Err(failed(what, &args, &out))
 }
 
 fn paths(devices: &[PathBuf]) -> Vec<String> {
@@ -198,12 +207,19 @@ fn paths(devices: &[PathBuf]) -> Vec<String> {
 }
 
 /// True when `device` carries an md superblock (`mdadm --examine` succeeds).
+/// Only mdadm's own "No md superblock detected" counts as none: a leg that could not be read
+/// must never be taken for a new one (the array would be created over it).
 pub fn has_superblock<H: Host + ?Sized>(host: &H, device: &Path) -> Result<bool> {
+    let what = format!("examining {}", device.display());
     let args = vec!["--examine".to_owned(), device.display().to_string()];
-    let out = host
-        .run(MDADM, &args)
-        .map_err(|e| Error::io(format!("mdadm --examine {}", device.display()), &e))?;
-    Ok(out.success())
+    let out = run_mdadm(host, &what, &args)?;
+    if out.success() {
+        return Ok(true);
+    }
+    if out.stderr.contains("No md superblock detected") {
+        return Ok(false);
+    }
+    Err(failed(&what, &args, &out))
 }
 
 /// Creates the RAID1 `name` over `legs` (`None`: a leg missing now, added later with a full

@@ -483,4 +483,34 @@ fn what_cannot_work_is_refused_clearly() {
     let other = e.stage_req(false, Mode::SingleNodeWriter);
     let err = e.volumes.stage_replicated(&other).unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
+
+    // A node without mdadm: said so, with what to install.
+    let e = env();
+    e.host.remove_mdadm();
+    let err = e
+        .volumes
+        .stage_replicated(&e.stage_req(true, Mode::SingleNodeWriter))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m)
+            if m.contains("mdadm is not installed") && m.contains("raid1")),
+        "{err}"
+    );
+
+    // A leg mdadm cannot read is never taken for a new one.
+    let e = env();
+    e.host.fail_next_with(
+        "mdadm",
+        2,
+        "mdadm: cannot open /dev/nvme0n1: Input/output error",
+    );
+    let err = e
+        .volumes
+        .stage_replicated(&e.stage_req(true, Mode::SingleNodeWriter))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Internal(m) if m.contains("Input/output error")),
+        "{err}"
+    );
+    assert!(!e.mdadm().iter().any(|c| c.starts_with("--create")));
 }

@@ -52,6 +52,8 @@ struct FakeState {
     release: Option<String>,
     loadable: Vec<String>,
     modprobe_missing: bool,
+    /// Programs not installed: running one is ENOENT, as for the real host.
+    missing_programs: Vec<String>,
     hidden_device_nodes: bool,
 }
 
@@ -676,6 +678,9 @@ impl Host for FakeHost {
     }
 
     fn run(&self, program: &str, args: &[String]) -> io::Result<CmdOutput> {
+        if self.st().missing_programs.iter().any(|p| p == program) {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
         self.st().commands.push((program.to_owned(), args.to_vec()));
         self.st()
             .ops

@@ -244,6 +244,11 @@ impl FakeHost {
         }
     }
 
+    /// mdadm is not installed.
+    pub fn remove_mdadm(&self) {
+        self.st().missing_programs.push("mdadm".to_owned());
+    }
+
     /// The md devices running.
     pub fn md_arrays(&self) -> Vec<String> {
         let mut out: Vec<String> = fs::read_dir(self.sys.join("block"))
