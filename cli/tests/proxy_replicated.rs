@@ -98,6 +98,19 @@ async fn a_replicated_volume_has_a_leg_per_appliance_and_every_call_acts_on_ever
         .into_inner()
         .publish_context;
     assert_eq!(ctx["replicas"], "2");
+    // The node plugin reads it as the same legs, on their appliances.
+    let read = edgevol_node::legs::parse_legs(&v.volume_id, &ctx)
+        .unwrap()
+        .expect("a replicated publish_context");
+    assert_eq!(
+        read.iter()
+            .map(|l| l.volume_id.as_str())
+            .collect::<Vec<_>>(),
+        ids
+    );
+    for l in &read {
+        assert_eq!(l.appliance, home(&l.volume_id));
+    }
     for (i, leg) in ids.iter().enumerate() {
         assert_eq!(ctx[&format!("leg{i}.volumeId")], *leg);
         assert_eq!(ctx[&format!("leg{i}.transport")], "tcp");
