@@ -30,7 +30,7 @@ const MD_BYTES: u64 = (LEG_SECTORS - 2048) * 512;
 struct Env {
     host: Arc<FakeHost>,
     store: StateStore,
-    volumes: Volumes,
+    volumes: Arc<Volumes>,
 }
 
 fn volumes_on(host: &Arc<FakeHost>, store: &StateStore) -> Volumes {
@@ -59,7 +59,7 @@ fn env() -> Env {
     }
     let store = StateStore::open(host.work.join("state")).unwrap();
     Env {
-        volumes: volumes_on(&host, &store),
+        volumes: Arc::new(volumes_on(&host, &store)),
         store,
         host,
     }
@@ -283,6 +283,26 @@ fn a_leg_whose_controller_the_kernel_gave_up_is_connected_again_by_the_periodic_
         .any(|o| o == "fast_io_fail_tmo=5"));
     e.host.md_finish_resync("md127");
     assert_eq!(e.condition(), None);
+}
+
+#[test]
+fn reconnecting_a_leg_holds_no_lock_and_is_undone_for_a_volume_unstaged_meanwhile() {
+    let e = env();
+    e.stage(true);
+    e.host.md_fail_member("md127", "nvme1n1");
+    e.host.remove_controller_named("nvme1");
+    // While the periodic check's connect waits for the kernel, the CO unstages the volume: it
+    // goes through (it would wait forever for a lock held across the connect).
+    let (volumes, staging) = (e.volumes.clone(), e.staging());
+    e.host
+        .during_next_connect(move || volumes.unstage(ID, &staging).unwrap());
+    assert_eq!(e.volumes.heal_replicated(), 0);
+    assert!(e.store.get(ID).unwrap().is_none());
+    assert!(e.host.md_arrays().is_empty());
+    assert!(
+        e.host.controller_names().is_empty(),
+        "the leg connected meanwhile is disconnected again"
+    );
 }
 
 #[test]

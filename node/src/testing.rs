@@ -54,6 +54,8 @@ struct FakeState {
     modprobe_missing: bool,
     /// Programs not installed: running one is ENOENT, as for the real host.
     missing_programs: Vec<String>,
+    /// Runs at the next connect, before the kernel answers (another caller's work meanwhile).
+    during_connect: md::DuringConnect,
     hidden_device_nodes: bool,
 }
 
@@ -525,6 +527,10 @@ impl Host for FakeHost {
         }
         self.st().fabrics_writes.push(options.to_owned());
         self.st().ops.push("connect".to_owned());
+        let during = self.st().during_connect.take();
+        if let Some(during) = during {
+            during();
+        }
         if self.take_failure("connect") {
             return Err(io::Error::from_raw_os_error(111)); // ECONNREFUSED
         }

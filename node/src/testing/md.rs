@@ -11,6 +11,22 @@ use std::path::{Path, PathBuf};
 use super::{arg_basename, fail, ok, write, FakeHost};
 use crate::host::CmdOutput;
 
+/// Work another caller does while the next connect waits for the kernel.
+#[derive(Default)]
+pub(super) struct DuringConnect(Option<Box<dyn FnOnce() + Send>>);
+
+impl DuringConnect {
+    pub(super) fn take(&mut self) -> Option<Box<dyn FnOnce() + Send>> {
+        self.0.take()
+    }
+}
+
+impl std::fmt::Debug for DuringConnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
+    }
+}
+
 /// md's data offset in 512-byte sectors (the plugin's `--data-offset=1M`).
 const OFFSET_SECTORS: u64 = 2048;
 
@@ -242,6 +258,11 @@ impl FakeHost {
         for attr in ["degraded", "sync_action", "sync_completed"] {
             fs::remove_file(dir.join("md").join(attr)).unwrap();
         }
+    }
+
+    /// `f` runs during the next connect, as another caller would meanwhile.
+    pub fn during_next_connect(&self, f: impl FnOnce() + Send + 'static) {
+        self.st().during_connect = DuringConnect(Some(Box::new(f)));
     }
 
     /// mdadm is not installed.

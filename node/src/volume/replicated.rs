@@ -460,33 +460,74 @@ impl Volumes {
         Ok((!problems.is_empty()).then(|| format!("degraded: {}", problems.join("; "))))
     }
 
-    /// Re-adds the returned legs of one replicated volume (the periodic check also connects a
-    /// leg whose controller the kernel gave up). Call with the operation lock held.
-    fn heal(&self, rec: &StagedVolume, reconnect: bool) -> Result<usize> {
+    /// Re-adds the returned legs of one replicated volume. Call with the operation lock held.
+    fn heal(&self, rec: &StagedVolume) -> Result<usize> {
         let Some(rep) = &rec.replicated else {
             return Ok(0);
         };
-        let mut present = self.leg_namespaces(rep)?;
+        let present = self.leg_namespaces(rep)?;
         let Some(array) = self.find_array(&present)? else {
             return Ok(0);
         };
-        if reconnect {
-            for (leg, ns) in rep.legs.iter().zip(present.iter_mut()) {
-                if ns.is_none() {
-                    match self.connect_leg(&rec.volume_id, leg) {
-                        Ok(n) => *ns = Some(n),
-                        Err(e) => tracing::debug!(volume_id = %rec.volume_id,
-                            leg = %leg.volume_id, error = %e, "leg still unreachable"),
-                    }
-                }
-            }
-        }
         self.rejoin_legs(rec, rep, &present, &array)
     }
 
-    /// The periodic check: for every staged replicated volume, connects legs whose controller
-    /// is gone and re-adds returned legs. Failures are logged; returns how many legs went back.
+    /// The legs of running replicated volumes that have no controller at all (the kernel gave
+    /// it up after `ctrl_loss_tmo`). Call with the operation lock held.
+    fn given_up_legs(&self) -> Result<Vec<(String, Leg)>> {
+        let mut out = Vec::new();
+        for rec in self.store.all()? {
+            let Some(rep) = &rec.replicated else {
+                continue;
+            };
+            if self.find_array(&self.leg_namespaces(rep)?)?.is_none() {
+                continue;
+            }
+            for leg in &rep.legs {
+                if fabrics::find_controller(&*self.host, &leg.target, &self.cfg.host)?.is_none() {
+                    out.push((rec.volume_id.clone(), leg.clone()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The periodic check: connects the legs whose controller the kernel gave up, then re-adds
+    /// every returned leg of every staged replicated volume. Failures are logged and tried again
+    /// at the next check; returns how many legs went back into their arrays.
+    ///
+    /// The connects run without the operation lock: to an appliance that is still away one can
+    /// take the kernel's TCP connect timeout, and every other operation of the node would wait.
+    /// A volume unstaged meanwhile gets its new controller disconnected again.
     pub fn heal_replicated(&self) -> usize {
+        let lost = {
+            let _guard = self.guard();
+            self.given_up_legs().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "looking for legs to reconnect");
+                Vec::new()
+            })
+        };
+        for (volume_id, leg) in lost {
+            if let Err(e) = self.connect_leg(&volume_id, &leg) {
+                tracing::debug!(volume_id, leg = %leg.volume_id, error = %e,
+                    "leg still unreachable");
+                continue;
+            }
+            let _guard = self.guard();
+            let staged = self
+                .store
+                .all()
+                .map(|all| all.iter().any(|r| r.targets().contains(&&leg.target)));
+            if let Ok(false) = staged {
+                tracing::info!(volume_id, leg = %leg.volume_id,
+                    "volume unstaged while its leg reconnected: disconnecting the leg again");
+                let undone = fabrics::find_controller(&*self.host, &leg.target, &self.cfg.host)
+                    .and_then(|c| c.map_or(Ok(()), |c| fabrics::disconnect(&*self.host, &c.name)));
+                if let Err(e) = undone {
+                    tracing::warn!(volume_id, error = %e, "could not disconnect the leg");
+                }
+            }
+        }
         let _guard = self.guard();
         let records = match self.store.all() {
             Ok(r) => r,
@@ -497,7 +538,7 @@ impl Volumes {
         };
         let mut rejoined = 0;
         for rec in records.iter().filter(|r| r.replicated.is_some()) {
-            match self.heal(rec, true) {
+            match self.heal(rec) {
                 Ok(n) => rejoined += n,
                 Err(e) => tracing::warn!(volume_id = %rec.volume_id, error = %e,
                     "could not re-add a returned leg; tried again at the next check"),
@@ -518,7 +559,7 @@ impl Volumes {
         };
         {
             let _guard = self.guard();
-            if let Err(e) = self.heal(rec, false) {
+            if let Err(e) = self.heal(rec) {
                 tracing::warn!(volume_id = %rec.volume_id, error = %e,
                     "could not re-add a returned leg");
             }
