@@ -612,3 +612,173 @@ async fn an_unreachable_appliance_is_left_out_of_listings_without_being_dialled_
         b.stop().await;
     }
 }
+
+#[tokio::test]
+async fn volume_groups_and_group_snapshots_are_served_by_their_appliance() {
+    use edgevol_proto::csi::v1::group_controller_client::GroupControllerClient;
+    use edgevol_proto::volumegroup::controller_client::ControllerClient as GroupsClient;
+    use edgevol_proto::volumegroup::{
+        ControllerGetVolumeGroupRequest, CreateVolumeGroupRequest, DeleteVolumeGroupRequest,
+        ListVolumeGroupsRequest, ModifyVolumeGroupMembershipRequest,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let channel = unix_channel(dir.path().join("csi.sock")).await;
+    let mut groups = GroupsClient::new(channel.clone());
+    let mut gc = GroupControllerClient::new(channel);
+
+    // Groups spread by name; each retry finds its group.
+    let mut made = Vec::new();
+    for i in 0..8 {
+        let req = CreateVolumeGroupRequest {
+            name: format!("group-{i}"),
+            ..Default::default()
+        };
+        let g = groups
+            .create_volume_group(req.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .volume_group
+            .unwrap();
+        let again = groups
+            .create_volume_group(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .volume_group
+            .unwrap();
+        assert_eq!(g.volume_group_id, again.volume_group_id);
+        made.push(g.volume_group_id);
+    }
+    let homes: BTreeSet<&str> = made.iter().map(|g| home(g)).collect();
+    assert_eq!(homes.len(), 2, "{made:?}");
+    let mut listed = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = groups
+            .list_volume_groups(ListVolumeGroupsRequest {
+                max_entries: 3,
+                starting_token: token,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        listed.extend(
+            page.entries
+                .into_iter()
+                .map(|e| e.volume_group.unwrap().volume_group_id),
+        );
+        if page.next_token.is_empty() {
+            break;
+        }
+        token = page.next_token;
+    }
+    assert_eq!(
+        listed.iter().collect::<BTreeSet<_>>(),
+        made.iter().collect::<BTreeSet<_>>()
+    );
+    assert_eq!(listed.len(), made.len());
+
+    // A group on box-b with two of box-b's volumes, then its group snapshot.
+    let group = made.iter().find(|g| home(g) == "box-b").unwrap().clone();
+    let mut vols = Vec::new();
+    for name in ["m1", "m2"] {
+        let mut r = create(name, 1 << 20);
+        r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, "box-b")])], vec![]);
+        vols.push(
+            c.create_volume(r)
+                .await
+                .unwrap()
+                .into_inner()
+                .volume
+                .unwrap()
+                .volume_id,
+        );
+    }
+    let modified = groups
+        .modify_volume_group_membership(ModifyVolumeGroupMembershipRequest {
+            volume_group_id: group.clone(),
+            volume_ids: vols.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    assert_eq!(modified.volumes.len(), 2);
+    let got = groups
+        .controller_get_volume_group(ControllerGetVolumeGroupRequest {
+            volume_group_id: group.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    assert_eq!(got.volumes.len(), 2);
+    let gs = gc
+        .create_volume_group_snapshot(CreateVolumeGroupSnapshotRequest {
+            name: "gs".into(),
+            source_volume_ids: vols.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .group_snapshot
+        .unwrap();
+    assert_eq!(home(&gs.group_snapshot_id), "box-b");
+    let snaps: Vec<String> = gs.snapshots.iter().map(|s| s.snapshot_id.clone()).collect();
+    let again = gc
+        .get_volume_group_snapshot(GetVolumeGroupSnapshotRequest {
+            group_snapshot_id: gs.group_snapshot_id.clone(),
+            snapshot_ids: snaps.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .group_snapshot
+        .unwrap();
+    assert_eq!(again.group_snapshot_id, gs.group_snapshot_id);
+    gc.delete_volume_group_snapshot(DeleteVolumeGroupSnapshotRequest {
+        group_snapshot_id: gs.group_snapshot_id.clone(),
+        snapshot_ids: snaps,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    groups
+        .modify_volume_group_membership(ModifyVolumeGroupMembershipRequest {
+            volume_group_id: group.clone(),
+            volume_ids: vec![],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    groups
+        .delete_volume_group(DeleteVolumeGroupRequest {
+            volume_group_id: group.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let status = groups
+        .controller_get_volume_group(ControllerGetVolumeGroupRequest {
+            volume_group_id: group,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
