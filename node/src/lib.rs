@@ -299,6 +299,12 @@ pub fn build_with_keys(
     if args.max_volumes_per_node < 0 {
         return Err("--max-volumes-per-node must not be negative".to_owned());
     }
+    if !(1..=60).contains(&args.leg_fast_io_fail_tmo) || args.replica_check_secs == 0 {
+        return Err(
+            "--leg-fast-io-fail-tmo must be 1 to 60 seconds and --replica-check-secs at least 1"
+                .to_owned(),
+        );
+    }
     let nqn = hostnqn::load_or_create(&args.node_id_file, &args.uuid_source)
         .map_err(|e| format!("host NQN {}: {e}", args.node_id_file.display()))?;
     let ident = hostnqn::identity(nqn.clone(), &args.hostid_file)
@@ -320,12 +326,6 @@ pub fn build_with_keys(
         poll: Duration::from_millis(100),
     };
     initiator::prepare(&*host);
-    if !(1..=60).contains(&args.leg_fast_io_fail_tmo) || args.replica_check_secs == 0 {
-        return Err(
-            "--leg-fast-io-fail-tmo must be 1 to 60 seconds and --replica-check-secs at least 1"
-                .to_owned(),
-        );
-    }
     let mut volumes =
         Volumes::new(host, store, cfg).with_leg_fast_io_fail_tmo(args.leg_fast_io_fail_tmo);
     if let Some(source) = source {

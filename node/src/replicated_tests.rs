@@ -75,6 +75,13 @@ impl Env {
     }
 
     fn stage_req(&self, block: bool, mode: Mode) -> ReplicatedStageRequest {
+        legs::stage_request(&self.stage_request(block, mode))
+            .unwrap()
+            .unwrap()
+    }
+
+    /// NodeStageVolume of the volume as the CO sends it.
+    fn stage_request(&self, block: bool, mode: Mode) -> NodeStageVolumeRequest {
         let mut ctx = HashMap::from([(REPLICAS.to_owned(), "2".to_owned())]);
         for i in 0..2 {
             for (k, v) in [
@@ -88,7 +95,7 @@ impl Env {
                 ctx.insert(leg_key(i, k), v);
             }
         }
-        let req = NodeStageVolumeRequest {
+        NodeStageVolumeRequest {
             volume_id: ID.into(),
             publish_context: ctx,
             staging_target_path: self.staging().to_string_lossy().into_owned(),
@@ -102,8 +109,7 @@ impl Env {
             }),
             secrets: HashMap::new(),
             volume_context: HashMap::new(),
-        };
-        legs::stage_request(&req).unwrap().unwrap()
+        }
     }
 
     fn stage(&self, block: bool) {
@@ -485,6 +491,46 @@ fn expansion_grows_every_leg_then_the_array_then_the_filesystem() {
     } else {
         panic!("a mounted volume reports filesystem usage");
     }
+}
+
+#[test]
+fn the_legs_flags_are_checked_at_start() {
+    use clap::Parser;
+    for bad in [
+        "--leg-fast-io-fail-tmo=0",
+        "--leg-fast-io-fail-tmo=-1",
+        "--replica-check-secs=0",
+    ] {
+        let args = crate::Args::parse_from(["edgevol-node", bad]);
+        let host: Arc<dyn Host> = Arc::new(FakeHost::new());
+        let e = crate::build_with_keys(&args, host, None).unwrap_err();
+        assert!(
+            e.contains("--leg-fast-io-fail-tmo must be 1 to 60"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn node_stage_volume_with_replicas_in_its_publish_context_stages_the_legs() {
+    use crate::csi::node::{NodeInfo, NodeService};
+    use edgevol_proto::csi::v1::node_server::Node;
+    let e = env();
+    let node = NodeService::new(e.volumes.clone(), NodeInfo::default());
+    let mut req = e.stage_request(true, Mode::SingleNodeWriter);
+    req.publish_context.remove("leg1.subsystemNqn");
+    let status = node
+        .node_stage_volume(tonic::Request::new(req))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("leg1.subsystemNqn"), "{status:?}");
+    node.node_stage_volume(tonic::Request::new(
+        e.stage_request(true, Mode::SingleNodeWriter),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(e.host.md_members("md127"), ["nvme0n1", "nvme1n1"]);
 }
 
 #[test]
