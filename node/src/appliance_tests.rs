@@ -223,3 +223,54 @@ fn an_appliance_without_an_endpoint_is_refused_before_the_kernel_is_touched() {
     assert!(writes[1].contains(&secret('a', 1)));
     assert_eq!((every.calls(), e.box1.calls()), (1, 1));
 }
+
+#[test]
+fn each_leg_of_a_replicated_volume_uses_and_rotates_its_own_appliance_s_keys() {
+    let e = env();
+    let mut ctx = HashMap::from([("replicas".to_owned(), "2".to_owned())]);
+    for (i, (appliance, n)) in [("box-1", 1u32), ("box-2", 2)].into_iter().enumerate() {
+        let nqn = format!("nqn.2024-11.io.edgevol:{appliance}:v{n}");
+        e.host.add_subsystem(
+            &nqn,
+            &format!("{n:032x}"),
+            "00000000-0000-0000-0000-000000000000",
+            131_072,
+        );
+        for (k, v) in [
+            ("transport", "tcp".to_owned()),
+            ("targetAddress", format!("10.0.{n}.2")),
+            ("targetPort", "4420".to_owned()),
+            ("subsystemNqn", nqn),
+            ("nguid", format!("{n:032x}")),
+            ("volumeId", format!("{appliance}-v{n}")),
+        ] {
+            ctx.insert(format!("leg{i}.{k}"), v);
+        }
+    }
+    let req = NodeStageVolumeRequest {
+        volume_id: "box-1-v1+box-2-v2".into(),
+        publish_context: ctx,
+        staging_target_path: e.host.work.join("staging/r").to_string_lossy().into_owned(),
+        volume_capability: Some(VolumeCapability {
+            access_mode: Some(AccessMode {
+                mode: Mode::SingleNodeWriter as i32,
+            }),
+            access_type: Some(AccessType::Block(BlockVolume {})),
+        }),
+        secrets: HashMap::new(),
+        volume_context: HashMap::new(),
+    };
+    let req = crate::legs::stage_request(&req).unwrap().unwrap();
+    e.volumes.stage_replicated(&req).unwrap();
+    let writes = e.host.fabrics_writes();
+    assert!(writes[0].contains(&format!("dhchap_secret={}", secret('a', 1))));
+    assert!(writes[1].contains(&format!("dhchap_secret={}", secret('b', 1))));
+    e.box2.rotate_to(2);
+    assert_eq!(
+        e.volumes.refresh_keys().unwrap(),
+        1,
+        "leg 1's controller only"
+    );
+    assert_eq!(e.host.attr("nvme0", "dhchap_secret"), secret('a', 1));
+    assert_eq!(e.host.attr("nvme1", "dhchap_secret"), secret('b', 2));
+}
