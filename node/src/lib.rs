@@ -10,6 +10,8 @@
 //! * [`fs`]: signature probe, mkfs, grow;
 //! * [`state`]: records of staged volumes;
 //! * [`volume`]: the operations, composed from the above, idempotent;
+//! * [`legs`], [`raid`]: a replicated volume's legs (from publish_context) and their md RAID1
+//!   (mdadm and md's sysfs), staged by `volume`'s replicated half;
 //! * [`keys`]: the node's DH-HMAC-CHAP keys, by enrolment with the appliance over mTLS;
 //!   [`auth_support`]: whether the kernel can use them;
 //! * [`appliances`]: a node reaching several appliances (topology, per-appliance enrolment);
