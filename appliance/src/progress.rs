@@ -52,19 +52,9 @@ pub fn percent(done: u64, total: u64) -> u8 {
     u8::try_from(p).unwrap_or(100)
 }
 
-/// Bytes in binary units with one decimal: `512 B`, `1.5 MiB`, `16.0 GiB`.
+/// A byte count as every edgevol tool shows sizes (binary units, truncated).
 pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
+    edgevol_driver::units::human_bytes(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// Bytes per second so far, once any time has passed.

@@ -12,3 +12,4 @@
 pub mod fleet;
 pub mod identity;
 pub mod publish_context;
+pub mod units;
