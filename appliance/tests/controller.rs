@@ -103,6 +103,7 @@ async fn capabilities_are_exactly_what_is_served() {
     want.sort_by_key(|r| *r as i32);
     assert_eq!(got, want);
     assert!(got.contains(&Rpc::ModifyVolume) && got.contains(&Rpc::GetVolume));
+    assert!(got.contains(&Rpc::GetSnapshot));
     assert!(
         got.contains(&Rpc::PublishUnpublishVolume),
         "publishing is offered while the NVMe/TCP target runs"
@@ -1126,4 +1127,56 @@ async fn publish_and_unpublish_follow_the_spec_and_survive_a_restart() {
         .unwrap();
     }
     app.running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn get_snapshot_answers_exactly_what_list_snapshots_shows() {
+    let app = DevAppliance::start().await;
+    app.ready().await;
+    let mut c = client(&app).await;
+    let a = vol(&mut c, create("a", 2 * MIB)).await.volume_id;
+    let s1 = snapshot(&mut c, &a, "s1").await;
+    let get = |id: &str| GetSnapshotRequest {
+        snapshot_id: id.into(),
+        ..Default::default()
+    };
+    let got = c
+        .get_snapshot(get(&s1.snapshot_id))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let listed = c
+        .list_snapshots(ListSnapshotsRequest {
+            snapshot_id: s1.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(Some(&got), listed[0].snapshot.as_ref());
+    assert_eq!(got, s1, "the fields CreateSnapshot gave, unchanged");
+
+    // Unknown, another appliance's, and deleted ids: NOT_FOUND; no id: INVALID_ARGUMENT.
+    for id in ["test-box-s999", "other-box-s1", "garbage"] {
+        assert_eq!(
+            code(c.get_snapshot(get(id)).await).0,
+            Code::NotFound,
+            "{id}"
+        );
+    }
+    assert_eq!(code(c.get_snapshot(get("")).await).0, Code::InvalidArgument);
+    c.delete_snapshot(DeleteSnapshotRequest {
+        snapshot_id: s1.snapshot_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        code(c.get_snapshot(get(&s1.snapshot_id)).await).0,
+        Code::NotFound
+    );
 }

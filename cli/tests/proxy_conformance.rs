@@ -114,6 +114,7 @@ async fn conformance(c: &mut ControllerClient<tonic::transport::Channel>) {
         listed.entries[0].snapshot.as_ref().unwrap().snapshot_id,
         snap.snapshot_id
     );
+    get_snapshot_specs(c, &snap).await;
     let status = c
         .list_volumes(ListVolumesRequest {
             max_entries: 1,
@@ -134,4 +135,43 @@ async fn conformance(c: &mut ControllerClient<tonic::transport::Channel>) {
         .unwrap()
         .into_inner();
     assert!(listed.entries.is_empty());
+}
+
+/// csi-sanity's GetSnapshot specs (run once GET_SNAPSHOT is advertised): no id, an unknown id,
+/// and the snapshot with its fields as CreateSnapshot and ListSnapshots give them.
+async fn get_snapshot_specs(c: &mut ControllerClient<tonic::transport::Channel>, snap: &Snapshot) {
+    use controller_service_capability::rpc::Type as Rpc;
+    use controller_service_capability::Type as CapType;
+    let caps = c
+        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities;
+    assert!(
+        caps.iter().any(
+            |cap| matches!(cap.r#type, Some(CapType::Rpc(r)) if r.r#type() == Rpc::GetSnapshot)
+        ),
+        "GET_SNAPSHOT is advertised, so no GetSnapshot spec is skipped"
+    );
+    let get = |id: &str| GetSnapshotRequest {
+        snapshot_id: id.into(),
+        ..Default::default()
+    };
+    let status = c.get_snapshot(get("")).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    // An id of this driver's form that names nothing, and one of no known form.
+    let unknown = format!("{}999", snap.snapshot_id);
+    for id in [unknown.as_str(), "some-id"] {
+        let status = c.get_snapshot(get(id)).await.unwrap_err();
+        assert_eq!(status.code(), Code::NotFound, "{id}");
+    }
+    let got = c
+        .get_snapshot(get(&snap.snapshot_id))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    assert_eq!(&got, snap);
 }

@@ -88,6 +88,7 @@
 
 extern crate alloc;
 
+mod changed;
 mod checkpoint;
 mod cluster;
 mod control;
@@ -109,6 +110,7 @@ mod state;
 mod superblock;
 mod volume;
 
+pub use crate::changed::{ClusterRun, ClusterRuns};
 pub use crate::cluster::Capacity;
 pub use crc::{crc32c, crc32c_append};
 pub use device::{BlockDevice, DeviceError, DeviceErrorKind, ErrorType};

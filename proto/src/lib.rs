@@ -1,7 +1,7 @@
 //! Generated gRPC code for edgevol's control plane.
 //!
 //! * [`csi::v1`]: the Container Storage Interface, wire-identical to CSI
-//!   spec v1.10.0 (`csi.proto`): the `Identity`, `Controller`, `Node`,
+//!   spec v1.12.0 (`csi.proto`): the `Identity`, `Controller`, `Node`,
 //!   `GroupController` and `SnapshotMetadata` services, their messages and
 //!   the `csi_secret` / `alpha_*` custom options.
 //! * [`volumegroup`]: the alpha VolumeGroup API (`volumegroup.proto`).
@@ -17,7 +17,7 @@
 
 /// Container Storage Interface (`package csi.v1`).
 pub mod csi {
-    /// CSI v1 (spec v1.10.0).
+    /// CSI v1 (spec v1.12.0).
     #[allow(
         missing_docs,
         missing_debug_implementations,

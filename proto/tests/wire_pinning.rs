@@ -1,5 +1,5 @@
 //! Wire pinning: hand-assembled protobuf bytes, written tag by tag from the
-//! CSI v1.10.0 and VolumeGroup field numbers, must decode into exactly the
+//! CSI v1.12.0 and VolumeGroup field numbers, must decode into exactly the
 //! expected values and re-encode to the very same bytes.
 //!
 //! A tag byte is `(field_number << 3) | wire_type`, with wire type 0 for
@@ -378,16 +378,48 @@ fn controller_capability_enum_numbers() {
         (Type::GetVolume, 12),
         (Type::SingleNodeMultiWriter, 13),
         (Type::ModifyVolume, 14),
+        (Type::GetSnapshot, 15),
     ];
     for (value, number) in expected {
         assert_eq!(value as i32, number, "{value:?}");
     }
-    // 15 (GET_SNAPSHOT) only exists from CSI v1.12 on.
-    assert!(Type::try_from(15).is_err());
+    // v1.12 ends at GET_SNAPSHOT.
+    assert!(Type::try_from(16).is_err());
 
     use csi::plugin_capability::service::Type as Svc;
     assert_eq!(Svc::GroupControllerService as i32, 3);
     assert_eq!(Svc::SnapshotMetadataService as i32, 4);
+}
+
+#[test]
+fn get_snapshot_request_and_response() {
+    #[rustfmt::skip]
+    let req: &[u8] = &[
+        // 1: snapshot_id = "s1"
+        0x0a, 0x02, b's', b'1',
+        // 2: secrets entry { "k": "v" }
+        0x12, 0x06, 0x0a, 0x01, b'k', 0x12, 0x01, b'v',
+    ];
+    let req: csi::GetSnapshotRequest = decode_exact(req);
+    assert_eq!(req.snapshot_id, "s1");
+    assert_eq!(req.secrets, map1("k", "v"));
+
+    #[rustfmt::skip]
+    let resp: &[u8] = &[
+        // 1: snapshot (Snapshot), 9 bytes
+        0x0a, 0x09,
+            // 2: snapshot_id = "s1"
+            0x12, 0x02, b's', b'1',
+            // 3: source_volume_id = "v"
+            0x1a, 0x01, b'v',
+            // 5: ready_to_use = true
+            0x28, 0x01,
+    ];
+    let resp: csi::GetSnapshotResponse = decode_exact(resp);
+    let snap = resp.snapshot.expect("snapshot");
+    assert_eq!(snap.snapshot_id, "s1");
+    assert_eq!(snap.source_volume_id, "v");
+    assert!(snap.ready_to_use);
 }
 
 #[test]

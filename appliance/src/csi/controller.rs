@@ -31,12 +31,13 @@ use crate::pool::PoolDevice;
 use crate::state::State;
 
 /// The RPCs served whatever else runs.
-pub const CAPABILITIES: [Rpc; 11] = [
+pub const CAPABILITIES: [Rpc; 12] = [
     Rpc::CreateDeleteVolume,
     Rpc::ListVolumes,
     Rpc::GetCapacity,
     Rpc::CreateDeleteSnapshot,
     Rpc::ListSnapshots,
+    Rpc::GetSnapshot,
     Rpc::CloneVolume,
     Rpc::ExpandVolume,
     Rpc::GetVolume,
@@ -242,6 +243,19 @@ impl Controller for ControllerService {
             .call(move |state, pool| volumes::list_snapshots(state, pool, &op))
             .await?;
         Ok(Response::new(response))
+    }
+
+    async fn get_snapshot(
+        &self,
+        request: Request<GetSnapshotRequest>,
+    ) -> Result<Response<GetSnapshotResponse>, Status> {
+        let op = ById::try_from(request.into_inner())?;
+        let snapshot = self
+            .call(move |state, pool| volumes::get_snapshot(state, pool, &op))
+            .await?;
+        Ok(Response::new(GetSnapshotResponse {
+            snapshot: Some(snapshot),
+        }))
     }
 
     async fn controller_expand_volume(

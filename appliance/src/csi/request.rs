@@ -12,7 +12,8 @@ use edgevol_proto::csi::v1::{
     ControllerExpandVolumeRequest, ControllerGetVolumeRequest, ControllerModifyVolumeRequest,
     ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest, CreateSnapshotRequest,
     CreateVolumeRequest, DeleteSnapshotRequest, DeleteVolumeRequest, GetCapacityRequest,
-    ListSnapshotsRequest, ListVolumesRequest, Topology, ValidateVolumeCapabilitiesRequest,
+    GetSnapshotRequest, ListSnapshotsRequest, ListVolumesRequest, Topology,
+    ValidateVolumeCapabilitiesRequest,
 };
 use tonic::Status;
 
@@ -78,7 +79,8 @@ impl TryFrom<CreateVolumeRequest> for CreateVolume {
     }
 }
 
-/// A call on one object named by its CSI id: DeleteVolume, DeleteSnapshot, ControllerGetVolume.
+/// A call on one object named by its CSI id: DeleteVolume, DeleteSnapshot, GetSnapshot,
+/// ControllerGetVolume.
 #[derive(Debug)]
 pub struct ById {
     /// The id, as given.
@@ -105,6 +107,14 @@ impl TryFrom<DeleteSnapshotRequest> for ById {
     type Error = Status;
 
     fn try_from(r: DeleteSnapshotRequest) -> Result<Self, Status> {
+        ById::new("snapshot_id", r.snapshot_id, &r.secrets)
+    }
+}
+
+impl TryFrom<GetSnapshotRequest> for ById {
+    type Error = Status;
+
+    fn try_from(r: GetSnapshotRequest) -> Result<Self, Status> {
         ById::new("snapshot_id", r.snapshot_id, &r.secrets)
     }
 }

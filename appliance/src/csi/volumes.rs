@@ -291,6 +291,14 @@ pub fn delete_snapshot(state: &State, pool: &mut Core, op: &ById) -> Result<(), 
     )
 }
 
+/// GetSnapshot: the snapshot exactly as ListSnapshots shows it (one encoding), or NOT_FOUND
+/// for an id that is not one of ours or is gone.
+pub fn get_snapshot(state: &State, pool: &mut Core, op: &ById) -> Result<Snapshot, Error> {
+    let ids = ids(state);
+    let id = ids.require_snapshot(&op.id)?;
+    Ok(encode::snapshot(ids, pool.snapshot(id)?))
+}
+
 /// ListSnapshots: in id order, filtered by id and source volume. A filter naming nothing of
 /// ours matches nothing: an empty list, not an error.
 pub fn list_snapshots(
