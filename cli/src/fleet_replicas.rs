@@ -29,7 +29,7 @@ use prost::Message;
 use tonic::{Code, Status};
 
 use crate::fleet_placement as placement;
-use crate::fleet_router::Fleet;
+use crate::fleet_router::{Fleet, GET_SNAPSHOT};
 use crate::grpc_unary::{reply, Buffered, ProxyBody};
 
 /// The CSI limit on a name, which each leg's name must keep too.
@@ -434,6 +434,20 @@ impl Fleet {
                 Ok(reply(&ControllerModifyVolumeResponse {}))
             }
             "/csi.v1.Controller/ControllerGetVolume" => self.get_volume(b, id).await,
+            GET_SNAPSHOT => {
+                let r: GetSnapshotRequest = b.message()?;
+                let answers = self
+                    .on_every_leg::<_, GetSnapshotResponse>(b, id, |leg| GetSnapshotRequest {
+                        snapshot_id: leg.to_owned(),
+                        ..r.clone()
+                    })
+                    .await?;
+                let snaps: Vec<Snapshot> = answers.into_iter().filter_map(|a| a.snapshot).collect();
+                let source = join_legs(snaps.iter().map(|s| s.source_volume_id.as_str()));
+                Ok(reply(&GetSnapshotResponse {
+                    snapshot: Some(merge_snapshots(&snaps, &source)),
+                }))
+            }
             "/csi.v1.Controller/CreateSnapshot" => self.snapshot(b, id).await,
             "/csi.v1.Controller/ListSnapshots" => self.list_snapshot(b, id).await,
             _ => Err(Status::invalid_argument(format!(

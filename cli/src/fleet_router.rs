@@ -45,7 +45,7 @@ use crate::fleet_paging::{self, Listing};
 use crate::fleet_placement as placement;
 use crate::fleet_replicas::{capacity_of, is_replicated, replicas_param};
 use crate::grpc_unary::{answer, refuse, reply, request, Buffered, ProxyBody};
-use crate::proxy::Forwarder;
+use crate::proxy::{Forwarder, CONNECT_TIMEOUT};
 use edgevol_driver::fleet::{legs, REPLICAS_PARAM};
 
 /// The manifest key of GetPluginInfo that carries the appliance's id.
@@ -116,14 +116,26 @@ impl Member {
         if self.verified.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let resp = self
-            .forwarder
-            .forward(request(
-                "/csi.v1.Identity/GetPluginInfo",
-                &GetPluginInfoRequest {},
-            ))
-            .await?;
-        let info: GetPluginInfoResponse = answer(resp).await?;
+        let ask = async {
+            let resp = self
+                .forwarder
+                .forward(request(
+                    "/csi.v1.Identity/GetPluginInfo",
+                    &GetPluginInfoRequest {},
+                ))
+                .await?;
+            answer::<GetPluginInfoResponse>(resp).await
+        };
+        // The appliance's own answer is quick; one that never comes is a box that hangs.
+        let info = tokio::time::timeout(CONNECT_TIMEOUT, ask)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Status::unavailable(format!(
+                    "edgevol proxy: appliance {} did not say who it is within {}s",
+                    self.forwarder.address(),
+                    CONNECT_TIMEOUT.as_secs()
+                )))
+            })?;
         match info.manifest.get(MANIFEST_ID) {
             Some(id) if *id == self.id => {
                 self.verified.store(true, Ordering::Relaxed);
@@ -176,6 +188,9 @@ impl Member {
     }
 }
 
+/// GetSnapshot (alpha in CSI 1.12).
+pub(crate) const GET_SNAPSHOT: &str = "/csi.v1.Controller/GetSnapshot";
+
 /// The calls routed by the id in their request, and that id.
 fn routing_id(path: &str, b: &Buffered) -> Result<Option<String>, Status> {
     Ok(Some(match path {
@@ -199,6 +214,7 @@ fn routing_id(path: &str, b: &Buffered) -> Result<Option<String>, Status> {
         "/csi.v1.Controller/ControllerGetVolume" => {
             b.message::<ControllerGetVolumeRequest>()?.volume_id
         }
+        GET_SNAPSHOT => b.message::<GetSnapshotRequest>()?.snapshot_id,
         "/csi.v1.Controller/ControllerModifyVolume" => {
             b.message::<ControllerModifyVolumeRequest>()?.volume_id
         }
@@ -252,6 +268,7 @@ const DECODED: &[&str] = &[
     "/csi.v1.Controller/ControllerExpandVolume",
     "/csi.v1.Controller/ControllerGetVolume",
     "/csi.v1.Controller/ControllerModifyVolume",
+    GET_SNAPSHOT,
     "/csi.v1.GroupController/CreateVolumeGroupSnapshot",
     "/csi.v1.GroupController/DeleteVolumeGroupSnapshot",
     "/csi.v1.GroupController/GetVolumeGroupSnapshot",

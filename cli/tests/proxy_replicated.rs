@@ -487,6 +487,20 @@ async fn a_snapshot_has_a_leg_per_leg_and_restores_into_a_replicated_volume() {
         listed.entries[0].snapshot.as_ref().unwrap().snapshot_id,
         snap.snapshot_id
     );
+    let got = c
+        .get_snapshot(GetSnapshotRequest {
+            snapshot_id: snap.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    assert_eq!(
+        got, snap,
+        "GetSnapshot gives the snapshot as CreateSnapshot did"
+    );
 
     let from_snapshot = |name: &str, replicas: Option<&str>| {
         let mut r = create(name, 0);
