@@ -269,6 +269,7 @@ const DECODED: &[&str] = &[
     "/csi.v1.Controller/ControllerGetVolume",
     "/csi.v1.Controller/ControllerModifyVolume",
     GET_SNAPSHOT,
+    "/csi.v1.Controller/ControllerGetCapabilities",
     "/csi.v1.GroupController/CreateVolumeGroupSnapshot",
     "/csi.v1.GroupController/DeleteVolumeGroupSnapshot",
     "/csi.v1.GroupController/GetVolumeGroupSnapshot",
@@ -351,6 +352,7 @@ impl Fleet {
         match path {
             "/csi.v1.Controller/CreateVolume" => self.create_volume(&b).await,
             "/csi.v1.Controller/GetCapacity" => self.get_capacity(&b).await,
+            "/csi.v1.Controller/ControllerGetCapabilities" => self.capabilities(&b).await,
             "/csi.v1.Controller/ListVolumes" => self.list::<ListVolumesRequest>(&b).await,
             "/csi.v1.Controller/ListSnapshots" => {
                 let r: ListSnapshotsRequest = b.message()?;
@@ -526,6 +528,36 @@ impl Fleet {
         } else {
             Status::unavailable(message)
         })
+    }
+
+    /// The appliances' controller capabilities but LIST_VOLUMES_PUBLISHED_NODES: this
+    /// ListVolumes shows a replicated volume's legs rather than the volume (a leg cannot be told
+    /// from a plain volume on its appliance), so a CO reconciling attachments from it (the
+    /// Kubernetes attacher) would mark every replicated volume's attachment detached.
+    async fn capabilities(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
+        use controller_service_capability::rpc::Type as Rpc;
+        use controller_service_capability::Type as CapType;
+        let mut failed = Vec::new();
+        for i in self.reachable_first((0..self.members.len()).collect()) {
+            match self.members[i]
+                .call::<ControllerGetCapabilitiesResponse>(b.replay())
+                .await
+            {
+                Ok(mut caps) => {
+                    caps.capabilities.retain(|c| {
+                        !matches!(&c.r#type, Some(CapType::Rpc(r))
+                            if r.r#type() == Rpc::ListVolumesPublishedNodes)
+                    });
+                    return Ok(reply(&caps));
+                }
+                Err(s) if s.code() == Code::Unavailable => failed.push(s.message().to_owned()),
+                Err(s) => return Err(s),
+            }
+        }
+        Err(Status::unavailable(format!(
+            "edgevol proxy: no appliance could be reached: {}",
+            failed.join("; ")
+        )))
     }
 
     async fn get_capacity(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {

@@ -782,3 +782,59 @@ async fn volume_groups_and_group_snapshots_are_served_by_their_appliance() {
         b.stop().await;
     }
 }
+
+#[tokio::test]
+async fn a_fleet_does_not_offer_published_nodes_in_listings_one_appliance_does() {
+    use controller_service_capability::rpc::Type as Rpc;
+    use controller_service_capability::Type as CapType;
+    use edgevol_proto::csi::v1::controller_client::ControllerClient;
+
+    let rpcs = |caps: Vec<ControllerServiceCapability>| -> Vec<Rpc> {
+        caps.into_iter()
+            .filter_map(|c| match c.r#type {
+                Some(CapType::Rpc(r)) => Some(r.r#type()),
+                _ => None,
+            })
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let fleet = rpcs(
+        c.controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities,
+    );
+    let single_socket = dir.path().join("single.sock");
+    common::start_proxy(
+        &single_socket,
+        boxes[0].addr,
+        common::dev_tls(&dir.path().join("pki"), "controller"),
+    )
+    .await;
+    let one = rpcs(
+        ControllerClient::new(unix_channel(single_socket).await)
+            .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities,
+    );
+    assert!(one.contains(&Rpc::ListVolumesPublishedNodes));
+    assert!(
+        !fleet.contains(&Rpc::ListVolumesPublishedNodes),
+        "{fleet:?}"
+    );
+    let mut rest = one.clone();
+    rest.retain(|r| *r != Rpc::ListVolumesPublishedNodes);
+    assert_eq!(
+        fleet, rest,
+        "every other capability as the appliances offer it"
+    );
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
