@@ -13,13 +13,22 @@ use tower::{Layer, Service};
 
 use crate::transport::PeerInfo;
 
-/// Services a `controller` client may use: everything a container orchestrator needs.
-const CO_SERVICES: [&str; 4] = [
+/// Services a `controller` client may use: everything a container orchestrator needs. The
+/// SnapshotMetadata service belongs here because Kubernetes' external-snapshot-metadata sidecar
+/// runs beside the CSI driver and calls with its credentials.
+const CO_SERVICES: [&str; 5] = [
     "csi.v1.Identity",
     "csi.v1.Controller",
     "csi.v1.GroupController",
     "volumegroup.Controller",
+    SNAPSHOT_METADATA_SERVICE,
 ];
+
+/// Changed-block metadata: for the CO (the backup path) and admins, not observers. Its answers
+/// are read-only but they are a trace of where and when each workload wrote, not the inventory
+/// (volumes, capacity, snapshots) the observer role exists to show; and one call can stream the
+/// extent list of a whole volume.
+pub const SNAPSHOT_METADATA_SERVICE: &str = "csi.v1.SnapshotMetadata";
 
 /// The one service a `node` client may use: enrolment for its data-path keys.
 pub const ENROLMENT_SERVICE: &str = "edgevol.v1.Enrolment";
@@ -30,7 +39,10 @@ pub fn allowed(role: Role, service: &str, method: &str) -> bool {
         Role::Admin => true,
         Role::Controller => CO_SERVICES.contains(&service),
         Role::Observer => {
-            service == "csi.v1.Identity" || (CO_SERVICES.contains(&service) && is_read_only(method))
+            service == "csi.v1.Identity"
+                || (CO_SERVICES.contains(&service)
+                    && service != SNAPSHOT_METADATA_SERVICE
+                    && is_read_only(method))
         }
         // Not even Identity: a node certificate sits on every workload host, so it opens as
         // little of the appliance as possible.
@@ -230,6 +242,22 @@ mod tests {
             (
                 "volumegroup.Controller",
                 "DeleteVolumeGroup",
+                [true, true, false, false],
+            ),
+            (
+                "csi.v1.Controller",
+                "GetSnapshot",
+                [true, true, true, false],
+            ),
+            // Changed-block metadata: the CO's sidecar and admins only (see the constant).
+            (
+                "csi.v1.SnapshotMetadata",
+                "GetMetadataAllocated",
+                [true, true, false, false],
+            ),
+            (
+                "csi.v1.SnapshotMetadata",
+                "GetMetadataDelta",
                 [true, true, false, false],
             ),
             ("csi.v1.Node", "NodeGetInfo", [true, false, false, false]),

@@ -9,13 +9,14 @@ pub const PLUGIN_NAME: &str = "csi.edgevol.io";
 /// The vendor version: the workspace version every edgevol binary is built with.
 pub const VENDOR_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The plugin capabilities of the whole driver: the Controller and GroupController services (on
-/// the appliance) and topology (a volume is reachable only through its appliance, named by the
-/// `edgevol.io/appliance` segment).
-pub const SERVICES: [Service; 3] = [
+/// The plugin capabilities of the whole driver: the Controller, GroupController and
+/// SnapshotMetadata services (on the appliance) and topology (a volume is reachable only
+/// through its appliance, named by the `edgevol.io/appliance` segment).
+pub const SERVICES: [Service; 4] = [
     Service::ControllerService,
     Service::VolumeAccessibilityConstraints,
     Service::GroupControllerService,
+    Service::SnapshotMetadataService,
 ];
 
 /// The GetPluginCapabilities answer of every instance.
@@ -38,7 +39,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn capabilities_are_the_three_services_in_order() {
+    fn capabilities_are_the_four_services_in_order() {
         let got: Vec<i32> = plugin_capabilities()
             .capabilities
             .into_iter()
@@ -52,7 +53,8 @@ mod tests {
             vec![
                 Service::ControllerService as i32,
                 Service::VolumeAccessibilityConstraints as i32,
-                Service::GroupControllerService as i32
+                Service::GroupControllerService as i32,
+                Service::SnapshotMetadataService as i32
             ]
         );
     }

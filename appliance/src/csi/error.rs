@@ -107,6 +107,27 @@ pub enum Error {
     },
     /// A `starting_token` this plugin did not issue.
     BadToken(String),
+    /// GetMetadataDelta of snapshots taken of different volumes.
+    SnapshotsOfDifferentVolumes {
+        /// The base snapshot.
+        base: SnapshotId,
+        /// The target snapshot.
+        target: SnapshotId,
+    },
+    /// GetMetadataDelta whose base was taken after its target.
+    BaseNewerThanTarget {
+        /// The base snapshot.
+        base: SnapshotId,
+        /// The target snapshot.
+        target: SnapshotId,
+    },
+    /// A snapshot metadata `starting_offset` that is negative or past the volume's end.
+    OffsetOutOfRange {
+        /// The offset asked for.
+        offset: i64,
+        /// The volume's size when the snapshot was taken.
+        capacity: u64,
+    },
 }
 
 /// A deletion's outcome, as CSI wants it: an object that does not exist (never ours, or gone)

@@ -7,6 +7,7 @@
 //!   [`request`] (the GroupController and VolumeGroup services keep theirs next to them);
 //! - the domain: [`volumes`] (the Controller's operations), [`topology`], [`ids`] (CSI ids of
 //!   core objects), and the operations of [`group_controller`] and [`volume_group`];
+//! - [`snapshot_metadata`]: changed-block tracking, streamed by [`metadata_stream`];
 //! - answers: [`encode`] (core objects as CSI messages), [`error`] (what an operation fails
 //!   with) and [`status`] (the one exhaustive mapping from those errors to gRPC statuses).
 
@@ -18,9 +19,11 @@ pub mod error;
 pub mod group_controller;
 pub mod identity;
 pub mod ids;
+pub mod metadata_stream;
 pub mod params;
 pub mod qos;
 pub mod request;
+pub mod snapshot_metadata;
 pub mod source;
 pub mod status;
 pub mod topology;
@@ -58,6 +61,11 @@ pub fn routes(state: &Arc<State>, target: Option<TargetInfo>, vendor_version: St
     routes.add_service(
         edgevol_proto::csi::v1::group_controller_server::GroupControllerServer::new(
             group_controller::GroupControllerService::new(state.clone()),
+        ),
+    );
+    routes.add_service(
+        edgevol_proto::csi::v1::snapshot_metadata_server::SnapshotMetadataServer::new(
+            snapshot_metadata::SnapshotMetadataService::new(state.clone()),
         ),
     );
     routes.add_service(

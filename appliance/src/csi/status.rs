@@ -136,6 +136,21 @@ pub fn from_error(ids: Ids<'_>, e: Error) -> Status {
         Error::BadToken(token) => Status::aborted(format!(
             "starting_token {token:?} is not one this plugin issued; restart the listing"
         )),
+        Error::SnapshotsOfDifferentVolumes { base, target } => {
+            Status::invalid_argument(format!(
+                "base snapshot {} and target snapshot {} are of different volumes",
+                ids.snapshot(base),
+                ids.snapshot(target)
+            ))
+        }
+        Error::BaseNewerThanTarget { base, target } => Status::failed_precondition(format!(
+            "base snapshot {} was taken after target snapshot {}; swap them",
+            ids.snapshot(base),
+            ids.snapshot(target)
+        )),
+        Error::OffsetOutOfRange { offset, capacity } => Status::out_of_range(format!(
+            "starting_offset {offset} lies outside the volume's {capacity} bytes"
+        )),
     }
 }
 
@@ -426,6 +441,30 @@ mod tests {
                 Error::BadToken("zz".into()),
                 Code::Aborted,
                 "starting_token \"zz\"",
+            ),
+            (
+                Error::SnapshotsOfDifferentVolumes {
+                    base: SnapshotId(1),
+                    target: SnapshotId(2),
+                },
+                Code::InvalidArgument,
+                "box-s1 and target snapshot box-s2 are of different volumes",
+            ),
+            (
+                Error::BaseNewerThanTarget {
+                    base: SnapshotId(5),
+                    target: SnapshotId(2),
+                },
+                Code::FailedPrecondition,
+                "box-s5 was taken after target snapshot box-s2",
+            ),
+            (
+                Error::OffsetOutOfRange {
+                    offset: -1,
+                    capacity: 4096,
+                },
+                Code::OutOfRange,
+                "starting_offset -1 lies outside the volume's 4096 bytes",
             ),
         ];
         for (error, code, text) in cases {
