@@ -65,10 +65,14 @@ enum Command {
         #[command(flatten)]
         conn: Connection,
     },
-    /// List the appliance's snapshots.
+    /// List the appliance's snapshots; `snapshots diff` lists the byte ranges a snapshot holds
+    /// or that changed between two snapshots of one volume.
+    #[command(args_conflicts_with_subcommands = true)]
     Snapshots {
         #[command(flatten)]
-        conn: Connection,
+        conn: Option<Connection>,
+        #[command(subcommand)]
+        command: Option<SnapshotsCommand>,
     },
     /// The appliance's A/B firmware: status, update, activate, rollback (admin certificate).
     Firmware {
@@ -80,6 +84,31 @@ enum Command {
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SnapshotsCommand {
+    /// Changed-block tracking: one `OFFSET LENGTH END` line (bytes) per range, then a summary.
+    /// `--base S1 --target S2`: the ranges whose content may differ (whole clusters; a cluster
+    /// rewritten with the same bytes counts); `--allocated S`: the ranges S holds. Needs a
+    /// controller or admin certificate.
+    Diff {
+        #[command(flatten)]
+        appliance: Appliance,
+        /// The older snapshot.
+        #[arg(long, requires = "target", required_unless_present = "allocated")]
+        base: Option<String>,
+        /// The newer snapshot of the same volume.
+        #[arg(long, requires = "base")]
+        target: Option<String>,
+        /// List the allocated ranges of this snapshot instead.
+        #[arg(long, conflicts_with_all = ["base", "target"])]
+        allocated: Option<String>,
+        /// Start at this byte (a range that starts before it is cut to it): resume an
+        /// interrupted listing at the END of its last line.
+        #[arg(long, default_value_t = 0)]
+        starting_offset: i64,
     },
 }
 
@@ -436,7 +465,30 @@ fn run(command: Command) -> Result<(), String> {
         }
         Command::Status { conn } => show(&conn, Show::Status),
         Command::Volumes { conn } => show(&conn, Show::Volumes),
-        Command::Snapshots { conn } => show(&conn, Show::Snapshots),
+        Command::Snapshots {
+            command:
+                Some(SnapshotsCommand::Diff {
+                    appliance,
+                    base,
+                    target,
+                    allocated,
+                    starting_offset,
+                }),
+            ..
+        } => {
+            let what = match (allocated, base, target) {
+                (Some(s), _, _) => status::diff::Diff::Allocated(s),
+                (None, Some(base), Some(target)) => status::diff::Diff::Delta { base, target },
+                _ => return Err("give --base and --target, or --allocated".into()),
+            };
+            snapshots_diff(&appliance, &what, starting_offset)
+        }
+        Command::Snapshots {
+            conn: Some(conn), ..
+        } => show(&conn, Show::Snapshots),
+        Command::Snapshots { .. } => {
+            Err("snapshots needs --appliance, --ca, --cert and --key (or `snapshots diff`)".into())
+        }
         Command::Keys { command } => manage_keys(command),
         Command::Firmware { command } => manage_firmware(command),
     }
@@ -567,6 +619,32 @@ fn show(conn: &Connection, what: Show) -> Result<(), String> {
     })?;
     print!("{text}");
     Ok(())
+}
+
+fn snapshots_diff(
+    appliance: &Appliance,
+    what: &status::diff::Diff,
+    starting_offset: i64,
+) -> Result<(), String> {
+    use std::io::Write as _;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let channel = appliance.channel().await?;
+        let mut stdout = std::io::stdout().lock();
+        let mut failed = None;
+        let totals = status::diff::stream(&channel, what, starting_offset, &mut |text| {
+            if failed.is_none() {
+                failed = stdout.write_all(text.as_bytes()).err();
+            }
+        })
+        .await?;
+        if let Some(e) = failed {
+            return Err(format!("writing the ranges: {e}"));
+        }
+        stdout
+            .write_all(status::diff::summary(what, &totals).as_bytes())
+            .map_err(|e| format!("writing the ranges: {e}"))
+    })
 }
 
 enum Show {

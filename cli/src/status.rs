@@ -8,6 +8,7 @@
 //! and are shown as unknown, or left out, otherwise. (An extra admin RPC would duplicate the
 //! exporter and widen the observer role's policy.) [`render`] writes the tables.
 
+pub mod diff;
 pub mod exporter;
 pub mod listing;
 pub mod render;
