@@ -31,13 +31,35 @@ const DATA_OFFSET_ARG: &str = "--data-offset=1M";
 /// metadata 1.2 keeps at most 32 bytes of `homehost:name`, and the same on every node and after
 /// every restart.
 pub fn array_name(volume_id: &str) -> String {
-    // FNV-1a, 64 bits: stable across Rust versions (unlike the std hasher).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in volume_id.bytes() {
+    format!("ev{:012x}", fnv1a(0xcbf2_9ce4_8422_2325, volume_id) >> 16)
+}
+
+/// The md array UUID of the array `name` (mdadm's `xxxxxxxx:xxxxxxxx:xxxxxxxx:xxxxxxxx`): derived
+/// from the name, so an array keeps it on every node and after every restart, and the legs of a
+/// volume restored or cloned from another one (they carry that volume's superblock) are told
+/// apart from that volume's own array.
+pub fn array_uuid(name: &str) -> String {
+    let (a, b) = (
+        fnv1a(0xcbf2_9ce4_8422_2325, name),
+        fnv1a(0x8422_2325_cbf2_9ce4, name),
+    );
+    format!(
+        "{:08x}:{:08x}:{:08x}:{:08x}",
+        a >> 32,
+        a & 0xffff_ffff,
+        b >> 32,
+        b & 0xffff_ffff
+    )
+}
+
+/// FNV-1a, 64 bits: stable across Rust versions (unlike the std hasher).
+fn fnv1a(basis: u64, text: &str) -> u64 {
+    let mut h = basis;
+    for b in text.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    format!("ev{:012x}", h >> 16)
+    h
 }
 
 /// One member as md shows it (`md/dev-<disk>/state`).
@@ -210,16 +232,29 @@ fn paths(devices: &[PathBuf]) -> Vec<String> {
 /// Only mdadm's own "No md superblock detected" counts as none: a leg that could not be read
 /// must never be taken for a new one (the array would be created over it).
 pub fn has_superblock<H: Host + ?Sized>(host: &H, device: &Path) -> Result<bool> {
+    Ok(examine(host, device)?.is_some())
+}
+
+/// `mdadm --examine` of `device`: its output, or `None` when it carries no md superblock.
+fn examine<H: Host + ?Sized>(host: &H, device: &Path) -> Result<Option<String>> {
     let what = format!("examining {}", device.display());
     let args = vec!["--examine".to_owned(), device.display().to_string()];
     let out = run_mdadm(host, &what, &args)?;
     if out.success() {
-        return Ok(true);
+        return Ok(Some(out.stdout));
     }
     if out.stderr.contains("No md superblock detected") {
-        return Ok(false);
+        return Ok(None);
     }
     Err(failed(&what, &args, &out))
+}
+
+/// The `Array UUID` line of `mdadm --examine`.
+fn examined_uuid(examine: &str) -> Option<&str> {
+    examine
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Array UUID :"))
+        .map(str::trim)
 }
 
 /// Creates the RAID1 `name` over `legs` (`None`: a leg missing now, added later with a full
@@ -235,6 +270,7 @@ pub fn create<H: Host + ?Sized>(host: &H, name: &str, legs: &[Option<PathBuf>]) 
         "--bitmap=internal".to_owned(),
         "--assume-clean".to_owned(),
         DATA_OFFSET_ARG.to_owned(),
+        format!("--uuid={}", array_uuid(name)),
     ];
     args.extend(legs.iter().map(|l| match l {
         Some(p) => p.display().to_string(),
@@ -244,12 +280,26 @@ pub fn create<H: Host + ?Sized>(host: &H, name: &str, legs: &[Option<PathBuf>]) 
 }
 
 /// Assembles the array `name` from the legs present (`--run`: degraded if one is missing).
+/// Legs whose superblock carries another array's UUID were copied from another volume (a
+/// snapshot restored, a clone): they get this array's own UUID as they are assembled, or mdadm
+/// would refuse them while the source volume's array runs on this node, and take them for that
+/// array's members elsewhere.
 pub fn assemble<H: Host + ?Sized>(host: &H, name: &str, legs: &[PathBuf]) -> Result<()> {
     let mut args = vec![
         "--assemble".to_owned(),
         format!("/dev/md/{name}"),
         "--run".to_owned(),
     ];
+    let uuid = array_uuid(name);
+    if let Some(first) = legs.first() {
+        let examined = examine(host, first)?.unwrap_or_default();
+        if examined_uuid(&examined) != Some(uuid.as_str()) {
+            tracing::info!(array = name, from = ?examined_uuid(&examined), to = %uuid,
+                "legs copied from another volume's array: giving the array its own UUID");
+            args.push("--update=uuid".to_owned());
+            args.push(format!("--uuid={uuid}"));
+        }
+    }
     args.extend(paths(legs));
     mdadm(host, &format!("assembling md array {name}"), args).map(drop)
 }
@@ -331,6 +381,23 @@ pub fn grow_to_max<H: Host + ?Sized>(host: &H, md_device: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn array_uuids_are_mdadm_shaped_stable_and_distinct() {
+        let u = array_uuid("ev0123456789ab");
+        assert_eq!(u, array_uuid("ev0123456789ab"));
+        assert_ne!(u, array_uuid("ev0123456789ac"));
+        assert_eq!(u.len(), 35);
+        assert!(u
+            .split(':')
+            .all(|g| g.len() == 8 && g.bytes().all(|b| b.is_ascii_hexdigit())));
+        let examined =
+            "          Magic : a92b4efc\n     Array UUID : 55555555:66666666:77777777:88888888\n";
+        assert_eq!(
+            examined_uuid(examined),
+            Some("55555555:66666666:77777777:88888888")
+        );
+    }
 
     #[test]
     fn array_names_are_short_stable_and_distinct() {

@@ -152,7 +152,9 @@ fn stage_connects_every_leg_failing_fast_and_mounts_a_clean_raid1_of_the_request
             "--examine /DEV/nvme1n1".to_owned(),
             format!(
                 "--create /dev/md/{array} --run --level=1 --raid-devices=2 --metadata=1.2 \
-                 --bitmap=internal --assume-clean --data-offset=1M /DEV/nvme0n1 /DEV/nvme1n1"
+                 --bitmap=internal --assume-clean --data-offset=1M --uuid={} /DEV/nvme0n1 \
+                 /DEV/nvme1n1",
+                crate::raid::array_uuid(&array)
             ),
         ]
         .map(|c| c.replace("/DEV", &e.host.dev_root().display().to_string()))
@@ -194,6 +196,61 @@ fn stage_connects_every_leg_failing_fast_and_mounts_a_clean_raid1_of_the_request
     );
     assert_eq!(stats.abnormal, None);
     assert!(block.host.mounts().is_empty());
+}
+
+#[test]
+fn a_volume_restored_from_another_ones_snapshot_gets_its_own_array_beside_the_source() {
+    // The restored legs carry the source's md superblock (its UUID): mdadm refuses them while
+    // the source's array runs here, unless the assembly gives them this volume's own UUID.
+    let e = env();
+    e.stage(false);
+    let restored_id = "box-0-v8+box-1-v8";
+    let mut req = e.stage_request(false, Mode::SingleNodeWriter);
+    req.volume_id = restored_id.into();
+    req.staging_target_path = e
+        .host
+        .work
+        .join("staging/restored")
+        .to_string_lossy()
+        .into();
+    for i in 0..2 {
+        let (nqn, nguid) = (
+            format!("nqn.2024-11.io.edgevol:box-{i}:v8"),
+            format!("{:032x}", i + 3),
+        );
+        e.host.add_subsystem(
+            &nqn,
+            &nguid,
+            "00000000-0000-0000-0000-000000000000",
+            LEG_SECTORS,
+        );
+        e.host
+            .md_copy_superblock(&format!("{:032x}", i + 1), &nguid);
+        req.publish_context.insert(leg_key(i, "subsystemNqn"), nqn);
+        req.publish_context.insert(leg_key(i, "nguid"), nguid);
+        req.publish_context
+            .insert(leg_key(i, LEG_VOLUME_ID), format!("box-{i}-v8"));
+    }
+    e.volumes
+        .stage_replicated(&legs::stage_request(&req).unwrap().unwrap())
+        .unwrap();
+    let array = crate::raid::array_name(restored_id);
+    let assemble = e
+        .mdadm()
+        .into_iter()
+        .find(|c| c.starts_with("--assemble"))
+        .unwrap();
+    assert!(
+        assemble.contains(&format!(
+            "--update=uuid --uuid={}",
+            crate::raid::array_uuid(&array)
+        )),
+        "{assemble}"
+    );
+    assert_eq!(e.host.md_arrays(), ["md126", "md127"]);
+    assert_eq!(e.host.md_members("md126"), ["nvme2n1", "nvme3n1"]);
+    // Its next assembly (a restarted node) needs no new UUID.
+    assert_eq!(e.condition(), None);
 }
 
 #[test]
@@ -319,7 +376,10 @@ fn a_leg_that_cannot_connect_stages_degraded_and_joins_with_a_full_sync_later() 
     let dev = e.host.dev_root().display().to_string();
     let create = e.mdadm().pop().unwrap();
     assert!(
-        create.ends_with(&format!("--data-offset=1M missing {dev}/nvme0n1")),
+        create.ends_with(&format!(
+            "--data-offset=1M --uuid={} missing {dev}/nvme0n1",
+            crate::raid::array_uuid(&crate::raid::array_name(ID))
+        )),
         "{create}"
     );
     assert_eq!(e.host.mounts().len(), 1, "staged, degraded");

@@ -27,8 +27,37 @@ impl std::fmt::Debug for DuringConnect {
     }
 }
 
+/// A leg's superblock as the fake keeps it: `name:raid_disks:uuid`.
+struct Superblock {
+    name: String,
+    raid_disks: usize,
+    uuid: String,
+}
+
+impl Superblock {
+    fn parse(text: &str) -> Option<Superblock> {
+        let mut f = text.splitn(3, ':');
+        Some(Superblock {
+            name: f.next()?.to_owned(),
+            raid_disks: f.next()?.parse().ok()?,
+            uuid: f.next()?.to_owned(),
+        })
+    }
+
+    fn render(&self) -> String {
+        format!("{}:{}:{}", self.name, self.raid_disks, self.uuid)
+    }
+}
+
 /// md's data offset in 512-byte sectors (the plugin's `--data-offset=1M`).
 const OFFSET_SECTORS: u64 = 2048;
+
+/// mdadm's `--uuid=` among `args`.
+fn uuid_arg(args: &[&str]) -> Option<String> {
+    args.iter()
+        .find_map(|a| a.strip_prefix("--uuid="))
+        .map(str::to_owned)
+}
 
 fn read(path: &Path) -> String {
     fs::read_to_string(path)
@@ -103,7 +132,8 @@ impl FakeHost {
     }
 
     /// Starts array `name` over `disks` (superblocks written by the caller).
-    fn start_array(&self, name: &str, raid_disks: usize, disks: &[String]) -> String {
+    fn start_array(&self, sb: &Superblock, disks: &[String]) -> String {
+        let (name, raid_disks) = (&sb.name, sb.raid_disks);
         let md = (0..128u32)
             .rev()
             .map(|n| format!("md{n}"))
@@ -113,6 +143,7 @@ impl FakeHost {
         write(&dir.join("dev"), &format!("9:{}", &md[2..]));
         write(&dir.join("md/raid_disks"), &raid_disks.to_string());
         write(&dir.join("md/fake_name"), name);
+        write(&dir.join("md/fake_uuid"), &sb.uuid);
         write(&dir.join("md/sync_action"), "idle");
         write(&dir.join("md/sync_completed"), "none");
         write(&dir.join("md/array_state"), "clean");
@@ -137,9 +168,15 @@ impl FakeHost {
         match a.as_slice() {
             ["--examine", dev] => {
                 let sb = self.superblock(&arg_basename(dev));
-                match fs::read_to_string(sb) {
-                    Ok(name) => ok(&format!("MD_NAME={name}\n")),
-                    Err(_) => fail(1, &format!("mdadm: No md superblock detected on {dev}.")),
+                match fs::read_to_string(sb)
+                    .ok()
+                    .and_then(|t| Superblock::parse(&t))
+                {
+                    Some(sb) => ok(&format!(
+                        "     Array UUID : {}\n           Name : {}\n",
+                        sb.uuid, sb.name
+                    )),
+                    None => fail(1, &format!("mdadm: No md superblock detected on {dev}.")),
                 }
             }
             ["--create", array, rest @ ..] => {
@@ -150,26 +187,61 @@ impl FakeHost {
                     .unwrap()
                     .parse()
                     .unwrap();
+                let sb = Superblock {
+                    uuid: uuid_arg(rest).unwrap_or_else(|| format!("random-{name}")),
+                    name,
+                    raid_disks,
+                };
                 let disks = devices(rest);
                 for d in &disks {
-                    write(&self.superblock(d), &format!("{name}:{raid_disks}"));
+                    write(&self.superblock(d), &sb.render());
                 }
-                self.start_array(&name, raid_disks, &disks);
+                self.start_array(&sb, &disks);
                 ok("")
             }
             ["--assemble", array, "--run", rest @ ..] => {
-                let name = arg_basename(array);
                 let disks = devices(rest);
-                let sbs: Vec<String> = disks.iter().map(|d| read(&self.superblock(d))).collect();
-                let Some(raid_disks) = sbs
-                    .first()
-                    .and_then(|sb| sb.strip_prefix(&format!("{name}:")))
-                    .and_then(|n| n.parse().ok())
-                    .filter(|_| sbs.iter().all(|sb| sb == &sbs[0]))
-                else {
+                let sbs: Vec<Option<Superblock>> = disks
+                    .iter()
+                    .map(|d| Superblock::parse(&read(&self.superblock(d))))
+                    .collect();
+                let Some(Some(first)) = sbs.first() else {
                     return fail(1, &format!("mdadm: no devices found for {array}"));
                 };
-                self.start_array(&name, raid_disks, &disks);
+                let same = |sb: &Option<Superblock>| {
+                    sb.as_ref().is_some_and(|sb| {
+                        sb.uuid == first.uuid && sb.raid_disks == first.raid_disks
+                    })
+                };
+                if !sbs.iter().all(same) {
+                    return fail(1, &format!("mdadm: no devices found for {array}"));
+                }
+                // Members carrying the UUID of an array that runs are refused, unless the
+                // assembly gives them a new one (as mdadm 4.2 does).
+                let update = rest.contains(&"--update=uuid");
+                if let Some(md) = self.md_arrays().into_iter().find(|md| {
+                    !update && read(&self.array_dir(md).join("md/fake_uuid")) == first.uuid
+                }) {
+                    return fail(
+                        1,
+                        &format!(
+                            "mdadm: Found some drive for an array that is already active: \
+                             /dev/{md}\nmdadm: giving up."
+                        ),
+                    );
+                }
+                let sb = Superblock {
+                    name: arg_basename(array),
+                    raid_disks: first.raid_disks,
+                    uuid: match (update, uuid_arg(rest)) {
+                        (true, Some(uuid)) => uuid,
+                        _ => first.uuid.clone(),
+                    },
+                };
+                for d in &disks {
+                    write(&self.superblock(d), &sb.render());
+                }
+                self.start_array(&sb, &disks);
                 ok("")
             }
             ["--run", md] => {
@@ -216,19 +288,20 @@ impl FakeHost {
             [md, op @ ("--re-add" | "--add"), dev] => {
                 let (md, disk) = (arg_basename(md), arg_basename(dev));
                 let dir = self.array_dir(&md);
-                let name = format!(
-                    "{}:{}",
-                    read(&dir.join("md/fake_name")),
-                    read(&dir.join("md/raid_disks"))
-                );
+                let array = Superblock {
+                    name: read(&dir.join("md/fake_name")),
+                    raid_disks: read(&dir.join("md/raid_disks")).parse().unwrap(),
+                    uuid: read(&dir.join("md/fake_uuid")),
+                };
                 let sb = self.superblock(&disk);
-                if *op == "--re-add" && read(&sb) != name {
+                let same = Superblock::parse(&read(&sb)).is_some_and(|s| s.uuid == array.uuid);
+                if *op == "--re-add" && !same {
                     return fail(
                         1,
                         &format!("mdadm: --re-add for {dev} to /dev/{md} is not possible"),
                     );
                 }
-                write(&sb, &name);
+                write(&sb, &array.render());
                 self.set_member(&md, &disk, "spare");
                 write(&dir.join("md/sync_action"), "recover");
                 let size = read(&dir.join("size"));
@@ -249,9 +322,8 @@ impl FakeHost {
     /// What mdadm's udev rule does when a leg with a superblock appears and its array is not
     /// complete: an inactive array holding it (`/sys/block/mdN` with `slaves/`, no size yet).
     pub fn md_incremental(&self, disk: &str) {
-        let name = read(&self.superblock(disk));
-        let (name, raid_disks) = name.split_once(':').unwrap();
-        let md = self.start_array(name, raid_disks.parse().unwrap(), &[disk.to_owned()]);
+        let sb = Superblock::parse(&read(&self.superblock(disk))).unwrap();
+        let md = self.start_array(&sb, &[disk.to_owned()]);
         let dir = self.array_dir(&md);
         write(&dir.join("md/array_state"), "inactive");
         write(&dir.join("size"), "0");
@@ -263,6 +335,13 @@ impl FakeHost {
     /// `f` runs during the next connect, as another caller would meanwhile.
     pub fn during_next_connect(&self, f: impl FnOnce() + Send + 'static) {
         self.st().during_connect = DuringConnect(Some(Box::new(f)));
+    }
+
+    /// Copies the md superblock of the namespace `from` onto the namespace `to` (by NGUID), as a
+    /// snapshot of one volume's leg restored into another's carries it.
+    pub fn md_copy_superblock(&self, from_nguid: &str, to_nguid: &str) {
+        let dir = self.sys.parent().unwrap().join("md-superblocks");
+        fs::copy(dir.join(from_nguid), dir.join(to_nguid)).unwrap();
     }
 
     /// mdadm is not installed.
