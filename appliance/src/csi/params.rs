@@ -11,10 +11,16 @@
 //! StorageClass's `csi.storage.k8s.io/*secret*` keys before calling; one that still arrives is
 //! refused with a message saying so (its value is never echoed). Any other key is refused, so a
 //! typo cannot silently give a thin volume.
+//!
+//! `edgevol.io/leg` and `edgevol.io/legs-before` ([`LegMark`]) mark a volume as one leg of a
+//! replicated volume; `edgevol proxy` sets them on every leg it creates. They are checked
+//! (position below the number of legs, at most three legs, exactly as many earlier legs as the
+//! position) and stored and shown like the Kubernetes metadata, so a listing can tell legs apart.
 
 use std::collections::HashMap;
 
 use edgevol_core::Provisioning;
+use edgevol_driver::fleet::{LegMark, LEGS_BEFORE_PARAM, LEG_PARAM};
 use tonic::Status;
 
 use super::capability::FS_TYPES;
@@ -35,6 +41,8 @@ pub struct Params {
     pub provisioning: Provisioning,
     /// Filesystem for mount volumes whose capability names none.
     pub fs_type: String,
+    /// The replicated volume this one is a leg of, if it is one.
+    pub leg: Option<LegMark>,
 }
 
 /// Parses and checks `map`.
@@ -42,6 +50,7 @@ pub fn parse(map: &HashMap<String, String>) -> Result<Params, Status> {
     let mut params = Params {
         provisioning: Provisioning::Thin,
         fs_type: FS_TYPES[0].to_owned(),
+        leg: LegMark::of(map).map_err(|e| Status::invalid_argument(e.to_string()))?,
     };
     for (key, value) in map {
         match key.as_str() {
@@ -64,7 +73,7 @@ pub fn parse(map: &HashMap<String, String>) -> Result<Params, Status> {
                 }
                 params.fs_type = value.clone();
             }
-            k if K8S_METADATA.contains(&k) => {}
+            k if K8S_METADATA.contains(&k) || k == LEG_PARAM || k == LEGS_BEFORE_PARAM => {}
             k if k.starts_with(K8S_PREFIX) && k.contains("secret") => {
                 return Err(Status::invalid_argument(format!(
                     "parameter {k:?} names a Kubernetes secret: the CO's provisioner resolves \
@@ -80,7 +89,8 @@ pub fn parse(map: &HashMap<String, String>) -> Result<Params, Status> {
             }
             other => {
                 return Err(Status::invalid_argument(format!(
-                    "unknown parameter {other:?} (known: provisioning, fsType)"
+                    "unknown parameter {other:?} (known: provisioning, fsType, {LEG_PARAM}, \
+                     {LEGS_BEFORE_PARAM})"
                 )))
             }
         }
@@ -125,6 +135,34 @@ mod tests {
             .map(|k| ((*k).to_owned(), "x".to_owned()))
             .collect();
         assert_eq!(parse(&m).unwrap(), parse(&HashMap::new()).unwrap());
+    }
+
+    #[test]
+    fn leg_markings_are_accepted_together_and_checked() {
+        let m = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let p = parse(&m(&[(LEG_PARAM, "0/2")])).unwrap();
+        assert_eq!(p.leg, Some(LegMark::new(0, 2, &[])));
+        let p = parse(&m(&[(LEG_PARAM, "2/3"), (LEGS_BEFORE_PARAM, "a-v1+b-v7")])).unwrap();
+        assert_eq!(p.leg, Some(LegMark::new(2, 3, &["a-v1", "b-v7"])));
+        assert_eq!(parse(&HashMap::new()).unwrap().leg, None);
+        for bad in [
+            m(&[(LEG_PARAM, "1/2")]),
+            m(&[(LEGS_BEFORE_PARAM, "a-v1")]),
+            m(&[(LEG_PARAM, "0/2"), (LEGS_BEFORE_PARAM, "a-v1")]),
+            m(&[(LEG_PARAM, "3/4"), (LEGS_BEFORE_PARAM, "a-v1+b-v1+c-v1")]),
+            m(&[(LEG_PARAM, "1/1")]),
+            m(&[(LEG_PARAM, "one/two")]),
+            m(&[(LEG_PARAM, "1/2"), (LEGS_BEFORE_PARAM, "a-v1+b-v2")]),
+        ] {
+            let e = parse(&bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
+            assert!(e.message().contains("edgevol.io/leg"), "{}", e.message());
+        }
     }
 
     #[test]
