@@ -315,10 +315,10 @@ fn csi_controller_methods() {
             unary!("CreateSnapshot"),
             unary!("DeleteSnapshot"),
             unary!("ListSnapshots"),
+            unary!("GetSnapshot"),
             unary!("ControllerExpandVolume"),
             unary!("ControllerGetVolume"),
             unary!("ControllerModifyVolume"),
-            unary!("GetSnapshot"),
         ],
     );
 }
