@@ -43,6 +43,127 @@ async fn controller_calls_through_the_proxy_behave_as_direct_ones() {
     appliance.stop().await.unwrap();
 }
 
+/// What the external-snapshot-metadata sidecar does through the proxy's socket: a
+/// GetMetadataDelta and a GetMetadataAllocated stream of several messages each, forwarded as the
+/// appliance sends them.
+#[tokio::test]
+async fn snapshot_metadata_streams_through_the_proxy() {
+    use edgevol_proto::csi::v1::snapshot_metadata_client::SnapshotMetadataClient;
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("appliance");
+    let appliance = start(dev_config(&data, "127.0.0.1:0".parse().unwrap(), "meta"))
+        .await
+        .unwrap();
+    while !appliance.state.is_ready() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let socket: PathBuf = dir.path().join("csi.sock");
+    start_proxy(
+        &socket,
+        appliance.local_addr,
+        dev_tls(&data.join("pki"), "controller"),
+    )
+    .await;
+    let channel = unix_channel(socket).await;
+    let mut c = ControllerClient::new(channel.clone());
+    let v = c
+        .create_volume(CreateVolumeRequest {
+            name: "meta".into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 16 << 20,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![mount()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let snapshot = |name: &str| CreateSnapshotRequest {
+        source_volume_id: v.clone(),
+        name: name.into(),
+        ..Default::default()
+    };
+    let base = c
+        .create_snapshot(snapshot("base"))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    // Every other cluster, as writes would map them (the answer comes from the maps).
+    {
+        let id = edgevol_appliance::csi::ids::Ids::new("meta")
+            .parse_volume(&v)
+            .unwrap();
+        let mut pool = appliance.state.lock_pool().unwrap();
+        for cluster in (0..16).step_by(2) {
+            let mut seg = [edgevol_core::WriteSegment::EMPTY; 1];
+            pool.map_write(id, cluster * MIB, MIB, &mut seg).unwrap();
+        }
+        pool.flush().unwrap();
+    }
+    let target = c
+        .create_snapshot(snapshot("target"))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let mut m = SnapshotMetadataClient::new(channel);
+    let mut delta = m
+        .get_metadata_delta(GetMetadataDeltaRequest {
+            base_snapshot_id: base.snapshot_id.clone(),
+            target_snapshot_id: target.snapshot_id.clone(),
+            max_results: 3,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ranges = Vec::new();
+    let mut messages = 0;
+    while let Some(msg) = delta.message().await.unwrap() {
+        assert_eq!(msg.volume_capacity_bytes, 16 << 20);
+        ranges.extend(
+            msg.block_metadata
+                .iter()
+                .map(|b| (b.byte_offset, b.size_bytes)),
+        );
+        messages += 1;
+    }
+    let want: Vec<(i64, i64)> = (0..8).map(|i| (2 * i * (1 << 20), 1 << 20)).collect();
+    assert_eq!(ranges, want);
+    assert_eq!(messages, 3, "8 ranges in messages of at most 3");
+    let mut allocated = m
+        .get_metadata_allocated(GetMetadataAllocatedRequest {
+            snapshot_id: base.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        allocated.message().await.unwrap().is_none(),
+        "nothing was written before base"
+    );
+    // The appliance's refusal reaches the sidecar as it was sent.
+    let status = m
+        .get_metadata_delta(GetMetadataDeltaRequest {
+            base_snapshot_id: target.snapshot_id.clone(),
+            target_snapshot_id: base.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    appliance.stop().await.unwrap();
+}
+
 /// The same calls through a proxy serving two appliances: one driver, as a CO sees it.
 #[tokio::test]
 async fn controller_calls_through_a_two_appliance_proxy_behave_as_direct_ones() {
