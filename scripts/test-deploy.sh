@@ -113,9 +113,10 @@ part_manifests() {
         out="$work/$(tr / _ <<<"$variant").yaml"
         (cd tests/deploy && "$PY" manifests.py "$variant" "$out")
         for ((n = ${low#1.}; n <= ${high#1.}; n++)); do
-            "$kv" --strict --quiet -k "1.$n.0" "$out" deploy/kubernetes/examples/pvc.yaml
+            "$kv" --strict --quiet -k "1.$n.0" "$out" deploy/kubernetes/examples/pvc.yaml \
+                deploy/kubernetes/examples/storageclass-*.yaml
         done
-        log "ok: $variant and the example claim valid (strict) against Kubernetes $low to $high"
+        log "ok: $variant, the example claim and StorageClasses valid (strict) against Kubernetes $low to $high"
     done < <(cd tests/deploy && "$PY" manifests.py)
     # The QoS class examples: storage.k8s.io/v1 from 1.34, v1beta1 (opt-in) on 1.31 to 1.33.
     for n in 34 35 36; do

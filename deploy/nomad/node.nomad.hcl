@@ -3,23 +3,21 @@
 # /dev and /sys of the host; the host NQN/host id (/etc/nvme) and the staged-volume records
 # (/var/lib/edgevol-node) stay on the host across restarts. Each client's node certificate is in
 # its /etc/edgevol (ca.pem, node.pem, node.key: `edgevol pki issue --role node --name CLIENT`).
-#   nomad job run -var appliance=192.0.2.10:9500 -var server_name=192.0.2.10 \
-#     -var appliance_id=box-7 node.nomad.hcl
+# One job for all appliances of the site (site.vars.hcl): each client reaches every appliance.
+#   nomad job run -var-file=site.vars.hcl node.nomad.hcl
 # The Docker driver needs `allow_privileged = true` and `volumes { enabled = true }`.
+# Replicated volumes are mirrored on the client by md RAID1 (mdadm in the image, the host's
+# raid1 module).
 
-variable "appliance" {
-  type        = string
-  description = "HOST:PORT of edgevold's CSI endpoint (enrolment for data-path keys)"
+variable "appliances" {
+  type        = map(string)
+  description = "The appliances: appliance id => HOST:PORT of its edgevold endpoint (enrolment for data-path keys)"
 }
 
 variable "server_name" {
   type        = string
-  description = "Name the appliance's certificate carries"
-}
-
-variable "appliance_id" {
-  type        = string
-  description = "The appliance id: the node reports edgevol.io/appliance=<id>"
+  default     = ""
+  description = "Name every appliance's certificate carries (empty: the host of its address)"
 }
 
 job "edgevol-node" {
@@ -33,18 +31,23 @@ job "edgevol-node" {
         image        = "localhost/edgevol-node:0.1.0"
         privileged   = true
         network_mode = "host"
-        args = [
+        # Per appliance: its id as a topology segment (the node reports
+        # appliance.edgevol.io/<id>=true for each) and its endpoint to enrol with.
+        args = concat([
           "--endpoint=unix:///csi/csi.sock",
           "--node-id-file=/etc/nvme/hostnqn",
           "--hostid-file=/etc/nvme/hostid",
           "--state-dir=/var/lib/edgevol-node",
-          "--topology=edgevol.io/appliance=${var.appliance_id}",
-          "--appliance=${var.appliance}",
-          "--appliance-server-name=${var.server_name}",
           "--appliance-ca=/etc/edgevol/ca.pem",
           "--node-cert=/etc/edgevol/node.pem",
           "--node-key=/etc/edgevol/node.key",
-        ]
+          ],
+          var.server_name == "" ? [] : ["--appliance-server-name=${var.server_name}"],
+          flatten([for id, address in var.appliances : [
+            "--topology=edgevol.io/appliance=${id}",
+            "--appliance=${id}=${address}",
+          ]]),
+        )
 
         mount {
           type   = "bind"

@@ -29,8 +29,9 @@ mount_options {
 topology_request {
   required {
     topology {
+      # Clients report appliance.edgevol.io/<id> = "true" for every appliance they reach.
       segments = {
-        "edgevol.io/appliance" = "box-7"
+        "appliance.edgevol.io/box-7" = "true"
       }
     }
   }

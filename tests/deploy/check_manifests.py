@@ -20,6 +20,7 @@ import sys
 import jsonschema
 import yaml
 
+import fleet
 import manifests as m
 import sidecars as sc_rules
 
@@ -116,12 +117,10 @@ def driver_name_is_get_plugin_info():
     assert driver["spec"]["attachRequired"] is True
     assert driver["spec"]["volumeLifecycleModes"] == ["Persistent"]
     assert driver["spec"]["fsGroupPolicy"] == "File"
-    for sc in m.find(docs, "StorageClass"):
+    for sc in fleet.storage_classes(docs):
         assert sc["provisioner"] == name
         assert sc["parameters"]["provisioning"] == "thin"
         assert sc["parameters"][sc_rules.FSTYPE_KEY] == "ext4"
-        keys = [e["key"] for t in sc["allowedTopologies"] for e in t["matchLabelExpressions"]]
-        assert keys == ["edgevol.io/appliance"], keys
     for vsc in snapshot_classes():
         assert vsc["driver"] == name
     vac = yaml.safe_load((m.K8S / "examples" / "volumeattributesclass.yaml").read_text())
@@ -184,21 +183,25 @@ def check_sidecars(docs, k8s_range, opt_in):
             sc_rules.check_container(name, version, probe[1:], k8s_range, opt_in)
 
 
-def check_storage_classes(docs):
-    """Refused unless each StorageClass passes the provisioner's parameter rules and edgevol
-    accepts what the provisioner sends; returns the filesystems."""
+def check_storage_classes(docs, classes=None):
+    """Refused unless each StorageClass (default: the rendered ones) passes the provisioner's
+    parameter rules and edgevol accepts what the provisioner sends: the proxy serving the
+    ConfigMap's fleet.toml takes `replicas` and the appliances the rest (fleet.check_class);
+    returns the filesystems."""
     provisioners = [(v, c) for n, v, c in sidecar_containers(docs) if n == "csi-provisioner"]
     assert len(provisioners) == 1, f"one external-provisioner expected, found {provisioners}"
     version, container = provisioners[0]
     default_fs = arg(container, "default-fstype") or ""
     accepted = sc_rules.edgevol_parameter_keys(m.ROOT)
+    fleet_ids = [a[0] for a in fleet.fleet_of(docs)]
     out = []
-    for sc in m.find(docs, "StorageClass"):
+    for sc in classes if classes is not None else m.find(docs, "StorageClass"):
         fs, params = sc_rules.provisioner_create_parameters(
             sc.get("parameters", {}), version, ("data", "default", "pvc-1"))
-        unknown = set(params) - accepted
-        if unknown:
-            raise sc_rules.Refused(f"edgevol refuses parameters {sorted(unknown)}")
+        try:
+            fleet.check_class(dict(sc, parameters=params), fleet_ids, accepted)
+        except fleet.Refused as e:
+            raise sc_rules.Refused(str(e)) from e
         out.append(fs or default_fs)
     return out
 
@@ -216,8 +219,9 @@ def sidecars_run_on_the_promised_kubernetes_versions():
 @check
 def storage_class_passes_the_provisioner_and_edgevol():
     for variant, (path, _, _) in m.VARIANTS.items():
+        docs = m.documents(path)
         try:
-            fs = check_storage_classes(m.documents(path))
+            fs = check_storage_classes(docs, fleet.storage_classes(docs))
         except sc_rules.Refused as e:
             raise AssertionError(f"{variant}: {e}") from e
         assert fs and all(f in ("ext4", "xfs") for f in fs), f"{variant}: filesystems {fs}"
@@ -358,6 +362,112 @@ def provisioner_sends_extra_metadata_and_node_plugin_has_its_host():
         assert hosts[volume] and value.startswith(where), f"--{flag}={value} is not on the host"
 
 
+def container(docs, kind, image_key):
+    """The edgevol container of the Deployment or DaemonSet, and its pod spec."""
+    spec = pod_spec(m.find(docs, kind)[0])
+    image = m.images()[image_key]
+    return next(c for c in spec["containers"] if c["image"] == image), spec
+
+
+def args_of(c, flag):
+    return [a.split("=", 1)[1] for a in c.get("args", []) if a.startswith(f"--{flag}=")]
+
+
+@check
+def controller_serves_the_fleet_of_the_configmap():
+    fleet.check_code_facts()
+    for variant, (path, _, _) in m.VARIANTS.items():
+        docs = m.documents(path)
+        appliances = fleet.fleet_of(docs)
+        proxy, spec = container(docs, "Deployment", "cli")
+        assert proxy["args"][0] == "proxy"
+        assert not args_of(proxy, "appliance"), f"{variant}: appliances outside fleet.toml"
+        (config,) = args_of(proxy, "config")
+        volume, inside = volume_path(spec, proxy, config)
+        source = next(v for v in spec["volumes"] if v["name"] == volume)["configMap"]
+        assert source["name"] == "edgevol-config", source
+        items = {i["path"]: i["key"] for i in source.get("items", [])}
+        assert items.get(inside) == "fleet.toml", f"{variant}: --config={config} is {items}"
+        assert appliances, variant
+
+
+@check
+def node_plugin_reaches_every_appliance_of_the_fleet():
+    for variant, (path, _, _) in m.VARIANTS.items():
+        docs = m.documents(path)
+        appliances = fleet.fleet_of(docs)
+        node, _ = container(docs, "DaemonSet", "node")
+        topology = args_of(node, "topology")
+        want = [f"{fleet.APPLIANCE_KEY}={ident}" for ident, _, _ in appliances]
+        assert [t for t in topology if t.startswith(fleet.APPLIANCE_KEY + "=")] == want, \
+            f"{variant}: edgevol-node --topology {topology}, fleet.toml {want}"
+        enrol = args_of(node, "appliance")
+        want = [f"{ident}={address}" for ident, address, _ in appliances]
+        assert enrol == want, f"{variant}: edgevol-node --appliance {enrol}, fleet.toml {want}"
+        # edgevol-node has one certificate name for all appliances (or each address's host).
+        names = {name for _, _, name in appliances}
+        node_name = args_of(node, "appliance-server-name")
+        assert names == {None} or (len(names) == 1 and node_name == list(names)), \
+            f"{variant}: fleet.toml server names {names}, edgevol-node {node_name}"
+        # Every class is usable on the DaemonSet's nodes (WaitForFirstConsumer picks one).
+        segment = fleet.node_topology([ident for ident, _, _ in appliances])
+        for sc in fleet.storage_classes(docs):
+            assert fleet.requisite_for(sc, segment) is not None, \
+                f"{variant}: StorageClass {sc['metadata']['name']} matches no edgevol node ({segment})"
+
+
+def fleet_refused(fn, *args):
+    try:
+        fn(*args)
+    except fleet.Refused as e:
+        return str(e)
+    raise AssertionError(f"{fn.__name__} accepted {args!r}")
+
+
+@check
+def the_fleet_rules_refuse_what_edgevol_refuses():
+    two = '[[appliance]]\nid = "a"\naddress = "h1:1"\n[[appliance]]\nid = "b"\naddress = "h2:1"\n'
+    assert [a[0] for a in fleet.parse_fleet(two)] == ["a", "b"]
+    for text, want in (
+        ("", "no appliance"),
+        ('[[appliance]]\nid = "a"\naddres = "h:1"\n', "unknown ['addres']"),
+        ('[[appliance]]\nid = "Box"\naddress = "h:1"\n', "[a-z0-9-]"),
+        (two.replace('"b"', '"a"'), "id a given twice"),
+        (two.replace("h2:1", "h1:1"), "h1:1 given twice"),
+        ('proxy = 1\n' + two, "unknown keys"),
+    ):
+        msg = fleet_refused(fleet.parse_fleet, text)
+        assert want in msg, (text, msg)
+    keys = sc_rules.edgevol_parameter_keys(m.ROOT)
+
+    def sc(params, *terms):
+        return {"metadata": {"name": "t"}, "parameters": params,
+                "allowedTopologies": [{"matchLabelExpressions": t} for t in terms]}
+
+    both = [{"key": "appliance.edgevol.io/a", "values": ["true"]},
+            {"key": "appliance.edgevol.io/b", "values": ["true"]}]
+    assert fleet.check_class(sc({"replicas": "2"}, both), ["a", "b"], keys) == 2
+    assert fleet.check_class(sc({"replicas": "2"}), ["a", "b"], keys) == 2
+    for cls, ids, want in (
+        (sc({"replicas": "4"}), ["a", "b"], "expected 1, 2 or 3"),
+        (sc({"replicas": "2"}), ["a"], "forwards untouched"),
+        (sc({"replicas": "3"}, both), ["a", "b"], "fleet.toml has 2"),
+        (sc({"replicas": "2"}, both[:1], both[1:]), ["a", "b"], "reach 2 appliances"),
+        (sc({"replicas": "2"}, [{"key": "edgevol.io/appliance", "values": ["a"]}]), ["a", "b"], "reach 2"),
+        (sc({}, [{"key": "edgevol.io/appliance", "values": ["c"]}]), ["a", "b"], "['c'] are not in fleet.toml"),
+        (sc({}, [{"key": "appliance.edgevol.io/a", "values": ["yes"]}]), ["a"], "only as 'true'"),
+        (sc({"replicass": "2"}), ["a", "b"], "refuses parameters ['replicass']"),
+    ):
+        msg = fleet_refused(fleet.check_class, cls, ids, keys)
+        assert want in msg, (cls, msg)
+    # A node reaching two appliances reports presence keys only: a class on the plain key
+    # (what one-box sites used) matches it no more, one on the presence key does.
+    segment = fleet.node_topology(["a", "b"])
+    assert fleet.requisite_for(sc({}, [{"key": "edgevol.io/appliance", "values": ["a"]}]), segment) is None
+    assert fleet.requisite_for(sc({}, both[:1]), segment) == segment
+    assert fleet.node_topology(["a"]) == {"appliance.edgevol.io/a": "true", "edgevol.io/appliance": "a"}
+
+
 @check
 def volume_snapshot_class_fits_its_crd_schema():
     schema = json.loads((HERE / "schemas" / "volumesnapshotclass-v1.json").read_text())
@@ -377,7 +487,7 @@ def main():
         try:
             fn()
             print(f"ok: {fn.__name__}")
-        except (AssertionError, KeyError, StopIteration) as e:
+        except (AssertionError, KeyError, StopIteration, fleet.Refused) as e:
             failed += 1
             print(f"FAILED: {fn.__name__}: {e}")
     print(f"{len(CHECKS) - failed} passed, {failed} failed")

@@ -14,8 +14,11 @@ import sys
 
 import hcl2
 
+import fleet
+import hcl_eval
 import manifests as m
 import orchestrators as o
+import sidecars
 
 NOMAD = m.ROOT / "deploy" / "nomad"
 SWARM = m.ROOT / "deploy" / "swarm"
@@ -34,7 +37,7 @@ def unquote(v):
     if isinstance(v, list):
         return [unquote(x) for x in v]
     if isinstance(v, dict):
-        return {unquote(k): unquote(x) for k, x in v.items() if k != "__is_block__"}
+        return {unquote(k): unquote(x) for k, x in v.items() if not k.startswith("__")}
     return v
 
 
@@ -65,10 +68,38 @@ def flag(args, name):
     return vals[0] if vals else None
 
 
+def site_vars():
+    """deploy/nomad/site.vars.hcl: the variables both plugin jobs are run with."""
+    return load(NOMAD / "site.vars.hcl")
+
+
+def job_args(path, variables):
+    """The task's args as Nomad evaluates them with `variables` (defaults filled in), after
+    checking the variables are the ones the job declares and every required one is given."""
+    declared = {}
+    for block in load(path).get("variable", []):
+        (name, body), = block.items()
+        declared[name] = body
+    unknown = set(variables) - set(declared)
+    assert not unknown, f"{path.name}: variables {unknown} are not declared"
+    values = {n: b["default"] for n, b in declared.items() if "default" in b}
+    values.update(variables)
+    missing = set(declared) - set(values)
+    assert not missing, f"{path.name}: variables {missing} have no value"
+    _, _, task = plugin_task(path)
+    return hcl_eval.evaluate(only(task["config"])["args"], values)
+
+
+def flags(args, name):
+    return [a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")]
+
+
 @check
 def nomad_plugin_jobs():
     images = m.images()
     plugin_ids = set()
+    site = site_vars()
+    assert site["appliances"], "site.vars.hcl lists no appliance"
     for path, kind, image, listen_flag in (
         (NOMAD / "controller.nomad.hcl", "controller", images["cli"], "listen"),
         (NOMAD / "node.nomad.hcl", "node", images["node"], "endpoint"),
@@ -80,10 +111,11 @@ def nomad_plugin_jobs():
         assert plugin["type"] == kind, plugin
         plugin_ids.add(plugin["id"])
         assert config["image"] == image, f"{path.name}: {config['image']} is not {image}"
-        socket = flag(config["args"], listen_flag)
+        args = job_args(path, site)
+        socket = flag(args, listen_flag)
         assert socket == f"unix://{plugin['mount_dir']}/csi.sock", f"{path.name}: {socket}"
         if kind == "controller":
-            assert config["args"][0] == "proxy"
+            assert args[0] == "proxy"
             assert job["type"] == "service"
         else:
             assert job["type"] == "system", "the node plugin runs on every client"
@@ -94,25 +126,66 @@ def nomad_plugin_jobs():
             # Read-only, and created when missing (a `volumes` bind; a `mount` bind fails).
             assert "/lib/modules" not in binds, "a mount block fails on a host without /lib/modules"
             assert config.get("volumes") == ["/lib/modules:/lib/modules:ro"], config.get("volumes")
-            assert flag(config["args"], "node-id-file").startswith("/etc/nvme/")
-            assert flag(config["args"], "state-dir") == "/var/lib/edgevol-node"
-            assert flag(config["args"], "topology").startswith("edgevol.io/appliance=")
+            assert flag(args, "node-id-file").startswith("/etc/nvme/")
+            assert flag(args, "state-dir") == "/var/lib/edgevol-node"
     assert plugin_ids == {"edgevol"}, plugin_ids
 
 
 @check
+def nomad_jobs_serve_every_appliance_of_the_site():
+    """Both jobs with the site's appliances, with one appliance, with a server name: the
+    proxy gets ID=HOST:PORT per appliance; the node the same and a topology segment each."""
+    controller, node = NOMAD / "controller.nomad.hcl", NOMAD / "node.nomad.hcl"
+    for appliances in (site_vars()["appliances"], {"box-7": "192.0.2.10:9500"},
+                       {"a": "h1:9500", "b": "[fd00::2]:9500", "c": "h3:9500"}):
+        want = [f"{i}={a}" for i, a in sorted(appliances.items())]
+        proxy = job_args(controller, {"appliances": appliances})
+        assert flags(proxy, "appliance") == want, proxy
+        assert not flags(proxy, "server-name"), "an empty server_name must leave the flag out"
+        args = job_args(node, {"appliances": appliances})
+        assert flags(args, "appliance") == want, args
+        topology = [f"{fleet.APPLIANCE_KEY}={i}" for i in sorted(appliances)]
+        assert flags(args, "topology") == topology, args
+        assert not flags(args, "appliance-server-name"), args
+    named = {"appliances": {"box-7": "h:1"}, "server_name": "edgevol"}
+    assert flags(job_args(controller, named), "server-name") == ["edgevol"]
+    assert flags(job_args(node, named), "appliance-server-name") == ["edgevol"]
+
+
+def nomad_volumes():
+    return sorted(NOMAD.glob("volume*.hcl"))
+
+
+@check
 def nomad_volume_specification():
-    vol = load(NOMAD / "volume.hcl")
-    assert vol["type"] == "csi" and vol["plugin_id"] == "edgevol"
-    assert vol["capability"], "no capability"
-    for cap in vol["capability"]:
-        mode = o.NOMAD[cap["access_mode"]]
-        kind = {"file-system": "mount", "block-device": "block"}[cap["attachment_mode"]]
-        assert o.accepted(mode, kind), f"edgevol refuses {cap}"
-    assert only(vol["mount_options"])["fs_type"] in ("ext4", "xfs")
-    segments = only(only(only(vol["topology_request"])["required"])["topology"])["segments"]
-    assert list(segments) == ["edgevol.io/appliance"], segments
-    assert set(vol["parameters"][0]) <= {"provisioning", "fsType"}
+    site = site_vars()["appliances"]
+    client = fleet.node_topology(sorted(site))
+    accepted = sidecars.edgevol_parameter_keys(m.ROOT)
+    replicated = 0
+    for path in nomad_volumes():
+        vol = load(path)
+        assert vol["type"] == "csi" and vol["plugin_id"] == "edgevol", path.name
+        assert vol["capability"], f"{path.name}: no capability"
+        params = only(vol["parameters"])
+        segments = only(only(only(vol["topology_request"])["required"])["topology"])["segments"]
+        # The requested topology as one term: the proxy's rules for replicas and appliances.
+        term = {"matchLabelExpressions": [{"key": k, "values": [v]} for k, v in segments.items()]}
+        try:
+            n = fleet.check_class({"metadata": {"name": path.name}, "parameters": params,
+                                   "allowedTopologies": [term]}, sorted(site), accepted)
+        except fleet.Refused as e:
+            raise AssertionError(f"{path.name}: {e}") from e
+        replicated += n > 1
+        for cap in vol["capability"]:
+            mode = o.NOMAD[cap["access_mode"]]
+            kind = {"file-system": "mount", "block-device": "block"}[cap["attachment_mode"]]
+            assert o.accepted(mode, kind), f"{path.name}: edgevol refuses {cap}"
+            assert n == 1 or mode not in o.MULTI_WRITER, f"{path.name}: replicated with {mode}"
+        assert only(vol["mount_options"])["fs_type"] in ("ext4", "xfs")
+        # The node job's clients (every appliance of the site) satisfy the requested topology.
+        assert all(client.get(k) == v for k, v in segments.items()), \
+            f"{path.name}: segments {segments} match no client ({client})"
+    assert replicated, "no replicated Nomad volume example"
 
 
 @check
