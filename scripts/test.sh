@@ -27,6 +27,8 @@ rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target
 
 step 120 "cargo fmt --check" cargo fmt --all --check
 step 300 "shellcheck: every shell file under scripts/, qemu/, image/ and deploy/" ./scripts/shellcheck.sh
+step 120 "docs: README on a screen, links, no issue numbers, ARCHITECTURE's crate table = cargo metadata" \
+    python3 scripts/check-docs.py --self-test
 step 1200 "cargo clippy (warnings are errors)" cargo clippy --workspace --all-targets --locked -- -D warnings
 step 300 "core builds for thumbv7em-none-eabihf (no_std)" \
     cargo build -p edgevol-core --target thumbv7em-none-eabihf --locked
@@ -41,8 +43,10 @@ step 900 "fuzz smoke: NVMe/TCP PDU decoder" ./scripts/fuzz.sh pdu_decode 30
 step 900 "fuzz smoke: DH-HMAC-CHAP message decoder" ./scripts/fuzz.sh auth_decode 30
 step 300 "deploy: grpcio (gRPC C-core) over the unix sockets of edgevol proxy and edgevol-node; Kubernetes, Nomad and Swarm CreateVolume calls replayed" \
     ./scripts/test-deploy.sh grpcio
-step 120 "deploy: Kubernetes manifests strictly valid for 1.30 and 1.34, consistency with the code, Nomad and Swarm files" \
+step 120 "deploy: Kubernetes manifests strictly valid for every promised minor, the sidecars' rules, consistency with the code, Nomad and Swarm files" \
     ./scripts/test-deploy.sh manifests
+step 300 "deploy: monitoring rules checked and unit-tested (promtool), every metric of the rules and the Grafana dashboard served by a dev edgevold" \
+    ./scripts/test-deploy.sh monitoring
 step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMART)" \
     ./scripts/test-hal-qemu.sh
 step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target (interop, nvme-cli, QoS limits with fio)" \
@@ -51,6 +55,8 @@ step 600 "QEMU guest: Linux 6.12 DH-HMAC-CHAP against the edgevol target (refusa
     ./scripts/test-auth-qemu.sh
 step 1500 "QEMU end to end: appliance image + node VM, CSI life cycle, Node conformance, node faults" \
     ./scripts/test-e2e-qemu.sh
+step 900 "QEMU replicated volumes: two appliances, edgevol proxy, md RAID1 on a node VM; fio --verify through each box's outage, resync, growth, snapshot restore" \
+    ./scripts/test-replicated-qemu.sh
 # After the QEMU steps: the static binaries they built are the images' (cache hits).
 step 300 "deploy: OCI images built offline (umoci), edgevol and edgevol-node run inside them, the node image's mkfs/mount/blkid" \
     ./scripts/test-deploy.sh images
