@@ -16,7 +16,8 @@ usage:
   scripts/bench-report.py list             the areas and their commands
 EDGEVOL_BENCH_REPORT_DIR replaces target/bench-report.
 
-Areas: data-path, data-path-qemu, control-plane, qos, auth, footprint, images, boot.
+Areas: data-path, data-path-qemu, control-plane, qos, snapshot-metadata, auth, footprint, images,
+boot.
 """
 import datetime
 import json
@@ -80,6 +81,14 @@ AREAS = [
         "Achieved rate against the limit, an unlimited neighbour next to limited and unlimited "
         "volumes, and the limiter's own cost, through the test initiator over loopback.",
         [(cargo_bench("edgevol-appliance", "qos"), False)],
+    ),
+    (
+        "snapshot-metadata",
+        "Changed-block tracking",
+        "GetMetadataDelta between two snapshots of a thin volume (1 MiB clusters) with 2 % of its "
+        "clusters written before the base and every 100th cluster rewritten before the target: time "
+        "to stream the whole answer in-process, peak extra resident memory, most messages buffered.",
+        [(cargo_bench("edgevol-appliance", "snapshot_metadata"), False)],
     ),
     (
         "auth",
