@@ -6,6 +6,10 @@
 //! stays meaningful when that object is deleted or others are created; naming the appliance by
 //! id (not position) keeps a token valid when appliances are added to the proxy's list. A token
 //! naming no appliance of this proxy is not one it issued: `ABORTED`, as CSI says.
+//!
+//! ListVolumes hides the legs of replicated volumes but their last ([`crate::fleet_legs`]): a
+//! page keeps asking the same appliance from its next token until the page is full, so hidden
+//! legs do not leave pages short.
 
 use edgevol_proto::csi::v1::{
     list_snapshots_response, list_volumes_response, ListSnapshotsRequest, ListSnapshotsResponse,
@@ -73,10 +77,13 @@ pub trait Listing: Message + Default + Clone + 'static {
     fn split(answer: Self::Answer) -> (Vec<Self::Entry>, String);
     /// The answer of a page.
     fn join(entries: Vec<Self::Entry>, next_token: String) -> Self::Answer;
+    /// An appliance's entry as the proxy lists it, or `None` when it is not listed (a leg of a
+    /// replicated volume other than its last: [`crate::fleet_legs`]).
+    fn shown(entry: Self::Entry) -> Option<Self::Entry>;
 }
 
 macro_rules! listing {
-    ($req:ty, $answer:ty, $entry:ty, $path:literal) => {
+    ($req:ty, $answer:ty, $entry:ty, $path:literal, $shown:expr) => {
         impl Listing for $req {
             type Answer = $answer;
             type Entry = $entry;
@@ -98,6 +105,9 @@ macro_rules! listing {
             }
             fn join(entries: Vec<$entry>, next_token: String) -> $answer {
                 <$answer>::default_with(entries, next_token)
+            }
+            fn shown(entry: $entry) -> Option<$entry> {
+                $shown(entry)
             }
         }
     };
@@ -139,19 +149,22 @@ listing!(
     ListVolumesRequest,
     ListVolumesResponse,
     list_volumes_response::Entry,
-    "/csi.v1.Controller/ListVolumes"
+    "/csi.v1.Controller/ListVolumes",
+    crate::fleet_legs::as_listed
 );
 listing!(
     ListSnapshotsRequest,
     ListSnapshotsResponse,
     list_snapshots_response::Entry,
-    "/csi.v1.Controller/ListSnapshots"
+    "/csi.v1.Controller/ListSnapshots",
+    Some
 );
 listing!(
     ListVolumeGroupsRequest,
     ListVolumeGroupsResponse,
     list_volume_groups_response::Entry,
-    "/volumegroup.Controller/ListVolumeGroups"
+    "/volumegroup.Controller/ListVolumeGroups",
+    Some
 );
 
 #[cfg(test)]

@@ -12,11 +12,11 @@
 //! * A snapshot of a replicated volume is one snapshot per leg (id joined likewise); a volume
 //!   restored or cloned from it has each leg restored on that leg's appliance.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use edgevol_driver::fleet::{
-    join_legs, leg_key, legs, reach_key, LEG_NAME_SUFFIX, LEG_VOLUME_ID, MD_DATA_OFFSET_BYTES,
-    REACHES, REPLICAS, REPLICAS_PARAM,
+    join_legs, leg_key, legs, reach_key, LegMark, LEGS_BEFORE_PARAM, LEG_NAME_SUFFIX, LEG_PARAM,
+    LEG_VOLUME_ID, MD_DATA_OFFSET_BYTES, REACHES, REPLICAS, REPLICAS_PARAM,
 };
 use edgevol_proto::csi::v1::controller_get_volume_response::VolumeStatus;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
@@ -30,7 +30,7 @@ use tonic::{Code, Status};
 
 use crate::fleet_placement as placement;
 use crate::fleet_router::{Fleet, GET_SNAPSHOT};
-use crate::grpc_unary::{reply, Buffered, ProxyBody};
+use crate::grpc_unary::{reply, request, Buffered, ProxyBody};
 
 /// The CSI limit on a name, which each leg's name must keep too.
 const MAX_NAME: usize = 128;
@@ -142,8 +142,53 @@ fn leg_range(
     }))
 }
 
+/// Gives leg request `r` the marking of position `index` of `n`, after the legs `made`.
+fn mark(r: &mut CreateVolumeRequest, index: usize, n: usize, made: &[(usize, Volume)]) {
+    let before: Vec<&str> = made[..index]
+        .iter()
+        .map(|(_, v)| v.volume_id.as_str())
+        .collect();
+    r.parameters.remove(LEGS_BEFORE_PARAM);
+    r.parameters
+        .extend(LegMark::new(index, n, &before).params());
+}
+
+/// RESOURCE_EXHAUSTED: fewer than `n` appliances took a leg; `kept` were made.
+fn too_few(n: usize, kept: &[&str], passed_over: &[String]) -> Status {
+    Status::resource_exhausted(format!(
+        "{REPLICAS_PARAM}={n} needs {n} appliances of the allowed topology; {} took a leg{}{}",
+        kept.len(),
+        if kept.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (kept for a retry, which completes the volume: {})",
+                kept.join(", ")
+            )
+        },
+        if passed_over.is_empty() {
+            String::new()
+        } else {
+            format!("; passed over: {}", passed_over.join("; "))
+        }
+    ))
+}
+
+/// A replicated volume's volume_context, from its (last) leg's: without the leg marking, with
+/// the number of legs. CreateVolume, ControllerGetVolume and ListVolumes all show this one.
+pub(crate) fn replicated_context(
+    leg: &HashMap<String, String>,
+    n: usize,
+) -> HashMap<String, String> {
+    let mut context = leg.clone();
+    context.remove(LEG_PARAM);
+    context.remove(LEGS_BEFORE_PARAM);
+    context.insert(REPLICAS.to_owned(), n.to_string());
+    context
+}
+
 /// The accessible topology of a volume with legs on `boxes`: nodes that reach every one.
-fn topology_of(boxes: &[&str]) -> Vec<Topology> {
+pub(crate) fn topology_of(boxes: &[&str]) -> Vec<Topology> {
     vec![Topology {
         segments: boxes
             .iter()
@@ -290,9 +335,34 @@ impl Fleet {
                 .map(|i| (i, None))
                 .collect(),
         };
-        let mut made: Vec<(usize, Volume)> = Vec::new();
+        let fresh = source_legs.is_none();
         let mut passed_over = Vec::new();
-        for (i, source_leg) in candidates {
+        let candidates = if fresh {
+            // A leg's position is fixed when it is made, and positions follow the boxes that
+            // answer: make none unless enough answer now, or a box that is down now but up at
+            // the retry would take a position another box's leg already holds.
+            let mut up = Vec::new();
+            for (i, none) in candidates {
+                match self.members[i].ready().await {
+                    Ok(()) => up.push((i, none)),
+                    Err(s) => passed_over.push(format!("{}: {}", ids[i], s.message())),
+                }
+            }
+            if up.len() < n {
+                return Err(too_few(n, &[], &passed_over));
+            }
+            up
+        } else {
+            candidates
+        };
+        let mut queue: VecDeque<(usize, Option<String>)> = candidates.into();
+        let mut made: Vec<(usize, Volume)> = Vec::new();
+        // Boxes that hold a leg of this name at a later position (one made after a box before
+        // them was full): asked again once the next leg is made.
+        let mut waiting: Vec<usize> = Vec::new();
+        let mut deferred: BTreeSet<usize> = BTreeSet::new();
+        while let Some((i, source_leg)) = queue.pop_front().or_else(|| Some((waiting.pop()?, None)))
+        {
             if made.len() == n {
                 break;
             }
@@ -309,49 +379,49 @@ impl Fleet {
             if let (Some(src), Some(leg)) = (source, &source_leg) {
                 r.volume_content_source = Some(with_source_id(src, leg));
             }
+            mark(&mut r, made.len(), n, &made);
             match m.call::<CreateVolumeResponse>(b.with_message(&r)).await {
                 Ok(resp) => {
                     let leg = resp.volume.ok_or_else(|| {
                         Status::internal(format!("appliance {} answered no volume", m.id()))
                     })?;
                     made.push((i, leg));
+                    for j in waiting.drain(..).rev() {
+                        queue.push_front((j, None));
+                    }
                 }
                 Err(s)
-                    if source_legs.is_none()
-                        && matches!(s.code(), Code::Unavailable | Code::ResourceExhausted) =>
+                    if fresh && matches!(s.code(), Code::Unavailable | Code::ResourceExhausted) =>
                 {
                     passed_over.push(format!("{}: {}", m.id(), s.message()));
+                }
+                Err(s) if fresh && s.code() == Code::AlreadyExists => {
+                    let Some((k, leg)) = self.earlier_position(b, &r, i, n, &made).await? else {
+                        if deferred.insert(i) {
+                            waiting.push(i);
+                            continue;
+                        }
+                        return Err(leg_status(&s, &r.name, m.id()));
+                    };
+                    // This box's leg, made by an earlier attempt while a box before it was full,
+                    // holds position k: the legs this attempt made from k on make way for it.
+                    let displaced = made.split_off(k);
+                    made.push((i, leg));
+                    for (j, v) in displaced.into_iter().rev() {
+                        self.remove_leg(j, &v.volume_id, &r.secrets).await?;
+                        queue.push_front((j, None));
+                    }
                 }
                 Err(s) => return Err(leg_status(&s, &r.name, m.id())),
             }
         }
         if made.len() < n {
-            let kept = made
-                .iter()
-                .map(|(_, v)| v.volume_id.as_str())
-                .collect::<Vec<_>>();
-            return Err(Status::resource_exhausted(format!(
-                "{REPLICAS_PARAM}={n} needs {n} appliances of the allowed topology; {} could \
-                 take a leg{}{}",
-                made.len(),
-                if kept.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " (kept for a retry, which completes the volume: {})",
-                        kept.join(", ")
-                    )
-                },
-                if passed_over.is_empty() {
-                    String::new()
-                } else {
-                    format!("; passed over: {}", passed_over.join("; "))
-                }
-            )));
+            let kept: Vec<&str> = made.iter().map(|(_, v)| v.volume_id.as_str()).collect();
+            return Err(too_few(n, &kept, &passed_over));
         }
         let boxes: Vec<&str> = made.iter().map(|(i, _)| ids[*i]).collect();
-        let mut volume_context = made[0].1.volume_context.clone();
-        volume_context.insert(REPLICAS.to_owned(), n.to_string());
+        let last = &made[n - 1].1;
+        let volume_context = replicated_context(&last.volume_context, n);
         let volume = Volume {
             capacity_bytes: offered(made.iter().map(|(_, v)| v.capacity_bytes)),
             volume_id: join_legs(made.iter().map(|(_, v)| v.volume_id.as_str())),
@@ -363,6 +433,48 @@ impl Fleet {
         Ok(reply(&CreateVolumeResponse {
             volume: Some(volume),
         }))
+    }
+
+    /// The position below `made.len()` at which box `i` already holds leg `r.name` of this
+    /// chain, with that leg. Each try names a leg that exists on the box, so none creates one.
+    async fn earlier_position(
+        &self,
+        b: &Buffered,
+        r: &CreateVolumeRequest,
+        i: usize,
+        n: usize,
+        made: &[(usize, Volume)],
+    ) -> Result<Option<(usize, Volume)>, Status> {
+        let m = &self.members[i];
+        for k in 0..made.len() {
+            let mut probe = r.clone();
+            mark(&mut probe, k, n, made);
+            match m.call::<CreateVolumeResponse>(b.with_message(&probe)).await {
+                Ok(resp) => return Ok(resp.volume.map(|v| (k, v))),
+                Err(s) if s.code() == Code::AlreadyExists => {}
+                Err(s) => return Err(leg_status(&s, &r.name, m.id())),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes leg `id` on box `i`, made by this CreateVolume at a position it cannot keep.
+    async fn remove_leg(
+        &self,
+        i: usize,
+        id: &str,
+        secrets: &HashMap<String, String>,
+    ) -> Result<(), Status> {
+        let m = &self.members[i];
+        let req = DeleteVolumeRequest {
+            volume_id: id.to_owned(),
+            secrets: secrets.clone(),
+        };
+        m.call::<DeleteVolumeResponse>(request("/csi.v1.Controller/DeleteVolume", &req))
+            .await
+            .map_err(|s| leg_status(&s, id, m.id()))?;
+        tracing::info!(leg = %id, appliance = %m.id(), "leg made way for an earlier attempt's leg");
+        Ok(())
     }
 
     /// A call on a replicated volume or snapshot `id`: done on every leg.
@@ -394,13 +506,19 @@ impl Fleet {
             "/csi.v1.Controller/ControllerPublishVolume" => self.publish(b, id).await,
             "/csi.v1.Controller/ControllerUnpublishVolume" => {
                 let r: ControllerUnpublishVolumeRequest = b.message()?;
-                self.on_every_leg::<_, ControllerUnpublishVolumeResponse>(b, id, |leg| {
-                    ControllerUnpublishVolumeRequest {
-                        volume_id: leg.to_owned(),
+                // Last leg first (publish goes first leg first): while any leg is published to a
+                // node, so is leg 0, and the last leg is published only once every leg is —
+                // which is what ListVolumes reports.
+                for (leg, i) in self.leg_homes(id)?.into_iter().rev() {
+                    let m = &self.members[i];
+                    let req = ControllerUnpublishVolumeRequest {
+                        volume_id: leg.clone(),
                         ..r.clone()
-                    }
-                })
-                .await?;
+                    };
+                    m.call::<ControllerUnpublishVolumeResponse>(b.with_message(&req))
+                        .await
+                        .map_err(|s| leg_status(&s, &leg, m.id()))?;
+                }
                 Ok(reply(&ControllerUnpublishVolumeResponse {}))
             }
             "/csi.v1.Controller/ValidateVolumeCapabilities" => self.validate(b, id).await,
@@ -506,11 +624,19 @@ impl Fleet {
         parameters.remove(REPLICAS_PARAM);
         let mut context = r.volume_context.clone();
         context.remove(REPLICAS);
+        let leg_ids: Vec<&str> = legs(id).collect();
         let answers = self
             .on_every_leg::<_, ValidateVolumeCapabilitiesResponse>(b, id, |leg| {
+                // Each leg was created with its marking besides the class's parameters.
+                let mut parameters = parameters.clone();
+                if !parameters.is_empty() {
+                    let index = leg_ids.iter().position(|l| *l == leg).unwrap_or(0);
+                    parameters
+                        .extend(LegMark::new(index, leg_ids.len(), &leg_ids[..index]).params());
+                }
                 ValidateVolumeCapabilitiesRequest {
                     volume_id: leg.to_owned(),
-                    parameters: parameters.clone(),
+                    parameters,
                     volume_context: context.clone(),
                     ..r.clone()
                 }
@@ -565,23 +691,21 @@ impl Fleet {
                 Err(s) => return Err(leg_status(&s, leg, m.id())),
             }
         }
-        let Some(first) = answered.first() else {
+        let Some(last) = answered.last() else {
             return Err(if not_found == homes.len() {
                 Status::not_found(format!("volume {id} does not exist"))
             } else {
                 Status::unavailable(format!("volume {id}: {}", troubles.join("; ")))
             });
         };
-        let mut volume = first.volume.clone().unwrap_or_default();
+        let mut volume = last.volume.clone().unwrap_or_default();
         volume.volume_id = id.to_owned();
         volume.capacity_bytes = offered(
             answered
                 .iter()
                 .filter_map(|a| a.volume.as_ref().map(|v| v.capacity_bytes)),
         );
-        volume
-            .volume_context
-            .insert(REPLICAS.to_owned(), homes.len().to_string());
+        volume.volume_context = replicated_context(&volume.volume_context, homes.len());
         volume.content_source = None;
         let boxes: Vec<&str> = homes.iter().map(|(_, i)| ids[*i]).collect();
         volume.accessible_topology = topology_of(&boxes);

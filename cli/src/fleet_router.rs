@@ -10,7 +10,8 @@
 //!   topology for nodes that reach several appliances. An appliance that is down or full is
 //!   passed over for the next one allowed.
 //! * ListVolumes, ListSnapshots (unfiltered) and ListVolumeGroups page across appliances
-//!   ([`crate::fleet_paging`]); an appliance that is down is left out of the listing (logged),
+//!   ([`crate::fleet_paging`]), ListVolumes showing each replicated volume once
+//!   ([`crate::fleet_legs`]); an appliance that is down is left out of the listing (logged),
 //!   so the others stay listable; only when none answers is the call UNAVAILABLE. Such calls
 //!   skip an appliance they could not reach for [`SKIP_UNREACHABLE`].
 //! * GetCapacity answers for the appliances the requested topology names (all when it names
@@ -180,7 +181,7 @@ impl Member {
     }
 
     /// Whether the appliance can be reached and is the one configured.
-    async fn ready(&self) -> Result<(), Status> {
+    pub(crate) async fn ready(&self) -> Result<(), Status> {
         let ready = self.forwarder.ready().await;
         self.note(ready)?;
         let verified = self.verify().await;
@@ -530,26 +531,17 @@ impl Fleet {
         })
     }
 
-    /// The appliances' controller capabilities but LIST_VOLUMES_PUBLISHED_NODES: this
-    /// ListVolumes shows a replicated volume's legs rather than the volume (a leg cannot be told
-    /// from a plain volume on its appliance), so a CO reconciling attachments from it (the
-    /// Kubernetes attacher) would mark every replicated volume's attachment detached.
+    /// The appliances' controller capabilities, as every appliance runs the same driver.
+    /// LIST_VOLUMES_PUBLISHED_NODES holds for replicated volumes too: ListVolumes lists each
+    /// once, published where its last leg is ([`crate::fleet_legs`]).
     async fn capabilities(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
-        use controller_service_capability::rpc::Type as Rpc;
-        use controller_service_capability::Type as CapType;
         let mut failed = Vec::new();
         for i in self.reachable_first((0..self.members.len()).collect()) {
             match self.members[i]
                 .call::<ControllerGetCapabilitiesResponse>(b.replay())
                 .await
             {
-                Ok(mut caps) => {
-                    caps.capabilities.retain(|c| {
-                        !matches!(&c.r#type, Some(CapType::Rpc(r))
-                            if r.r#type() == Rpc::ListVolumesPublishedNodes)
-                    });
-                    return Ok(reply(&caps));
-                }
+                Ok(caps) => return Ok(reply(&caps)),
                 Err(s) if s.code() == Code::Unavailable => failed.push(s.message().to_owned()),
                 Err(s) => return Err(s),
             }
@@ -621,8 +613,14 @@ impl Fleet {
                 Ok(a) => {
                     answered = true;
                     let (got, next) = L::split(a);
-                    entries.extend(got);
+                    let listed = got.len();
+                    entries.extend(got.into_iter().filter_map(L::shown));
                     if !next.is_empty() {
+                        // Hidden legs can leave the page short: go on with this appliance.
+                        if listed > 0 && (max == 0 || entries.len() < max) {
+                            token = next;
+                            continue;
+                        }
                         break fleet_paging::render(ids[i], &next);
                     }
                 }

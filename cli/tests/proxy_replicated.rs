@@ -11,7 +11,7 @@ use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
 use edgevol_proto::csi::v1::volume_capability::AccessMode;
 use edgevol_proto::csi::v1::*;
-use fleet::{create, fleet_proxy, home, mount, start_fleet, topology};
+use fleet::{create, fleet_proxy, home, list_all, mount, start_fleet, topology};
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -363,7 +363,7 @@ async fn replicas_are_refused_without_enough_appliances_and_with_multi_node_writ
 }
 
 #[tokio::test]
-async fn a_half_created_volume_is_completed_by_the_retry_and_a_lost_leg_shows() {
+async fn no_leg_is_made_while_too_few_appliances_answer_and_a_lost_leg_shows() {
     let dir = tempfile::tempdir().unwrap();
     let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
     let mut c = fleet_proxy(dir.path(), &boxes).await;
@@ -375,14 +375,15 @@ async fn a_half_created_volume_is_completed_by_the_retry_and_a_lost_leg_shows() 
         .unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(status.message().contains("box-b"), "{}", status.message());
-    let kept = status
-        .message()
-        .split("completes the volume: ")
-        .nth(1)
-        .and_then(|s| s.split(')').next())
-        .expect("the kept leg is named")
-        .to_owned();
-    assert_eq!(home(&kept), "box-a");
+    assert!(
+        status.message().contains("0 took a leg"),
+        "{}",
+        status.message()
+    );
+    assert!(
+        list_all(&mut c, 0).await.is_empty(),
+        "no leg on box-a: it would hold a position box-b may need at the retry"
+    );
 
     boxes[1].restart().await;
     let v = c
@@ -392,12 +393,8 @@ async fn a_half_created_volume_is_completed_by_the_retry_and_a_lost_leg_shows() 
         .into_inner()
         .volume
         .unwrap();
-    assert!(
-        legs(&v.volume_id).contains(&kept.as_str()),
-        "{} reuses {kept}",
-        v.volume_id
-    );
     assert_eq!(legs(&v.volume_id).len(), 2);
+    assert_eq!(list_all(&mut c, 0).await, [v.volume_id.clone()]);
 
     // box-b down again: the volume is reported degraded, naming the leg; its deletion waits.
     boxes[1].stop().await;
@@ -564,6 +561,21 @@ async fn a_snapshot_has_a_leg_per_leg_and_restores_into_a_replicated_volume() {
     for (leg, src) in legs(&cl.volume_id).iter().zip(legs(&v.volume_id)) {
         assert_eq!(home(leg), home(src));
     }
+    // Restored and cloned legs carry their marking too: each volume is listed once, whole.
+    let mut listed = list_all(&mut c, 1).await;
+    listed.sort();
+    let restored: Vec<String> = listed
+        .iter()
+        .filter(|id| legs(id).len() == 2)
+        .cloned()
+        .collect();
+    assert_eq!(
+        restored.len(),
+        4,
+        "orig, restored, restored-default, clone: {listed:?}"
+    );
+    assert!(listed.contains(&cl.volume_id) && listed.contains(&v.volume_id));
+    assert_eq!(listed.len(), 4, "no leg listed on its own: {listed:?}");
 
     for _ in 0..2 {
         c.delete_snapshot(DeleteSnapshotRequest {
@@ -582,6 +594,255 @@ async fn a_snapshot_has_a_leg_per_leg_and_restores_into_a_replicated_volume() {
         .unwrap()
         .into_inner();
     assert!(listed.entries.is_empty(), "every leg deleted");
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+/// Every entry the proxy lists, `page` at a time.
+async fn entries(
+    c: &mut ControllerClient<Channel>,
+    page: i32,
+) -> Vec<list_volumes_response::Entry> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    loop {
+        let resp = c
+            .list_volumes(ListVolumesRequest {
+                max_entries: page,
+                starting_token: token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        out.extend(resp.entries);
+        if resp.next_token.is_empty() {
+            return out;
+        }
+        token = resp.next_token;
+    }
+}
+
+#[tokio::test]
+async fn list_volumes_shows_each_replicated_volume_once_and_where_it_is_published() {
+    use controller_service_capability::rpc::Type as Rpc;
+    use controller_service_capability::Type as CapType;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b", "box-c"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+
+    let mut created = Vec::new();
+    for (name, replicas) in [
+        ("r1", "2"),
+        ("p1", "1"),
+        ("r2", "3"),
+        ("r3", "2"),
+        ("p2", "1"),
+    ] {
+        let mut r = replicated(name, 8 * MIB, replicas);
+        r.parameters.insert("provisioning".into(), "thin".into());
+        created.push(
+            c.create_volume(r)
+                .await
+                .unwrap()
+                .into_inner()
+                .volume
+                .unwrap(),
+        );
+    }
+    let mut want: Vec<String> = created.iter().map(|v| v.volume_id.clone()).collect();
+    want.sort();
+    for page in [0, 1, 2, 3, 4, 7] {
+        let mut got = list_all(&mut c, page).await;
+        got.sort();
+        assert_eq!(
+            got, want,
+            "page size {page}: every volume once, legs hidden"
+        );
+    }
+    let listed = entries(&mut c, 2).await;
+    for v in &created {
+        let e = listed
+            .iter()
+            .find(|e| e.volume.as_ref().unwrap().volume_id == v.volume_id)
+            .unwrap();
+        let lv = e.volume.as_ref().unwrap();
+        assert_eq!(lv.capacity_bytes, v.capacity_bytes, "{}", v.volume_id);
+        assert_eq!(lv.volume_context, v.volume_context, "{}", v.volume_id);
+        assert!(!lv.volume_context.contains_key("edgevol.io/leg"));
+        if legs(&v.volume_id).len() > 1 {
+            assert_eq!(lv.accessible_topology, v.accessible_topology);
+            assert_eq!(lv.capacity_bytes, 8 * MIB);
+        }
+    }
+
+    // Validate with the class's parameters: each leg is asked with its own marking besides.
+    let r3 = created[3].volume_id.clone();
+    let confirmed = c
+        .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
+            volume_id: r3.clone(),
+            volume_capabilities: vec![mount()],
+            parameters: HashMap::from([
+                ("replicas".into(), "2".into()),
+                ("provisioning".into(), "thin".into()),
+            ]),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(confirmed.confirmed.is_some(), "{}", confirmed.message);
+
+    // The proxy offers published nodes in listings again; an attacher-style reconcile (every
+    // page of ListVolumes, volume -> nodes) sees the replicated volume attached to its node.
+    let caps = c
+        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities;
+    assert!(caps.iter().any(|cap| matches!(&cap.r#type,
+        Some(CapType::Rpc(r)) if r.r#type() == Rpc::ListVolumesPublishedNodes)));
+    let r1 = created[0].volume_id.clone();
+    c.controller_publish_volume(ControllerPublishVolumeRequest {
+        volume_id: r1.clone(),
+        node_id: NODE.into(),
+        volume_capability: Some(mount()),
+        volume_context: created[0].volume_context.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let attached = |listed: &[list_volumes_response::Entry]| -> HashMap<String, Vec<String>> {
+        listed
+            .iter()
+            .map(|e| {
+                (
+                    e.volume.as_ref().unwrap().volume_id.clone(),
+                    e.status.as_ref().unwrap().published_node_ids.clone(),
+                )
+            })
+            .collect()
+    };
+    for page in [0, 1, 3] {
+        let seen = attached(&entries(&mut c, page).await);
+        assert_eq!(seen[&r1], [NODE], "page size {page}");
+        assert!(seen[&r3].is_empty());
+    }
+    c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+        volume_id: r1.clone(),
+        node_id: NODE.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert!(attached(&entries(&mut c, 0).await)[&r1].is_empty());
+
+    for b in &mut boxes {
+        b.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_half_created_volume_is_completed_by_the_retry_when_a_full_box_has_room_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = ["box-a", "box-b", "box-c"];
+    let mut boxes = start_fleet(dir.path(), &ids).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+
+    // Fill the box the name places second: the first attempt's legs skip it.
+    let order = edgevol_cli::fleet_placement::order(None, &ids, "half");
+    let (first, middle, last) = (ids[order[0]], ids[order[1]], ids[order[2]]);
+    let thick = || HashMap::from([("provisioning".to_owned(), "thick".to_owned())]);
+    let free = c
+        .get_capacity(GetCapacityRequest {
+            parameters: thick(),
+            accessible_topology: Some(topology(&[("edgevol.io/appliance", middle)])),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .available_capacity;
+    let mut filler = create("filler", free - 8 * MIB);
+    filler.parameters = thick();
+    filler.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![topology(&[("edgevol.io/appliance", middle)])],
+        preferred: vec![],
+    });
+    let filler = c
+        .create_volume(filler)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+
+    let mut half = replicated("half", 32 * MIB, "3");
+    half.parameters.extend(thick());
+    let status = c.create_volume(half.clone()).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    let kept: Vec<String> = status
+        .message()
+        .split("completes the volume: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .expect("the kept legs are named")
+        .split(", ")
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        kept.iter().map(|l| home(l)).collect::<Vec<_>>(),
+        [first, last],
+        "{}",
+        status.message()
+    );
+
+    // With room again, the middle box would come second: its new leg makes way for the kept
+    // one, which already holds that position, and becomes the last leg.
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: filler.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let v = c
+        .create_volume(half.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let got = legs(&v.volume_id);
+    assert_eq!(
+        &got[..2],
+        [kept[0].as_str(), kept[1].as_str()],
+        "{}",
+        v.volume_id
+    );
+    assert_eq!(home(got[2]), middle);
+    assert_eq!(v.capacity_bytes, 32 * MIB);
+    let again = c
+        .create_volume(half)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(again.volume_id, v.volume_id, "idempotent by name");
+    assert_eq!(list_all(&mut c, 1).await, [v.volume_id.clone()]);
+    // Nothing else is left on the middle box: the filler and the displaced leg are gone.
+    let n: u32 = got[2].rsplit('v').next().unwrap().parse().unwrap();
+    for k in 1..n {
+        let stray = format!("{middle}-v{k}");
+        assert_eq!(
+            leg_volume(&mut c, &stray).await.unwrap_err().code(),
+            Code::NotFound,
+            "{stray}"
+        );
+    }
 
     for b in &mut boxes {
         b.stop().await;
