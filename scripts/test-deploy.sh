@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # The deploy checks, on the host, no VM: PARTS are any of
-#   grpcio      grpcio (gRPC C-core, from PyPI) over the unix sockets of `edgevol proxy` (in front
-#               of a dev edgevold) and `edgevol-node`: Identity and Node calls, Kubernetes'
-#               CreateVolume with --extra-create-metadata, a secret key refused, the claim in
-#               `edgevol volumes`; then the CreateVolume calls each orchestrator makes from
-#               deploy/ (the StorageClass as the pinned external-provisioner passes it, Nomad's
-#               volume specification, every Swarm scope x sharing x type) replayed
+#   grpcio      grpcio (gRPC C-core, from PyPI) over the unix sockets of `edgevol proxy` and
+#               `edgevol-node`: two dev edgevolds with the ids of deploy/kubernetes' fleet.toml
+#               (one CA); a proxy on the first alone (plain HOST:PORT): Identity and Node
+#               calls, Kubernetes' CreateVolume with --extra-create-metadata, a secret key
+#               refused, the claim in `edgevol volumes`, then the CreateVolume calls each
+#               orchestrator makes from deploy/ for one appliance replayed (the StorageClass as
+#               the pinned external-provisioner passes it, Nomad's volume specification, every
+#               Swarm scope x sharing x type); a proxy reading fleet.toml (--config), the node
+#               plugin with the DaemonSet's --topology flags: every StorageClass (examples too)
+#               and Nomad volume replayed as the provisioner sends it for that node, placed on
+#               an appliance its topology allows, replicated ones on two, each usable there
 #   manifests   deploy/kubernetes and its overlays rendered and validated offline and strictly
 #               against every Kubernetes version each is for (kubernetes-validate); the
 #               sidecars' rules (StorageClass parameters as external-provisioner reads them,
 #               flags, feature gates, minimum Kubernetes and VolumeAttributesClass API of each
 #               pinned sidecar), shown to refuse what 0.1.0 shipped; RBAC against upstream; the
 #               VolumeSnapshotClass against its CRD schema; the Nomad and Swarm files parsed and
-#               checked, the README's Swarm access-mode table
+#               checked (their args evaluated for one and several appliances, the Swarm
+#               entrypoint run under busybox sh with stub binaries), fleet.toml parsed with the
+#               proxy's rules and matched with the node flags and every class's topology, the
+#               README's Swarm access-mode table
 #   monitoring  deploy/monitoring: the alerting rules checked and unit-tested (promtool), and
 #               every metric the rules and the Grafana dashboard name served by a dev edgevold
 #   images      the OCI images built (scripts/build-images.sh) and their binaries and host tools
@@ -79,22 +87,66 @@ start_edgevold() {
     wait_for "[[ -f $work/$name/pki/controller.key ]] && (exec 3<>/dev/tcp/127.0.0.1/$EDGEVOLD_PORT) 2>/dev/null" 60 edgevold
 }
 
+# fleet_toml IN OUT ID=PORT...: the ConfigMap's fleet.toml (IN, a rendered kustomization) with
+# each appliance's address replaced by 127.0.0.1:PORT of the dev appliance of that id.
+fleet_toml() {
+    local in=$1 out=$2
+    shift 2
+    (cd tests/deploy && "$PY" - "$in" "$out" "$@") <<'PYEOF'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+text = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "edgevol-config")["data"]["fleet.toml"]
+ports = dict(a.split("=") for a in sys.argv[3:])
+import fleet
+appliances = fleet.parse_fleet(text)
+assert sorted(a[0] for a in appliances) == sorted(ports), f"fleet.toml {appliances}, dev appliances {ports}"
+for ident, address, _ in appliances:
+    text = text.replace(f'address = "{address}"', f'address = "127.0.0.1:{ports[ident]}"', 1)
+assert fleet.parse_fleet(text) == [(i, f"127.0.0.1:{ports[i]}", n) for i, _, n in appliances]
+open(sys.argv[2], "w").write(text)
+PYEOF
+}
+
 part_grpcio() {
     build_debug
-    start_edgevold box --metrics-listen off
-    local port=$EDGEVOLD_PORT
-    local pki="$work/box/pki"
+    # The appliances deploy/kubernetes names (fleet.toml): dev appliances with those ids and one
+    # CA (the first one's dev PKI, shared), so one controller certificate reaches both.
+    local ids=() id ports=() pki="$work/box-7/pki" rendered="$work/kubernetes.yaml"
+    (cd tests/deploy && "$PY" manifests.py deploy/kubernetes "$rendered")
+    mapfile -t ids < <(cd tests/deploy && "$PY" -c 'import fleet, manifests as m; print("\n".join(a[0] for a in fleet.fleet_of(m.documents())))')
+    ((${#ids[@]} >= 2)) || die "deploy/kubernetes' fleet.toml lists ${#ids[@]} appliance(s); the replay needs two"
+    for id in "${ids[@]}"; do
+        if [[ $id != "${ids[0]}" ]]; then
+            mkdir -p "$work/$id"
+            ln -s "$pki" "$work/$id/pki"
+        fi
+        start_edgevold "$id" --metrics-listen off --appliance-id "$id"
+        ports+=("$id=$EDGEVOLD_PORT")
+    done
+    local port=${ports[0]#*=}
+    fleet_toml "$rendered" "$work/fleet.toml" "${ports[@]}"
+    local tls=(--server-name localhost --ca "$pki/ca.pem" --cert "$pki/controller.pem" --key "$pki/controller.key")
+    # One appliance, the plain form: every call forwarded untouched.
     "$TARGET/debug/edgevol" proxy --listen "unix://$work/csi.sock" --appliance "127.0.0.1:$port" \
-        --server-name localhost --ca "$pki/ca.pem" --cert "$pki/controller.pem" \
-        --key "$pki/controller.key" >"$work/proxy.log" 2>&1 &
+        "${tls[@]}" >"$work/proxy.log" 2>&1 &
     pids+=($!)
+    # The controller as deploy/kubernetes runs it: every appliance from fleet.toml.
+    "$TARGET/debug/edgevol" proxy --listen "unix://$work/fleet.sock" --config "$work/fleet.toml" \
+        "${tls[@]}" >"$work/fleet-proxy.log" 2>&1 &
+    pids+=($!)
+    # The node plugin with the DaemonSet's topology flags (no enrolment: no data path here).
+    local topology=()
+    mapfile -t topology < <(cd tests/deploy && "$PY" -c 'import check_manifests as c, manifests as m
+node, _ = c.container(m.documents(), "DaemonSet", "node")
+print("\n".join("--topology=" + t for t in c.args_of(node, "topology")))')
     "$TARGET/debug/edgevol-node" --endpoint "unix://$work/node/csi.sock" \
         --node-id-file "$work/node/hostnqn" --hostid-file "$work/node/hostid" \
-        --state-dir "$work/node/state" >"$work/node.log" 2>&1 &
+        --state-dir "$work/node/state" "${topology[@]}" >"$work/node.log" 2>&1 &
     pids+=($!)
-    wait_for "[[ -S $work/csi.sock && -S $work/node/csi.sock ]]" 30 "the unix sockets"
+    wait_for "[[ -S $work/csi.sock && -S $work/fleet.sock && -S $work/node/csi.sock ]]" 30 "the unix sockets"
 
-    (cd tests/deploy && "$PY" grpcio_unix.py --proxy "$work/csi.sock" --node "$work/node/csi.sock")
+    (cd tests/deploy && "$PY" grpcio_unix.py --proxy "$work/csi.sock" --fleet-proxy "$work/fleet.sock" \
+        --node "$work/node/csi.sock")
     local listing
     listing="$("$TARGET/debug/edgevol" volumes --appliance "127.0.0.1:$port" --server-name localhost \
         --ca "$pki/ca.pem" --cert "$pki/observer.pem" --key "$pki/observer.key")"
@@ -108,6 +160,7 @@ part_grpcio() {
 # minor version it is for. Custom resources (VolumeSnapshotClass) have no schema there:
 # check_manifests.py checks them against their CRD schema.
 part_manifests() {
+    apt_need busybox # the Swarm plugin's entrypoint runs under busybox sh
     local kv="${PY%/python}/kubernetes-validate" variant low high out n
     while read -r variant low high; do
         out="$work/$(tr / _ <<<"$variant").yaml"
@@ -229,7 +282,7 @@ part_images() {
     run_in "$plugin/rootfs" edgevol --version | grep -qx "edgevol $v"
     run_in "$plugin/rootfs" edgevol-node --version | grep -qx "edgevol-node $v"
     if out="$(run_in "$plugin/rootfs" "$entry" 2>&1)"; then
-        die "the Swarm plugin's entrypoint started without EDGEVOL_APPLIANCE"
+        die "the Swarm plugin's entrypoint started without EDGEVOL_APPLIANCES"
     fi
     grep -q EDGEVOL_APPLIANCE <<<"$out" || die "unexpected entrypoint failure: $out"
     log "ok: the Swarm plugin's entrypoint runs in its rootfs and asks for its settings"

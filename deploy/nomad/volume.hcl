@@ -26,10 +26,17 @@ mount_options {
   fs_type = "ext4"
 }
 
+# Either topology names box-7: clients reaching several appliances report
+# appliance.edgevol.io/<id> = "true" for each; a client reaching one also reports
+# edgevol.io/appliance = <id>, the only key an appliance served alone checks.
 topology_request {
   required {
     topology {
-      # Clients report appliance.edgevol.io/<id> = "true" for every appliance they reach.
+      segments = {
+        "edgevol.io/appliance" = "box-7"
+      }
+    }
+    topology {
       segments = {
         "appliance.edgevol.io/box-7" = "true"
       }

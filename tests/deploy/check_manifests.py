@@ -412,7 +412,7 @@ def node_plugin_reaches_every_appliance_of_the_fleet():
         # Every class is usable on the DaemonSet's nodes (WaitForFirstConsumer picks one).
         segment = fleet.node_topology([ident for ident, _, _ in appliances])
         for sc in fleet.storage_classes(docs):
-            assert fleet.requisite_for(sc, segment) is not None, \
+            assert fleet.accessibility_requirements(sc, segment) is not None, \
                 f"{variant}: StorageClass {sc['metadata']['name']} matches no edgevol node ({segment})"
 
 
@@ -463,9 +463,19 @@ def the_fleet_rules_refuse_what_edgevol_refuses():
     # A node reaching two appliances reports presence keys only: a class on the plain key
     # (what one-box sites used) matches it no more, one on the presence key does.
     segment = fleet.node_topology(["a", "b"])
-    assert fleet.requisite_for(sc({}, [{"key": "edgevol.io/appliance", "values": ["a"]}]), segment) is None
-    assert fleet.requisite_for(sc({}, both[:1]), segment) == segment
+    plain = [{"key": "edgevol.io/appliance", "values": ["a"]}]
+    assert fleet.accessibility_requirements(sc({}, plain), segment) is None
+    only_a = {"appliance.edgevol.io/a": "true"}
+    assert fleet.accessibility_requirements(sc({}, both[:1]), segment) == ([only_a], [only_a])
     assert fleet.node_topology(["a"]) == {"appliance.edgevol.io/a": "true", "edgevol.io/appliance": "a"}
+    # The provisioner's requisite: terms ORed, values distributed; preferred from the node's.
+    req, pref = fleet.accessibility_requirements(sc({}, plain, both[1:], both), segment)
+    assert req == [{"edgevol.io/appliance": "a"}, {"appliance.edgevol.io/b": "true"},
+                   {"appliance.edgevol.io/a": "true", "appliance.edgevol.io/b": "true"}], req
+    assert pref == req[1:] + req[:1], pref
+    assert fleet.flatten([{"matchLabelExpressions": [{"key": "k", "values": ["1", "2"]},
+                                                     {"key": "j", "values": ["x"]}]}]) == \
+        [{"k": "1", "j": "x"}, {"k": "2", "j": "x"}]
 
 
 @check

@@ -9,8 +9,13 @@ Usage: check_orchestrators.py  (exit 1 on any failure)
 """
 
 import json
+import os
+import pathlib
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import hcl2
 
@@ -152,6 +157,11 @@ def nomad_jobs_serve_every_appliance_of_the_site():
     assert flags(job_args(node, named), "appliance-server-name") == ["edgevol"]
 
 
+def nomad_topologies(vol):
+    """The segments of a volume specification's required topologies (ORed), in order."""
+    return [t["segments"] for t in only(only(vol["topology_request"])["required"])["topology"]]
+
+
 def nomad_volumes():
     return sorted(NOMAD.glob("volume*.hcl"))
 
@@ -167,12 +177,13 @@ def nomad_volume_specification():
         assert vol["type"] == "csi" and vol["plugin_id"] == "edgevol", path.name
         assert vol["capability"], f"{path.name}: no capability"
         params = only(vol["parameters"])
-        segments = only(only(only(vol["topology_request"])["required"])["topology"])["segments"]
-        # The requested topology as one term: the proxy's rules for replicas and appliances.
-        term = {"matchLabelExpressions": [{"key": k, "values": [v]} for k, v in segments.items()]}
+        required = nomad_topologies(vol)
+        # Each required topology as a term: the proxy's rules for replicas and appliances.
+        terms = [{"matchLabelExpressions": [{"key": k, "values": [v]} for k, v in t.items()]}
+                 for t in required]
         try:
             n = fleet.check_class({"metadata": {"name": path.name}, "parameters": params,
-                                   "allowedTopologies": [term]}, sorted(site), accepted)
+                                   "allowedTopologies": terms}, sorted(site), accepted)
         except fleet.Refused as e:
             raise AssertionError(f"{path.name}: {e}") from e
         replicated += n > 1
@@ -182,9 +193,9 @@ def nomad_volume_specification():
             assert o.accepted(mode, kind), f"{path.name}: edgevol refuses {cap}"
             assert n == 1 or mode not in o.MULTI_WRITER, f"{path.name}: replicated with {mode}"
         assert only(vol["mount_options"])["fs_type"] in ("ext4", "xfs")
-        # The node job's clients (every appliance of the site) satisfy the requested topology.
-        assert all(client.get(k) == v for k, v in segments.items()), \
-            f"{path.name}: segments {segments} match no client ({client})"
+        # The node job's clients (every appliance of the site) satisfy a requested topology.
+        assert any(all(client.get(k) == v for k, v in t.items()) for t in required), \
+            f"{path.name}: topologies {required} match no client ({client})"
     assert replicated, "no replicated Nomad volume example"
 
 
@@ -207,10 +218,78 @@ def swarm_plugin_config():
     modules = mounts["/lib/modules"]
     assert "ro" in modules["options"] and modules["settable"] == ["source"], modules
     assert f"{modules['name']}.source=" in modules["description"], modules["description"]
-    for name in ("EDGEVOL_APPLIANCE", "EDGEVOL_SERVER_NAME", "EDGEVOL_APPLIANCE_ID"):
-        env = next(e for e in config["env"] if e["name"] == name)
-        assert env["settable"] == ["value"]
-        assert f"${{{name}:?" in entry, f"the entrypoint does not require {name}"
+    names = [e["name"] for e in config["env"]]
+    assert names == ["EDGEVOL_APPLIANCES", "EDGEVOL_APPLIANCE", "EDGEVOL_APPLIANCE_ID",
+                     "EDGEVOL_SERVER_NAME"], names
+    for env in config["env"]:
+        assert env["settable"] == ["value"] and env["value"] == "", env
+        assert f"${{{env['name']}" in entry, f"the entrypoint does not read {env['name']}"
+
+
+def run_entrypoint(env, controller):
+    """deploy/swarm's entrypoint under busybox sh, its paths moved into a scratch directory and
+    edgevol/edgevol-node replaced by stubs that record their arguments: (exit code, stderr,
+    {binary: argv}). `controller`: the node holds the controller certificate (a manager)."""
+    busybox = shutil.which("busybox")
+    assert busybox, "busybox is needed to run the Swarm entrypoint (apt-get install busybox)"
+    with tempfile.TemporaryDirectory() as d:
+        text = (SWARM / "edgevol-swarm-plugin").read_text()
+        text = (text.replace("/usr/bin/", f"{d}/bin/").replace("/bin/busybox", busybox)
+                .replace("/etc/edgevol", f"{d}/etc").replace("/run/", f"{d}/run/"))
+        script = pathlib.Path(d, "entrypoint")
+        script.write_text(text)
+        os.makedirs(f"{d}/bin")
+        os.makedirs(f"{d}/etc")
+        if controller:
+            pathlib.Path(d, "etc", "controller.pem").write_text("")
+        for name in ("edgevol", "edgevol-node"):
+            stub = pathlib.Path(d, "bin", name)
+            stub.write_text(f"#!{busybox} sh\nfor a in \"$@\"; do echo \"$a\"; done > {d}/argv.{name}\n")
+            stub.chmod(0o755)
+        # A file the unquoted appliance list would glob to, were globbing left on.
+        pathlib.Path(d, "box-8=8:9500").write_text("")
+        run = subprocess.run([busybox, "sh", str(script)], cwd=d, capture_output=True, text=True,
+                             timeout=30, env={"PATH": "/usr/bin:/bin", **env})
+        argv = {}
+        for name in ("edgevol", "edgevol-node"):
+            path = pathlib.Path(d, f"argv.{name}")
+            if path.exists():
+                argv[name] = path.read_text().splitlines()
+        return run.returncode, run.stderr, argv
+
+
+def pairs(argv, flag):
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+@check
+def swarm_entrypoint_serves_every_appliance():
+    site = {"EDGEVOL_APPLIANCES": "box-7=192.0.2.7:9500  box-8=[fd00::8]:9500"}
+    want = ["box-7=192.0.2.7:9500", "box-8=[fd00::8]:9500"]
+    rc, err, argv = run_entrypoint(site, controller=True)
+    assert set(argv) == {"edgevol", "edgevol-node"}, (rc, err, argv)
+    proxy, node = argv["edgevol"], argv["edgevol-node"]
+    assert proxy[0] == "proxy" and pairs(proxy, "--appliance") == want, proxy
+    assert pairs(proxy, "--node-socket") == [pairs(node, "--endpoint")[0]], (proxy, node)
+    assert not pairs(proxy, "--server-name"), proxy
+    assert pairs(node, "--appliance") == want, node
+    assert pairs(node, "--topology") == ["edgevol.io/appliance=box-7", "edgevol.io/appliance=box-8"], node
+    # One appliance, the form of the first releases, on a worker: as before.
+    one = {"EDGEVOL_APPLIANCE": "192.0.2.10:9500", "EDGEVOL_APPLIANCE_ID": "box-7",
+           "EDGEVOL_SERVER_NAME": "edgevol"}
+    rc, err, argv = run_entrypoint(one, controller=False)
+    assert set(argv) == {"edgevol-node"}, (rc, err, argv)
+    node = argv["edgevol-node"]
+    assert pairs(node, "--appliance") == ["192.0.2.10:9500"], node
+    assert pairs(node, "--topology") == ["edgevol.io/appliance=box-7"], node
+    assert pairs(node, "--appliance-server-name") == ["edgevol"], node
+    assert pairs(node, "--endpoint")[0].endswith("/run/docker/plugins/csi.sock"), node
+    rc, err, argv = run_entrypoint({**one, "EDGEVOL_APPLIANCE_ID": ""}, controller=True)
+    assert rc != 0 and not argv and "EDGEVOL_APPLIANCE_ID" in err, (rc, err, argv)
+    rc, err, argv = run_entrypoint({}, controller=True)
+    assert rc != 0 and not argv and "EDGEVOL_APPLIANCES=" in err, (rc, err, argv)
+    rc, err, argv = run_entrypoint({"EDGEVOL_APPLIANCES": "box-7=h:1 192.0.2.8:9500"}, controller=True)
+    assert rc == 2 and not argv and "'192.0.2.8:9500': expected ID=HOST:PORT" in err, (rc, err, argv)
 
 
 def swarm_table():

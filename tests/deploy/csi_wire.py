@@ -47,11 +47,15 @@ def capability(mode, fs_type=None):
     return field(2, field(1, fs_type)) + access
 
 
-def create_volume(name, size, caps, parameters, requisite=None):
-    """A CreateVolumeRequest; requisite: topology segments ({key: value}) the volume needs."""
+def create_volume(name, size, caps, parameters, requisite=None, preferred=()):
+    """A CreateVolumeRequest; requisite: the topology segment ({key: value}) the volume needs,
+    or a list of segments (any one); preferred: segments in order of preference."""
     topology = b""
-    if requisite:
-        topology = field(7, field(1, string_map(1, requisite)))
+    if isinstance(requisite, dict):
+        requisite = [requisite]
+    if requisite or preferred:
+        topology = field(7, b"".join(field(1, string_map(1, s)) for s in requisite or [])
+                         + b"".join(field(2, string_map(1, s)) for s in preferred))
     return (
         field(1, name)
         + field(2, field(1, size))

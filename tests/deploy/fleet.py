@@ -169,15 +169,48 @@ def check_class(sc, fleet_ids, appliance_keys):
     return n
 
 
-def requisite_for(sc, node_segment):
-    """The accessibility requirements external-provisioner sends for a class when a pod is
-    scheduled to a node with `node_segment` (WaitForFirstConsumer): that node's segment,
-    required and preferred; None when no term of the class matches the node."""
-    terms = sc.get("allowedTopologies", [])
-    if terms and not any(all(node_segment.get(e["key"]) in e["values"]
-                             for e in t["matchLabelExpressions"]) for t in terms):
-        return None
-    return dict(node_segment)
+def flatten(terms):
+    """external-provisioner's flatten(): allowedTopologies terms as CSI segments, each
+    expression's values distributed over the term's AND."""
+    out = []
+    for term in terms:
+        segments = [{}]
+        for e in term["matchLabelExpressions"]:
+            segments = [dict(s, **{e["key"]: v}) for v in e["values"] for s in segments]
+        out += segments
+    unique = []
+    for s in out:
+        if s not in unique:
+            unique.append(s)
+    return unique
+
+
+def accessibility_requirements(sc, node_segment):
+    """(requisite, preferred) as external-provisioner (GenerateAccessibilityRequirements, no
+    --strict-topology) sends them when the scheduler picked a node whose edgevol topology is
+    `node_segment` (WaitForFirstConsumer), in a cluster of such nodes: the class's flattened
+    terms, or the nodes' segments; preferred is that list from the first segment the node
+    has. None when no segment fits the node (the scheduler would not pick it)."""
+    requisite = flatten(sc["allowedTopologies"]) if sc.get("allowedTopologies") else [dict(node_segment)]
+    for i, segment in enumerate(requisite):
+        if all(node_segment.get(k) == v for k, v in segment.items()):
+            return requisite, requisite[i:] + requisite[:i]
+    return None
+
+
+def appliance_of(volume_id):
+    """The appliance a (leg's) volume id names: `box-7-v12` is on box-7."""
+    found = re.match(r"^([a-z0-9-]+)-v\d+$", volume_id)
+    assert found, f"volume id {volume_id!r} names no appliance"
+    return found.group(1)
+
+
+def segment_appliances(segment):
+    """The appliances a requisite segment allows (None: any)."""
+    named = {k[len(REACH_PREFIX):] for k, v in segment.items() if k.startswith(REACH_PREFIX) and v == REACHES}
+    if APPLIANCE_KEY in segment:
+        named.add(segment[APPLIANCE_KEY])
+    return named or None
 
 
 def fleet_of(docs):
