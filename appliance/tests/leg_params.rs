@@ -1,16 +1,18 @@
 //! The leg marking of replicated volumes (`edgevol.io/leg`, `edgevol.io/legs-before`): checked,
 //! stored with the volume, shown in every volume_context, part of CreateVolume's idempotency,
-//! and kept across a restart.
+//! kept across a restart, and exported as `edgevol_volume_leg`.
 
 mod common;
 
 use std::collections::HashMap;
 
 use common::{dev_config, DevAppliance};
+use edgevol_appliance::config::MetricsConfig;
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
 use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use edgevol_proto::csi::v1::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -37,6 +39,18 @@ fn leg(name: &str, marks: &[(&str, &str)]) -> CreateVolumeRequest {
     }
 }
 
+/// The exporter's text (a plain HTTP/1.1 GET).
+async fn scrape(app: &DevAppliance) -> String {
+    let addr = app.running.metrics_addr.expect("exporter runs");
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    tcp.read_to_string(&mut raw).await.unwrap();
+    raw.split_once("\r\n\r\n").unwrap().1.to_owned()
+}
+
 async fn listed(c: &mut ControllerClient<Channel>) -> HashMap<String, HashMap<String, String>> {
     c.list_volumes(ListVolumesRequest::default())
         .await
@@ -53,7 +67,13 @@ async fn listed(c: &mut ControllerClient<Channel>) -> HashMap<String, HashMap<St
 
 #[tokio::test]
 async fn leg_marks_are_checked_stored_shown_and_kept_across_a_restart() {
-    let app = DevAppliance::start().await;
+    let with_metrics = |c: &mut edgevol_appliance::config::Config| {
+        c.metrics = MetricsConfig {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            best_effort: false,
+        };
+    };
+    let app = DevAppliance::start_with(with_metrics).await;
     app.ready().await;
     let mut c = ControllerClient::new(app.channel("controller").await);
     const LEG: &str = "edgevol.io/leg";
@@ -116,6 +136,34 @@ async fn leg_marks_are_checked_stored_shown_and_kept_across_a_restart() {
         assert_eq!(s.code(), Code::InvalidArgument, "{bad:?}: {s:?}");
         assert!(s.message().contains("edgevol.io/leg"), "{}", s.message());
     }
+
+    // The exporter shows the leg, its position and the legs before it; a plain volume is no leg.
+    let plain = c
+        .create_volume(leg("plain", &[]))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let text = scrape(&app).await;
+    let sample = format!(
+        "edgevol_volume_leg{{volume_id=\"{}\",leg=\"1/2\",legs_before=\"box-a-v4\"}} 1",
+        v.volume_id
+    );
+    assert!(text.lines().any(|l| l == sample), "{sample} in:\n{text}");
+    assert!(
+        !text.contains(&format!(
+            "edgevol_volume_leg{{volume_id=\"{}\"",
+            plain.volume_id
+        )),
+        "{text}"
+    );
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: plain.volume_id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
 
     let DevAppliance { dir, running } = app;
     running.stop().await.unwrap();

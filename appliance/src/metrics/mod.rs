@@ -15,13 +15,15 @@
 //!
 //! The daemon hands the exporter these sources; nothing below (state, target) knows of it.
 //! Volumes are labelled with their CSI `volume_id`. Nothing derived from a request body is
-//! exported, so CSI secrets never reach a metric.
+//! exported but the checked leg marking of replicated volumes' legs ([`legs`]: digits and
+//! volume ids), so CSI secrets never reach a metric.
 
 pub mod csi;
 pub mod firmware;
 pub mod health;
 pub mod histogram;
 pub mod http;
+pub mod legs;
 pub mod text;
 
 use std::collections::BTreeMap;
@@ -144,7 +146,8 @@ async fn pool_metrics(e: &mut Exposition, state: &Arc<State>) {
                     .filter(|v| !v.mutable_parameters().is_empty())
                     .map(|v| (v.id(), v.mutable_parameters().to_vec()))
                     .collect();
-                (pool.capacity(), pool.failure().is_none(), limited)
+                let legs = legs::marked(pool);
+                (pool.capacity(), pool.failure().is_none(), limited, legs)
             })
             .await
             .ok()
@@ -157,10 +160,11 @@ async fn pool_metrics(e: &mut Exposition, state: &Arc<State>) {
         "1 once the pool is open and recovered (what CSI Probe reports).",
     );
     e.sample("edgevol_pool_ready", &[], u8::from(pool.is_some()));
-    let Some((c, healthy, limited)) = pool else {
+    let Some((c, healthy, limited, leg_marks)) = pool else {
         return;
     };
     qos_limit_metrics(e, state, &limited);
+    legs::render(e, state, &leg_marks);
     e.family(
         "edgevol_pool_healthy",
         Kind::Gauge,
