@@ -394,7 +394,7 @@ async fn no_leg_is_made_while_too_few_appliances_answer_and_a_lost_leg_shows() {
         .volume
         .unwrap();
     assert_eq!(legs(&v.volume_id).len(), 2);
-    assert_eq!(list_all(&mut c, 0).await, [v.volume_id.clone()]);
+    assert_eq!(list_all(&mut c, 0).await, [v.volume_id.as_str()]);
 
     // box-b down again: the volume is reported degraded, naming the leg; its deletion waits.
     boxes[1].stop().await;
@@ -678,6 +678,31 @@ async fn list_volumes_shows_each_replicated_volume_once_and_where_it_is_publishe
         }
     }
 
+    // `edgevol volumes` on each appliance (through a one-box proxy, as an operator would) shows
+    // which leg of which replicated volume each leg is.
+    let r2 = created[2].volume_id.clone();
+    for (i, leg) in legs(&r2).into_iter().enumerate() {
+        let b = boxes.iter().find(|b| b.id == home(leg)).unwrap();
+        let socket = dir.path().join(format!("one-{}.sock", b.id));
+        common::start_proxy(
+            &socket,
+            b.addr,
+            common::dev_tls(&dir.path().join("pki"), "controller"),
+        )
+        .await;
+        let channel = common::unix_channel(socket).await;
+        let rows = edgevol_cli::status::volumes(&channel).await.unwrap();
+        let row = rows.iter().find(|r| r.id == leg).unwrap();
+        let shown = legs(&r2)[..=i].join("+");
+        let more = if i == 2 { "" } else { "+…" };
+        assert_eq!(
+            row.leg.as_deref(),
+            Some(format!("{i}/3 of {shown}{more}").as_str())
+        );
+        let table = edgevol_cli::status::render_volumes(&rows, None);
+        assert!(table.lines().next().unwrap().contains(" LEG "), "{table}");
+    }
+
     // Validate with the class's parameters: each leg is asked with its own marking besides.
     let r3 = created[3].volume_id.clone();
     let confirmed = c
@@ -832,7 +857,7 @@ async fn a_half_created_volume_is_completed_by_the_retry_when_a_full_box_has_roo
         .volume
         .unwrap();
     assert_eq!(again.volume_id, v.volume_id, "idempotent by name");
-    assert_eq!(list_all(&mut c, 1).await, [v.volume_id.clone()]);
+    assert_eq!(list_all(&mut c, 1).await, [v.volume_id.as_str()]);
     // Nothing else is left on the middle box: the filler and the displaced leg are gone.
     let n: u32 = got[2].rsplit('v').next().unwrap().parse().unwrap();
     for k in 1..n {

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use edgevol_driver::fleet::LegMark;
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_content_source::Type as Source;
 use edgevol_proto::csi::v1::{ListSnapshotsRequest, ListVolumesRequest};
@@ -30,6 +31,9 @@ pub struct VolumeRow {
     pub claim: Option<String>,
     /// The Kubernetes PersistentVolume name, likewise.
     pub pv: Option<String>,
+    /// For a leg of a replicated volume (listed on its own appliance): which leg of which
+    /// volume, e.g. `1/2 of box-a-v3+box-b-v5`.
+    pub leg: Option<String>,
 }
 
 /// One snapshot, as listed.
@@ -64,6 +68,15 @@ fn k8s_names(context: &HashMap<String, String>) -> (Option<String>, Option<Strin
     (claim, get("csi.storage.k8s.io/pv/name"))
 }
 
+/// The LEG cell of volume `id`: `i/n of <replicated id>`. The last leg names every leg; an
+/// earlier one knows only the legs up to itself, so its id ends in `+…`.
+fn leg_of(id: &str, context: &HashMap<String, String>) -> Option<String> {
+    let mark = LegMark::of(context).ok()??;
+    let volume = mark.volume_id(id);
+    let more = if mark.is_last() { "" } else { "+…" };
+    Some(format!("{}/{} of {volume}{more}", mark.index, mark.count))
+}
+
 /// Every volume (all pages).
 pub async fn volumes(channel: &Channel) -> Result<Vec<VolumeRow>, String> {
     let mut client = ControllerClient::new(channel.clone());
@@ -86,6 +99,7 @@ pub async fn volumes(channel: &Channel) -> Result<Vec<VolumeRow>, String> {
                 _ => "ok".into(),
             };
             let (claim, pv) = k8s_names(&v.volume_context);
+            let leg = leg_of(&v.volume_id, &v.volume_context);
             rows.push(VolumeRow {
                 id: v.volume_id,
                 size: v.capacity_bytes,
@@ -97,6 +111,7 @@ pub async fn volumes(channel: &Channel) -> Result<Vec<VolumeRow>, String> {
                 condition,
                 claim,
                 pv,
+                leg,
             });
         }
         if page.next_token.is_empty() {
@@ -161,5 +176,42 @@ mod tests {
             (Some("shop/data".into()), Some("pvc-1234".into()))
         );
         assert_eq!(k8s_names(&ctx(&[("provisioning", "thin")])), (None, None));
+    }
+
+    #[test]
+    fn a_leg_names_its_position_and_the_replicated_volume() {
+        let ctx = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            leg_of("box-a-v3", &ctx(&[("edgevol.io/leg", "0/2")])).as_deref(),
+            Some("0/2 of box-a-v3+…")
+        );
+        assert_eq!(
+            leg_of(
+                "box-b-v5",
+                &ctx(&[
+                    ("edgevol.io/leg", "1/2"),
+                    ("edgevol.io/legs-before", "box-a-v3")
+                ])
+            )
+            .as_deref(),
+            Some("1/2 of box-a-v3+box-b-v5")
+        );
+        assert_eq!(
+            leg_of(
+                "box-b-v5",
+                &ctx(&[
+                    ("edgevol.io/leg", "1/3"),
+                    ("edgevol.io/legs-before", "box-a-v3")
+                ])
+            )
+            .as_deref(),
+            Some("1/3 of box-a-v3+box-b-v5+…")
+        );
+        assert_eq!(leg_of("box-a-v1", &ctx(&[("provisioning", "thin")])), None);
     }
 }

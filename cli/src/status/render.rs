@@ -53,13 +53,19 @@ fn or_dash(value: Option<&String>) -> String {
 
 /// The `edgevol volumes` table. CONNECTED (the hosts with a live NVMe/TCP controller on the
 /// volume) comes from the exporter: without `metrics` the column is left out and a line says
-/// how to get it.
+/// how to get it. LEG (which leg of which replicated volume) appears when a listed volume is a
+/// leg.
 pub fn render_volumes(rows: &[VolumeRow], metrics: Option<&Metrics>) -> String {
     let mut header = vec!["VOLUME", "SIZE", "SOURCE", "PUBLISHED TO"];
     if metrics.is_some() {
         header.push("CONNECTED");
     }
-    header.extend(["CLAIM", "PV", "CONDITION"]);
+    header.extend(["CLAIM", "PV"]);
+    let legs = rows.iter().any(|v| v.leg.is_some());
+    if legs {
+        header.push("LEG");
+    }
+    header.push("CONDITION");
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|v| {
@@ -76,11 +82,11 @@ pub fn render_volumes(rows: &[VolumeRow], metrics: Option<&Metrics>) -> String {
             if let Some(m) = metrics {
                 row.push(connected_cell(m, &v.id));
             }
-            row.extend([
-                or_dash(v.claim.as_ref()),
-                or_dash(v.pv.as_ref()),
-                v.condition.clone(),
-            ]);
+            row.extend([or_dash(v.claim.as_ref()), or_dash(v.pv.as_ref())]);
+            if legs {
+                row.push(or_dash(v.leg.as_ref()));
+            }
+            row.push(v.condition.clone());
             row
         })
         .collect();
@@ -262,7 +268,54 @@ mod tests {
             condition: "ok".into(),
             claim: None,
             pv: None,
+            leg: None,
         }
+    }
+
+    #[test]
+    fn legs_get_a_leg_column_and_other_volumes_a_dash() {
+        let mut leg = row("box-b-v5", &[]);
+        leg.leg = Some("1/2 of box-a-v3+box-b-v5".into());
+        let out = render_volumes(&[leg, row("box-b-v6", &[])], None);
+        let lines: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[0],
+            [
+                "VOLUME",
+                "SIZE",
+                "SOURCE",
+                "PUBLISHED",
+                "TO",
+                "CLAIM",
+                "PV",
+                "LEG",
+                "CONDITION"
+            ]
+        );
+        assert_eq!(
+            lines[1],
+            [
+                "box-b-v5",
+                "1.0",
+                "GiB",
+                "-",
+                "-",
+                "-",
+                "-",
+                "1/2",
+                "of",
+                "box-a-v3+box-b-v5",
+                "ok"
+            ]
+        );
+        assert_eq!(
+            lines[2],
+            ["box-b-v6", "1.0", "GiB", "-", "-", "-", "-", "-", "ok"]
+        );
+        assert!(!render_volumes(&[row("box-b-v6", &[])], None).contains("LEG"));
     }
 
     #[test]
