@@ -25,17 +25,19 @@ pub fn names_an_appliance(segment: &HashMap<String, String>) -> bool {
         .any(|k| k == APPLIANCE_KEY || reached_appliance(k).is_some())
 }
 
-/// Whether a volume on appliance `id` is accessible from `segment`.
+/// Whether a volume on appliance `id` is accessible from `segment`: presence keys, where the
+/// segment has any, say which appliances it reaches (its appliance key then only names a node's
+/// home box); else its appliance key, if any.
 pub fn allows(segment: &HashMap<String, String>, id: &str) -> bool {
-    if segment.get(APPLIANCE_KEY).is_some_and(|v| v != id) {
-        return false;
-    }
     let mut reached = segment
         .iter()
         .filter(|(_, v)| v.as_str() == REACHES)
         .filter_map(|(k, _)| reached_appliance(k))
         .peekable();
-    reached.peek().is_none() || reached.any(|a| a == id)
+    if reached.peek().is_some() {
+        return reached.any(|a| a == id);
+    }
+    segment.get(APPLIANCE_KEY).is_none_or(|v| v == id)
 }
 
 /// `segment` as appliance `id` checks it: presence keys gone, the appliance key set to `id`
@@ -153,6 +155,13 @@ mod tests {
             ("appliance.edgevol.io/b", "true"),
         ]);
         assert!(allows(&two, "a") && allows(&two, "b") && !allows(&two, "c"));
+        // A node reaching a and b whose home box is a.
+        let home = seg(&[
+            (APPLIANCE_KEY, "a"),
+            ("appliance.edgevol.io/a", "true"),
+            ("appliance.edgevol.io/b", "true"),
+        ]);
+        assert!(allows(&home, "a") && allows(&home, "b") && !allows(&home, "c"));
         let zone = seg(&[("zone", "x")]);
         assert!(allows(&zone, "c") && !names_an_appliance(&zone));
         assert_eq!(

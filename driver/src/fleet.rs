@@ -4,10 +4,11 @@
 //! the node every leg.
 //!
 //! CSI gives a node one topology map, so a node cannot report two values of
-//! [`APPLIANCE_KEY`]. A node that reaches several appliances reports one presence key per
-//! appliance instead ([`reach_key`], value [`REACHES`]); a node that reaches exactly one
-//! reports [`APPLIANCE_KEY`] as well, so volumes (and StorageClasses) from single-box sites keep
-//! matching it.
+//! [`APPLIANCE_KEY`]. A node reports one presence key per appliance it reaches ([`reach_key`],
+//! value [`REACHES`]), and [`APPLIANCE_KEY`] for its home appliance: the first it was given,
+//! so that volumes (and StorageClasses) of a site that had one box keep matching its nodes when
+//! the site gains boxes. Where a segment carries presence keys, they alone say which
+//! appliances it reaches; [`APPLIANCE_KEY`] decides only in segments without them.
 
 /// The topology key naming one appliance: `edgevol.io/appliance=<appliance id>`.
 pub const APPLIANCE_KEY: &str = "edgevol.io/appliance";

@@ -3,9 +3,9 @@
 //!
 //! **Topology.** CSI gives a node one topology map, so `--topology edgevol.io/appliance=ID`
 //! repeated (one per box the node reaches) becomes one presence key per appliance,
-//! `appliance.edgevol.io/<ID>: "true"`, plus `edgevol.io/appliance: <ID>` when the node reaches
-//! exactly one box, so StorageClasses and volumes of a single-box site keep matching it (the
-//! contract in `edgevol_driver::fleet`).
+//! `appliance.edgevol.io/<ID>: "true"`, plus `edgevol.io/appliance: <ID>` for the first one, the
+//! node's home box, so StorageClasses and volumes of a site that had one box keep matching it
+//! when boxes are added (the contract in `edgevol_driver::fleet`).
 //!
 //! **Enrolment.** Each appliance has its own keys for this node, handed out by its own
 //! Enrolment endpoint: `--appliance ID=HOST:PORT`, repeatable. A volume's appliance is the one
@@ -56,8 +56,8 @@ pub fn appliance_of_nqn(subsysnqn: &str) -> Option<&str> {
 }
 
 /// NodeGetInfo's topology from the `--topology KEY=VALUE` flags: `edgevol.io/appliance` may be
-/// repeated (each value becomes a presence key, and the key itself stays when there is exactly
-/// one); any other key at most once.
+/// repeated (each value becomes a presence key, and the key itself names the first, the home
+/// box); any other key at most once.
 pub fn node_topology(flags: &[String]) -> std::result::Result<HashMap<String, String>, String> {
     let mut out = HashMap::new();
     let mut appliances: Vec<&str> = Vec::new();
@@ -78,8 +78,8 @@ pub fn node_topology(flags: &[String]) -> std::result::Result<HashMap<String, St
             return Err(format!("--topology key {k:?} given twice"));
         }
     }
-    if let [only] = appliances[..] {
-        out.insert(APPLIANCE_KEY.to_owned(), only.to_owned());
+    if let Some(home) = appliances.first() {
+        out.insert(APPLIANCE_KEY.to_owned(), (*home).to_owned());
     }
     for id in appliances {
         let key = reach_key(id);
@@ -240,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn several_appliances_are_presence_keys_only() {
+    fn several_appliances_are_presence_keys_and_the_first_is_home() {
         let t = node_topology(&flags(&[
             "edgevol.io/appliance=box-1",
             "edgevol.io/appliance=box-2",
@@ -249,6 +249,7 @@ mod tests {
         assert_eq!(
             t,
             HashMap::from([
+                ("edgevol.io/appliance".to_owned(), "box-1".to_owned()),
                 ("appliance.edgevol.io/box-1".to_owned(), "true".to_owned()),
                 ("appliance.edgevol.io/box-2".to_owned(), "true".to_owned()),
             ])

@@ -460,11 +460,15 @@ def the_fleet_rules_refuse_what_edgevol_refuses():
     ):
         msg = fleet_refused(fleet.check_class, cls, ids, keys)
         assert want in msg, (cls, msg)
-    # A node reaching two appliances reports presence keys only: a class on the plain key
-    # (what one-box sites used) matches it no more, one on the presence key does.
+    # A node reaching two appliances reports a presence key for each and the plain key for its
+    # home box (the first): a class on the plain key (what one-box sites used) still matches
+    # it for the home box, not for the other; one on the presence key does.
     segment = fleet.node_topology(["a", "b"])
     plain = [{"key": "edgevol.io/appliance", "values": ["a"]}]
-    assert fleet.accessibility_requirements(sc({}, plain), segment) is None
+    assert fleet.accessibility_requirements(sc({}, plain), segment) == ([{"edgevol.io/appliance": "a"}],) * 2
+    plain_b = [{"key": "edgevol.io/appliance", "values": ["b"]}]
+    assert fleet.accessibility_requirements(sc({}, plain_b), segment) is None
+    assert fleet.segment_appliances(segment) == {"a", "b"}, "presence keys decide, not the home key"
     only_a = {"appliance.edgevol.io/a": "true"}
     assert fleet.accessibility_requirements(sc({}, both[:1]), segment) == ([only_a], [only_a])
     assert fleet.node_topology(["a"]) == {"appliance.edgevol.io/a": "true", "edgevol.io/appliance": "a"}
@@ -472,7 +476,7 @@ def the_fleet_rules_refuse_what_edgevol_refuses():
     req, pref = fleet.accessibility_requirements(sc({}, plain, both[1:], both), segment)
     assert req == [{"edgevol.io/appliance": "a"}, {"appliance.edgevol.io/b": "true"},
                    {"appliance.edgevol.io/a": "true", "appliance.edgevol.io/b": "true"}], req
-    assert pref == req[1:] + req[:1], pref
+    assert pref == req, "the node (home box a) matches the first term"
     assert fleet.flatten([{"matchLabelExpressions": [{"key": "k", "values": ["1", "2"]},
                                                      {"key": "j", "values": ["x"]}]}]) == \
         [{"k": "1", "j": "x"}, {"k": "2", "j": "x"}]

@@ -98,12 +98,13 @@ def parse_fleet(text):
 
 def node_topology(appliance_ids, extra=()):
     """What edgevol-node reports for `--topology edgevol.io/appliance=ID` per appliance (and
-    other KEY=VALUE segments): a presence key per appliance, the plain key when there is one."""
+    other KEY=VALUE segments): a presence key per appliance, and the plain key naming the
+    first, the node's home box."""
     out = dict(extra)
     for ident in appliance_ids:
         check_id(ident)
         out[REACH_PREFIX + ident] = REACHES
-    if len(appliance_ids) == 1:
+    if appliance_ids:
         out[APPLIANCE_KEY] = appliance_ids[0]
     return out
 
@@ -206,9 +207,10 @@ def appliance_of(volume_id):
 
 
 def segment_appliances(segment):
-    """The appliances a requisite segment allows (None: any)."""
+    """The appliances a requisite segment allows (None: any): its presence keys where it has
+    any (the plain key then names only a node's home box), else its plain key."""
     named = {k[len(REACH_PREFIX):] for k, v in segment.items() if k.startswith(REACH_PREFIX) and v == REACHES}
-    if APPLIANCE_KEY in segment:
+    if not named and APPLIANCE_KEY in segment:
         named.add(segment[APPLIANCE_KEY])
     return named or None
 

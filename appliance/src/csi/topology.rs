@@ -1,6 +1,7 @@
 //! Where the appliance lies: its topology segments (the appliance segment included), and
 //! whether a CSI topology names it. Every volume is reachable exactly where the appliance is.
 
+use edgevol_driver::fleet::{reach_key, reached_appliance, APPLIANCE_KEY, REACHES};
 use edgevol_proto::csi::v1::Topology;
 
 use super::error::Error;
@@ -13,11 +14,25 @@ pub fn segments(state: &State) -> Topology {
     }
 }
 
-/// Whether the appliance lies in `t`: every segment of `t` matches ours.
+/// Whether the appliance lies in `t`: every segment of `t` matches ours. Presence keys
+/// (`appliance.edgevol.io/<id>: "true"`, a node reaching several appliances), where `t` has
+/// any, must name this appliance, and `edgevol.io/appliance` then names only the node's home
+/// box, which may be another.
 pub fn contains(state: &State, t: &Topology) -> bool {
-    t.segments
-        .iter()
-        .all(|(k, v)| state.topology.get(k) == Some(v))
+    let reaches = t.segments.keys().any(|k| reached_appliance(k).is_some());
+    if reaches
+        && t.segments
+            .get(&reach_key(&state.appliance_id))
+            .map(String::as_str)
+            != Some(REACHES)
+    {
+        return false;
+    }
+    t.segments.iter().all(|(k, v)| {
+        reached_appliance(k).is_some()
+            || (reaches && k == APPLIANCE_KEY)
+            || state.topology.get(k) == Some(v)
+    })
 }
 
 /// CreateVolume's requisite topologies: none, or one that includes the appliance.
@@ -57,6 +72,25 @@ mod tests {
         assert!(!contains(&state, &topology(&[("zone", "b")])));
         assert!(!contains(&state, &topology(&[("rack", "1")])));
         assert_eq!(segments(&state).segments.len(), 2);
+
+        // A node reaching this box and another, whose home box is the other.
+        let reaching = |ids: &[&str]| {
+            let mut t = topology(&[("edgevol.io/appliance", "other"), ("zone", "a")]);
+            for id in ids {
+                t.segments
+                    .insert(format!("appliance.edgevol.io/{id}"), "true".to_owned());
+            }
+            t
+        };
+        assert!(contains(&state, &reaching(&["box", "other"])));
+        assert!(!contains(&state, &reaching(&["other"])));
+        assert!(!contains(
+            &state,
+            &topology(&[("edgevol.io/appliance", "other")])
+        ));
+        let mut elsewhere_zone = reaching(&["box"]);
+        elsewhere_zone.segments.insert("zone".into(), "b".into());
+        assert!(!contains(&state, &elsewhere_zone));
 
         assert_eq!(check_requisite(&state, &[]), Ok(()));
         let elsewhere = topology(&[("zone", "b")]);
