@@ -102,9 +102,19 @@ impl Appliance {
             .spawn()
             .expect("spawn edgevold");
         self.child = Some(child);
+        let t = Instant::now();
+        while std::net::TcpStream::connect(self.csi).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(READY_S),
+                "{} does not listen on {} within {READY_S} s (log: {})",
+                self.id,
+                self.csi,
+                self.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let mut identity =
             IdentityClient::new(appliance_channel(self.csi, pki, "controller").await);
-        let t = Instant::now();
         loop {
             if let Ok(r) = identity.probe(ProbeRequest {}).await {
                 if r.into_inner().ready == Some(true) {
