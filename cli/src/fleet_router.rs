@@ -47,7 +47,7 @@ use crate::fleet_placement as placement;
 use crate::fleet_replicas::{capacity_of, is_replicated, replicas_param};
 use crate::grpc_unary::{answer, refuse, reply, request, Buffered, ProxyBody};
 use crate::proxy::{Forwarder, CONNECT_TIMEOUT};
-use edgevol_driver::fleet::{legs, REPLICAS_PARAM};
+use edgevol_driver::fleet::{legs, LEGS_BEFORE_PARAM, LEG_PARAM, REPLICAS_PARAM};
 
 /// The manifest key of GetPluginInfo that carries the appliance's id.
 const MANIFEST_ID: &str = "appliance-id";
@@ -453,6 +453,16 @@ impl Fleet {
         let mut req: CreateVolumeRequest = b.message()?;
         if req.name.is_empty() {
             return self.any(b).await; // INVALID_ARGUMENT, in the appliance's words
+        }
+        if let Some(key) = [LEG_PARAM, LEGS_BEFORE_PARAM]
+            .into_iter()
+            .find(|k| req.parameters.contains_key(*k))
+        {
+            // Only legs carry it; on any other volume it would hide it from ListVolumes.
+            return Err(Status::invalid_argument(format!(
+                "parameter {key} is set by the proxy on the legs of replicated volumes; use \
+                 {REPLICAS_PARAM}"
+            )));
         }
         let source_legs = content_source_id(&req).map_or(1, |s| legs(s).count());
         match (replicas_param(&req.parameters)?, source_legs) {

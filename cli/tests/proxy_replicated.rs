@@ -302,6 +302,15 @@ async fn replicas_are_refused_without_enough_appliances_and_with_multi_node_writ
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
 
+    // The leg marking is the proxy's to set: a class that sets it is refused.
+    for key in ["edgevol.io/leg", "edgevol.io/legs-before"] {
+        let mut marked = replicated("marked", 8 * MIB, "1");
+        marked.parameters.insert(key.into(), "0/2".into());
+        let status = c.create_volume(marked).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(key), "{}", status.message());
+    }
+
     // replicas=1 is a plain volume (the parameter never reaches the appliance).
     let plain = c
         .create_volume(replicated("plain", 8 * MIB, "1"))
