@@ -4,9 +4,12 @@
 //! * CreateVolume with `replicas: "2"` or `"3"` creates a leg named `<name>+leg` on that many
 //!   distinct appliances, chosen like a plain volume's box (the allowed topology, then the
 //!   per-name order), with every leg's box allowed by one requisite segment. Each leg is
-//!   [`MD_DATA_OFFSET_BYTES`] larger than asked, for md's superblock and bitmap. Legs already
-//!   created stay when too few appliances can take one (RESOURCE_EXHAUSTED): the retry finds
-//!   them by name and completes the volume.
+//!   [`MD_DATA_OFFSET_BYTES`] larger than asked, for md's superblock and bitmap, and carries
+//!   its [`LegMark`] (position, and the legs before it), made first leg first, so the last leg
+//!   names the volume ([`crate::fleet_legs`] lists it from there). No leg is made while fewer
+//!   than `replicas` appliances answer; legs made before a full appliance refused one stay
+//!   (RESOURCE_EXHAUSTED), and the retry finds them by name in their places and completes the
+//!   volume.
 //! * The volume's id is its legs' ids joined by '+', in leg order; every call on it acts on
 //!   every leg; ControllerPublishVolume merges the legs' publish contexts under `leg<i>.` keys.
 //! * A snapshot of a replicated volume is one snapshot per leg (id joined likewise); a volume
