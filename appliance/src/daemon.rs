@@ -3,7 +3,10 @@
 //! Everything that can be refused (data dir, lock, host-key store, PKI, TLS files, the listen
 //! address) is checked before the first connection is accepted, so a bad start exits with one
 //! line and never leaves a half-started daemon. The pool then opens in the background: Probe answers
-//! `ready=false` until it has, and the daemon stops with an error if it cannot.
+//! `ready=false` until it has, and the daemon stops with an error if it cannot, or if opening it
+//! or another task it cannot do without panics ([`watch`]).
+
+mod watch;
 
 use std::fmt;
 use std::fs::{self, File};
@@ -11,7 +14,7 @@ use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use edgevol_pki::tls::{server_config, TlsFiles};
 use edgevol_pki::PkiError;
@@ -64,6 +67,25 @@ pub enum DaemonError {
     Serve(tonic::transport::Error),
     /// The server task died.
     Task(String),
+    /// A task the daemon cannot do without panicked (a bug): the daemon stops, and exits with
+    /// [`DaemonError::exit_code`] for its supervisor to restart it.
+    Panicked {
+        /// Which task.
+        task: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+impl DaemonError {
+    /// The exit status for this error: [`crate::nvme::workers::PANIC_EXIT`] (EX_SOFTWARE) for a
+    /// panic, 1 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DaemonError::Panicked { .. } => crate::nvme::workers::PANIC_EXIT,
+            _ => 1,
+        }
+    }
 }
 
 impl fmt::Display for DaemonError {
@@ -85,6 +107,9 @@ impl fmt::Display for DaemonError {
             DaemonError::Firmware(e) => write!(f, "{e}"),
             DaemonError::Serve(e) => write!(f, "gRPC server: {e}"),
             DaemonError::Task(e) => write!(f, "server task: {e}"),
+            DaemonError::Panicked { task, message } => {
+                write!(f, "{task} panicked (a bug; restarting recovers): {message}")
+            }
         }
     }
 }
@@ -121,7 +146,7 @@ impl Running {
     pub async fn wait(&mut self) -> Result<(), DaemonError> {
         match (&mut self.task).await {
             Ok(result) => result,
-            Err(join) => Err(DaemonError::Task(join.to_string())),
+            Err(join) => Err(watch::panicked("server task", join)),
         }
     }
 
@@ -188,29 +213,24 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
             error: e.error,
         })?;
 
-    // Stopped by `Running::stop`, or by a fatal error recorded in `fatal` first.
+    // Stopped by `Running::stop`, or by the failure of a task in `watched`.
     let stop = Arc::new(Notify::new());
-    let fatal = Arc::new(Mutex::new(None));
-    {
-        let (state, stop, fatal) = (state.clone(), stop.clone(), fatal.clone());
+    let pool_open = {
+        let state = state.clone();
         let (devices, dev, blank) = (config.devices.clone(), config.dev, config.format_blank);
-        tokio::task::spawn_blocking(move || match pool::open_with(&devices, dev, blank) {
-            Ok(pool) => {
-                let c = pool.capacity();
-                tracing::info!(
-                    total = c.total,
-                    free = c.free,
-                    used = c.used,
-                    "pool open: ready"
-                );
-                state.set_pool(pool);
-            }
-            Err(e) => {
-                *fatal.lock().expect("fatal slot") = Some(DaemonError::Pool(e));
-                stop.notify_one();
-            }
-        });
-    }
+        tokio::task::spawn_blocking(move || {
+            let pool = open_pool(&devices, dev, blank).map_err(DaemonError::Pool)?;
+            let c = pool.capacity();
+            tracing::info!(
+                total = c.total,
+                free = c.free,
+                used = c.used,
+                "pool open: ready"
+            );
+            state.set_pool(pool);
+            Ok(())
+        })
+    };
 
     // Each part gets the handles it needs: the state knows nothing of the target or metrics.
     let target_info = target.info();
@@ -297,20 +317,38 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         config.sync_interval,
         stop_sync.clone(),
     ));
+    let mut watched = watch::Watched {
+        pool_open: Some(pool_open),
+        health,
+        sync: Some(sync),
+    };
     let task = {
         let (stop, state) = (stop.clone(), state.clone());
         tokio::spawn(async move {
             csi_serving.store(true, std::sync::atomic::Ordering::Release);
+            let (mut fatal, mut shut_down) = (None, false);
             let served = server
-                .serve_with_incoming_shutdown(incoming, stop.notified())
+                .serve_with_incoming_shutdown(incoming, async {
+                    fatal = watched.until_stop_or_failure(&stop).await;
+                    shut_down = true;
+                })
                 .await;
+            // The listener's accept task ended (a panic) and the server with it: not a stop.
+            if served.is_ok() && !shut_down {
+                fatal = Some(DaemonError::Task("the CSI listener ended".to_owned()));
+            }
             csi_serving.store(false, std::sync::atomic::Ordering::Release);
+            if let Some(e) = &fatal {
+                tracing::error!(error = %e, "stopping");
+            }
             // No more health: a watchdog stops being petted, as it should when the daemon ends.
-            if let Some(health) = health {
+            if let Some(health) = watched.health.take() {
                 health.abort();
             }
             stop_sync.notify_one();
-            let _ = sync.await;
+            if let Some(Err(e)) = watched.sync_stopped().await {
+                fatal.get_or_insert(e);
+            }
             served.map_err(DaemonError::Serve)?;
             target.stop().await;
             if let Some(metrics) = metrics {
@@ -319,11 +357,8 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
             // Calls have drained: make the data path's allocations durable before exiting.
             tokio::task::spawn_blocking(move || flush_pool(&state))
                 .await
-                .map_err(|e| DaemonError::Task(e.to_string()))??;
-            match fatal.lock().expect("fatal slot").take() {
-                Some(e) => Err(e),
-                None => Ok(()),
-            }
+                .map_err(|e| watch::panicked("pool flush", e))??;
+            fatal.map_or(Ok(()), Err)
         })
     };
     Ok(Running {
@@ -366,6 +401,23 @@ async fn bind_metrics(config: &Config) -> Result<Option<TcpListener>, DaemonErro
         Err(error) => Err(DaemonError::Listen { addr, error }),
     }
 }
+
+/// [`pool::open_with`]; in test builds, a device named [`PANICS_ON_OPEN`] panics instead.
+fn open_pool(
+    devices: &[PathBuf],
+    dev: bool,
+    blank: bool,
+) -> Result<edgevol_core::Pool<pool::PoolDevice>, pool::PoolError> {
+    #[cfg(test)]
+    if devices.iter().any(|d| d.ends_with(PANICS_ON_OPEN)) {
+        panic!("injected panic opening the pool");
+    }
+    pool::open_with(devices, dev, blank)
+}
+
+/// Test builds: the pool device name whose open panics.
+#[cfg(test)]
+const PANICS_ON_OPEN: &str = "panics-on-open.img";
 
 fn flush_pool(state: &State) -> Result<(), DaemonError> {
     let mut pool = match state.lock_pool() {
@@ -449,3 +501,6 @@ fn persisted_appliance_id(dir: &Path) -> Result<String, DaemonError> {
         Err(e) => Err(io_err(&path)(e)),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -8,7 +8,7 @@ use clap::Parser;
 use edgevol_appliance::format::{self, FormatArgs};
 use edgevol_appliance::naming::uuid_string;
 use edgevol_appliance::progress::human_bytes;
-use edgevol_appliance::{start, Args, Command, Config};
+use edgevol_appliance::{start, Args, Command, Config, DaemonError};
 
 fn main() -> ExitCode {
     let mut args = Args::parse();
@@ -35,20 +35,14 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         let mut running = match start(config.clone()).await {
             Ok(r) => r,
-            Err(e) => return fail(&e),
+            Err(e) => return exit(Err(e)),
         };
         print_banner(&config, &running);
         tokio::select! {
-            result = running.wait() => return match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(&e),
-            },
+            result = running.wait() => return exit(result),
             () = shutdown_signal() => tracing::info!("signal received: stopping"),
         }
-        match running.stop().await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(&e),
-        }
+        exit(running.stop().await)
     })
 }
 
@@ -64,6 +58,17 @@ fn format_device(args: &FormatArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),
+    }
+}
+
+/// How the daemon ended: 0 when stopped, 70 (EX_SOFTWARE) after a panic, 1 for other errors.
+fn exit(ended: Result<(), DaemonError>) -> ExitCode {
+    match ended {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("edgevold: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
     }
 }
 

@@ -7,6 +7,11 @@
 //! here a job is a plain value in a queue whose memory is kept, and its result goes back
 //! through the submitting queue's [`Replies`], so a command allocates nothing. Threads start
 //! when there is work and none is idle, up to a bound, and stay.
+//!
+//! A job that panics is caught: its reply says so (an I/O command fails with Internal Error)
+//! and the worker goes on with the next job, so the target never loses a thread to a panic. A
+//! panic while handing a reply back would leave a command unanswered forever, so that one ends
+//! the process for its supervisor to restart.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -16,9 +21,38 @@ use tokio::sync::Notify;
 
 /// A unit of blocking work.
 pub trait Job: Send + 'static {
-    /// Runs it (on a worker thread).
-    fn run(self);
+    /// Does the work, on a worker thread. A panic here is caught and the worker lives on.
+    fn run(&mut self);
+
+    /// Hands the outcome back, once, after [`Job::run`]; `panicked` says `run` panicked, and
+    /// the reply must then report a failure. Keep it to moves and a push: it must not panic.
+    fn reply(self, panicked: bool);
 }
+
+/// Runs `job` and hands its reply back, whatever `run` does.
+fn run_caught<J: Job>(mut job: J, #[cfg(test)] panic: bool) {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        #[cfg(test)]
+        if panic {
+            panic!("injected panic in a worker job");
+        }
+        job.run();
+    }));
+    if ran.is_err() {
+        tracing::error!("an I/O worker job panicked: it fails, the worker goes on");
+    }
+    let replied =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.reply(ran.is_err())));
+    if replied.is_err() {
+        // The command can never be answered and its queue would wait for it forever: better
+        // a restart, which recovers the pool from its journal, than a hung connection.
+        tracing::error!("an I/O worker job panicked handing its reply back: exiting");
+        std::process::exit(i32::from(PANIC_EXIT));
+    }
+}
+
+/// The exit status when a panic leaves the daemon unable to go on (EX_SOFTWARE).
+pub const PANIC_EXIT: u8 = 70;
 
 /// The workers of one target.
 pub struct Workers<J: Job> {
@@ -41,6 +75,9 @@ struct Shared<J> {
     queue: Mutex<Queue<J>>,
     wake: Condvar,
     max: usize,
+    /// Test builds: the next job panics in place of running.
+    #[cfg(test)]
+    panic_next: std::sync::atomic::AtomicBool,
 }
 
 struct Queue<J> {
@@ -69,6 +106,8 @@ impl<J: Job> Workers<J> {
                 }),
                 wake: Condvar::new(),
                 max: max.max(1),
+                #[cfg(test)]
+                panic_next: std::sync::atomic::AtomicBool::new(false),
             }),
             threads: Mutex::new(Vec::new()),
         }
@@ -113,7 +152,9 @@ impl<J: Job> Workers<J> {
                 if q.threads == 0 {
                     let jobs: Vec<J> = q.jobs.drain(..).collect();
                     drop(q);
-                    jobs.into_iter().for_each(Job::run);
+                    for job in jobs {
+                        self.shared.run(job);
+                    }
                 }
             }
         }
@@ -123,6 +164,33 @@ impl<J: Job> Workers<J> {
     pub fn threads(&self) -> usize {
         self.shared.lock().threads
     }
+
+    /// Test builds: worker threads that have ended (none should before the workers drop).
+    #[cfg(test)]
+    pub fn ended_threads(&self) -> usize {
+        let threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        threads.iter().filter(|t| t.is_finished()).count()
+    }
+
+    /// Test builds: the next job a worker takes panics before it runs (its reply says so).
+    #[cfg(test)]
+    pub fn panic_next_job(&self) {
+        self.shared
+            .panic_next
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl<J: Job> Shared<J> {
+    /// Runs one job on this thread.
+    fn run(&self, job: J) {
+        run_caught(
+            job,
+            #[cfg(test)]
+            self.panic_next
+                .swap(false, std::sync::atomic::Ordering::SeqCst),
+        );
+    }
 }
 
 fn work<J: Job>(shared: &Shared<J>) {
@@ -130,7 +198,7 @@ fn work<J: Job>(shared: &Shared<J>) {
     loop {
         if let Some(job) = q.jobs.pop_front() {
             drop(q);
-            job.run();
+            shared.run(job);
             q = shared.lock();
             continue;
         }
@@ -206,8 +274,12 @@ mod tests {
     }
 
     impl Job for Blocks {
-        fn run(self) {
+        fn run(&mut self) {
             self.barrier.wait();
+        }
+
+        fn reply(self, panicked: bool) {
+            assert!(!panicked);
             self.replies.push(self.n);
         }
     }
@@ -253,9 +325,11 @@ mod tests {
     struct Count(Arc<AtomicUsize>);
 
     impl Job for Count {
-        fn run(self) {
+        fn run(&mut self) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
+
+        fn reply(self, _: bool) {}
     }
 
     /// Past the bound jobs queue; dropping the workers runs everything queued first.
@@ -270,4 +344,97 @@ mod tests {
         drop(workers);
         assert_eq!(count.load(Ordering::SeqCst), 100);
     }
+
+    /// Answers whether it panicked; panics in `run` when told to.
+    struct Outcome {
+        panic: bool,
+        replies: Arc<Replies<(usize, bool)>>,
+        n: usize,
+    }
+
+    impl Job for Outcome {
+        fn run(&mut self) {
+            if self.panic {
+                panic!("job {} panics", self.n);
+            }
+        }
+
+        fn reply(self, panicked: bool) {
+            self.replies.push((self.n, panicked));
+        }
+    }
+
+    async fn next(replies: &Replies<(usize, bool)>) -> (usize, bool) {
+        let mut got = Vec::new();
+        while got.is_empty() {
+            replies.ready().await;
+            replies.take(&mut got);
+        }
+        assert_eq!(got.len(), 1);
+        got[0]
+    }
+
+    /// A job that panics still replies, saying so; the worker that ran it lives and runs the
+    /// next jobs (no new thread starts), whether the panic is the job's own or injected.
+    #[tokio::test]
+    async fn a_panicking_job_replies_and_its_worker_lives() {
+        let workers = Workers::new(1);
+        let replies = Arc::new(Replies::default());
+        let job = |n, panic| Outcome {
+            panic,
+            replies: replies.clone(),
+            n,
+        };
+        workers.run(job(0, false));
+        assert_eq!(next(&replies).await, (0, false));
+        assert_eq!(workers.threads(), 1);
+        workers.run(job(1, true));
+        assert_eq!(next(&replies).await, (1, true));
+        workers.panic_next_job();
+        workers.run(job(2, false));
+        assert_eq!(next(&replies).await, (2, true));
+        workers.run(job(3, false));
+        assert_eq!(next(&replies).await, (3, false));
+        assert_eq!(workers.threads(), 1, "no thread lost, none added");
+        assert_eq!(workers.ended_threads(), 0);
+    }
+
+    struct PanicsReplying;
+
+    impl Job for PanicsReplying {
+        fn run(&mut self) {}
+
+        fn reply(self, _: bool) {
+            panic!("a reply that panics");
+        }
+    }
+
+    const CHILD: &str = "EDGEVOL_TEST_REPLY_PANIC_CHILD";
+
+    /// A reply that panics (a command that can never be answered) ends the process with
+    /// [`PANIC_EXIT`]. Runs itself in a child process, which is the one that exits.
+    #[test]
+    fn a_panicking_reply_exits_the_process() {
+        if std::env::var_os(CHILD).is_some() {
+            let workers = Workers::new(1);
+            workers.run(PanicsReplying);
+            drop(workers);
+            unreachable!("the worker exits the process");
+        }
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "nvme::workers::tests::a_panicking_reply_exits_the_process",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(i32::from(PANIC_EXIT)));
+    }
 }
+
+#[cfg(test)]
+mod panic_tests;

@@ -5,10 +5,13 @@
 
 use std::sync::Arc;
 
+use edgevol_nvmeof::status::StatusCode;
+
 use super::in_place::execute;
 use super::io_command::{Begun, Done};
 use super::Conn;
 use crate::nvme::io::{self, DataPath};
+use crate::nvme::status::TargetStatus;
 use crate::nvme::workers::{Job, Replies};
 use crate::state::State;
 
@@ -42,16 +45,26 @@ pub(crate) struct IoJob {
     buf: io::ReadBuf,
     begun: Begun,
     replies: Arc<Replies<Done>>,
+    /// Set by [`Job::run`]; until then, the answer to a job that never ran.
+    result: Result<(), TargetStatus>,
 }
 
 impl Job for IoJob {
-    fn run(mut self) {
-        let result = execute(
+    fn run(&mut self) {
+        self.result = execute(
             &self.state,
             self.data.as_deref(),
             &self.request,
             &mut self.buf,
         );
+    }
+
+    /// A job that panicked outside [`execute`]'s own catch fails with Internal Error too.
+    fn reply(self, panicked: bool) {
+        let result = match panicked {
+            true => Err(StatusCode::InternalError.into()),
+            false => self.result,
+        };
         let done = self.begun.done(result, self.buf, self.request.data);
         self.replies.push(done);
     }
@@ -68,6 +81,7 @@ impl Conn {
             buf,
             begun,
             replies: self.handoff.replies.clone(),
+            result: Err(StatusCode::InternalError.into()),
         });
     }
 
