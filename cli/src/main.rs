@@ -69,8 +69,14 @@ enum Command {
     /// or that changed between two snapshots of one volume.
     #[command(args_conflicts_with_subcommands = true)]
     Snapshots {
+        // The connection's own arguments, not a flattened `Option<Connection>`: clap makes such
+        // an option `Some` only when an argument of the outer struct itself is given
+        // (`--metrics`), so `snapshots --appliance ...` alone was refused.
         #[command(flatten)]
-        conn: Option<Connection>,
+        appliance: Option<Appliance>,
+        /// The appliance's metrics exporter, HOST:PORT.
+        #[arg(long)]
+        metrics: Option<String>,
         #[command(subcommand)]
         command: Option<SnapshotsCommand>,
     },
@@ -484,8 +490,10 @@ fn run(command: Command) -> Result<(), String> {
             snapshots_diff(&appliance, &what, starting_offset)
         }
         Command::Snapshots {
-            conn: Some(conn), ..
-        } => show(&conn, Show::Snapshots),
+            appliance: Some(appliance),
+            metrics,
+            ..
+        } => show(&Connection { appliance, metrics }, Show::Snapshots),
         Command::Snapshots { .. } => {
             Err("snapshots needs --appliance, --ca, --cert and --key (or `snapshots diff`)".into())
         }
