@@ -612,3 +612,180 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
     );
     rig.assert_nothing_left().await;
 }
+
+/// The fio rows of the bench: name, fio job options.
+const BENCH_ROWS: [(&str, &str); 6] = [
+    ("4k randread QD1", "--rw=randread --bs=4k --iodepth=1"),
+    ("4k randread QD16", "--rw=randread --bs=4k --iodepth=16"),
+    ("4k randwrite QD1", "--rw=randwrite --bs=4k --iodepth=1"),
+    ("4k randwrite QD16", "--rw=randwrite --bs=4k --iodepth=16"),
+    ("128k read QD8", "--rw=read --bs=128k --iodepth=8"),
+    ("128k write QD8", "--rw=write --bs=128k --iodepth=8"),
+];
+const BENCH_ROUNDS: usize = 3;
+const BENCH_SECONDS: u64 = 5;
+const BENCH_BYTES: i64 = 256 * MIB;
+/// What the resync figure writes while a leg is away.
+const RESYNC_CHANGED_MIB: u64 = 128;
+
+/// IOPS of one fio run on `dev` (`--minimal`: field 8 is read IOPS, field 49 write IOPS).
+async fn fio_iops(agent: &Agent, dev: &str, job: &str) -> f64 {
+    let out = agent
+        .ok(
+            BENCH_SECONDS + 60,
+            &format!(
+                "fio --name=b --filename={dev} --size={BENCH_BYTES} {job} --ioengine=libaio \
+                 --direct=1 --time_based --runtime={BENCH_SECONDS} --ramp_time=1 --minimal"
+            ),
+        )
+        .await;
+    let line = out.lines().last().unwrap_or_default();
+    let f: Vec<&str> = line.split(';').collect();
+    assert!(f.len() > 49, "fio --minimal said {out:?}");
+    let iops = if job.contains("read") { f[7] } else { f[48] };
+    iops.parse()
+        .unwrap_or_else(|_| panic!("fio IOPS field {iops:?}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Replicated against single volumes through the same node VM and appliances, in one run:
+/// each fio row on a plain volume (on box-a) and on a `replicas: "2"` volume (box-a and box-b),
+/// interleaved, [`BENCH_ROUNDS`] rounds, medians; then the time md takes to resync a leg that
+/// missed [`RESYNC_CHANGED_MIB`] MiB of writes. Prints a markdown table (run by
+/// `scripts/test-replicated-qemu.sh --bench` on a quiet machine).
+#[tokio::test]
+#[ignore = "a benchmark: scripts/test-replicated-qemu.sh --bench"]
+async fn bench_replicated_against_single() {
+    let bin = env_path("EDGEVOL_E2E_BIN");
+    let pki = env_path("EDGEVOL_E2E_PKI");
+    let work = env_path("EDGEVOL_E2E_WORK");
+    let mut a = Appliance::new("box-a", &work);
+    let mut b = Appliance::new("box-b", &work);
+    a.start(&bin, &pki).await;
+    b.start(&bin, &pki).await;
+    let (_proxy, channel) = proxy(&bin, &pki, &work, &[&a, &b]).await;
+    let mut rig = Rig::with_controller(ControllerClient::new(channel)).await;
+    let single_vol = rig
+        .create_with(
+            "bench-single",
+            BENCH_BYTES,
+            capability(true),
+            None,
+            HashMap::from([("replicas".to_owned(), "1".to_owned())]),
+        )
+        .await;
+    let rep_vol = rig
+        .create_with(
+            "bench-rep",
+            BENCH_BYTES,
+            capability(true),
+            None,
+            replicas(2),
+        )
+        .await;
+    let single = rig.attach(&single_vol, true, "bench-single").await;
+    let rep = rig.attach(&rep_vol, true, "bench-rep").await;
+    // Reads of never-written thin clusters cost the target nothing: write both volumes first.
+    for v in [&single, &rep] {
+        rig.agent
+            .ok(
+                300,
+                &format!(
+                    "dd if=/dev/urandom of={} bs=1M count=256 oflag=direct 2>/dev/null",
+                    v.target
+                ),
+            )
+            .await;
+    }
+    let mut figures: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); BENCH_ROWS.len()];
+    for round in 0..BENCH_ROUNDS {
+        for (row, (_, job)) in BENCH_ROWS.iter().enumerate() {
+            // Alternate which volume goes first, so drift in the machine falls on both.
+            let order = if round % 2 == 0 {
+                [false, true]
+            } else {
+                [true, false]
+            };
+            for replicated in order {
+                let v = if replicated { &rep } else { &single };
+                let iops = fio_iops(&rig.agent, &v.target, job).await;
+                let slot = &mut figures[row];
+                if replicated {
+                    slot.1.push(iops)
+                } else {
+                    slot.0.push(iops)
+                }
+            }
+        }
+    }
+
+    // Resync: box-b away while RESYNC_CHANGED_MIB MiB are written, then back.
+    let md = md_of(&rig.agent, &rep.target, true).await;
+    b.kill9();
+    wait_condition(&mut rig, &rep, DEGRADED_S, "the degraded condition", |c| {
+        c.abnormal
+    })
+    .await;
+    rig.agent
+        .ok(
+            300,
+            &format!(
+                "dd if=/dev/urandom of={} bs=1M count={RESYNC_CHANGED_MIB} oflag=direct 2>/dev/null",
+                rep.target
+            ),
+        )
+        .await;
+    b.start(&bin, &pki).await;
+    let back = Instant::now();
+    // From the box's return until md started recovering, then until it is idle and whole.
+    let t = Instant::now();
+    let mut recovery_started = None;
+    loop {
+        let state = rig
+            .agent
+            .ok(
+                10,
+                &format!("cat /sys/block/{md}/md/sync_action /sys/block/{md}/md/degraded"),
+            )
+            .await;
+        let words: Vec<&str> = state.split_whitespace().collect();
+        if words.first() != Some(&"idle") && recovery_started.is_none() {
+            recovery_started = Some(Instant::now());
+        }
+        if words == ["idle", "0"] {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(RESYNC_S),
+            "{md}: not whole: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let whole = back.elapsed().as_secs_f64();
+    let resync = recovery_started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    let per_gib = resync * 1024.0 / RESYNC_CHANGED_MIB as f64;
+
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("\n| row | single volume IOPS | replicated (2 legs) IOPS | replicated / single |");
+    println!("|---|---:|---:|---:|");
+    for ((name, _), (s, r)) in BENCH_ROWS.iter().zip(figures) {
+        let (s, r) = (median(s), median(r));
+        println!("| {name} | {s:.0} | {r:.0} | {:.2} |", r / s);
+    }
+    println!(
+        "\nresync of a leg that missed {RESYNC_CHANGED_MIB} MiB: md recovering {resync:.1} s \
+         ({per_gib:.1} s per GiB changed); whole again {whole:.1} s after its box came back"
+    );
+    println!(
+        "medians of {BENCH_ROUNDS} interleaved rounds of {BENCH_SECONDS} s, fio libaio direct on \
+         the raw volumes, node VM 1 vCPU (TCG); load average at the end: {}",
+        load.trim()
+    );
+    for v in [&rep, &single] {
+        rig.detach_and_delete(v).await;
+    }
+}
