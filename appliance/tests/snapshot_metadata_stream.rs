@@ -105,9 +105,12 @@ async fn a_hundred_thousand_ranges_stream_in_bounded_memory_and_resume_exactly()
         .enumerate()
         .all(|(i, &r)| r == (2 * i as u64 * CLUSTER, CLUSTER)));
     assert_eq!(messages, CHANGED as usize / PER_MESSAGE as usize);
-    // Collecting the ranges first would have buffered all 100 messages.
+    // Collecting the ranges first would have buffered all 100 messages. The bound: the
+    // channel's STREAM_DEPTH, the one the walk is sending, and the one the reader has taken off
+    // the channel but not yet counted off (on another worker thread the walk may send the next
+    // one in between: seen once on a busy machine with STREAM_DEPTH + 1 as the bound).
     assert!(
-        service.peak_buffered() <= STREAM_DEPTH + 1,
+        service.peak_buffered() <= STREAM_DEPTH + 2,
         "{} messages were waiting for the reader",
         service.peak_buffered()
     );

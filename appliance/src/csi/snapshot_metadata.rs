@@ -64,8 +64,9 @@ impl SnapshotMetadataService {
         }
     }
 
-    /// The most messages any of its streams has had produced and not yet taken by the
-    /// transport: bounded by [`metadata_stream::STREAM_DEPTH`] plus the one being sent.
+    /// The most messages any of its streams has had produced and not yet counted off by the
+    /// transport: bounded by [`metadata_stream::STREAM_DEPTH`], plus the one being sent, plus
+    /// the one the transport has taken but not yet counted off.
     pub fn peak_buffered(&self) -> usize {
         self.buffered.peak()
     }
