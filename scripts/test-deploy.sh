@@ -160,7 +160,9 @@ print("\n".join("--topology=" + t for t in c.args_of(node, "topology")))')
 # minor version it is for. Custom resources (VolumeSnapshotClass) have no schema there:
 # check_manifests.py checks them against their CRD schema.
 part_manifests() {
-    apt_need busybox # the Swarm plugin's entrypoint runs under busybox sh
+    # The Swarm plugin's entrypoint runs under busybox sh. The static build: the QEMU guests copy
+    # /bin/busybox, and the two packages replace each other.
+    apt_need busybox-static
     local kv="${PY%/python}/kubernetes-validate" variant low high out n
     while read -r variant low high; do
         out="$work/$(tr / _ <<<"$variant").yaml"

@@ -231,7 +231,7 @@ def run_entrypoint(env, controller):
     edgevol/edgevol-node replaced by stubs that record their arguments: (exit code, stderr,
     {binary: argv}). `controller`: the node holds the controller certificate (a manager)."""
     busybox = shutil.which("busybox")
-    assert busybox, "busybox is needed to run the Swarm entrypoint (apt-get install busybox)"
+    assert busybox, "busybox is needed to run the Swarm entrypoint (apt-get install busybox-static)"
     with tempfile.TemporaryDirectory() as d:
         text = (SWARM / "edgevol-swarm-plugin").read_text()
         text = (text.replace("/usr/bin/", f"{d}/bin/").replace("/bin/busybox", busybox)
