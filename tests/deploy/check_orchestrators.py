@@ -244,7 +244,11 @@ def run_entrypoint(env, controller):
             pathlib.Path(d, "etc", "controller.pem").write_text("")
         for name in ("edgevol", "edgevol-node"):
             stub = pathlib.Path(d, "bin", name)
-            stub.write_text(f"#!{busybox} sh\nfor a in \"$@\"; do echo \"$a\"; done > {d}/argv.{name}\n")
+            # Each stub lives on a while after recording its arguments: the entrypoint stops
+            # the other process as soon as one ends, which could otherwise come before the
+            # other had recorded anything (seen once on a busy machine).
+            stub.write_text(f"#!{busybox} sh\nfor a in \"$@\"; do echo \"$a\"; done > {d}/argv.{name}\n"
+                            f"exec {busybox} sleep 2\n")
             stub.chmod(0o755)
         # A file the unquoted appliance list would glob to, were globbing left on.
         pathlib.Path(d, "box-8=8:9500").write_text("")
