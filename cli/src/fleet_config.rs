@@ -14,6 +14,7 @@
 
 use std::path::Path;
 
+use edgevol_driver::fleet::check_appliance_id;
 use serde::Deserialize;
 
 /// One appliance the proxy serves.
@@ -43,28 +44,11 @@ struct FileAppliance {
     server_name: Option<String>,
 }
 
-/// An appliance id as edgevold accepts one: 1-32 of `[a-z0-9-]`, no '-' at either end.
-pub fn check_id(id: &str) -> Result<(), String> {
-    let ok = (1..=32).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !id.starts_with('-')
-        && !id.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "appliance id {id:?}: use 1-32 of [a-z0-9-], not starting or ending with '-'"
-        ))
-    }
-}
-
 /// One `--appliance` value: `ID=HOST:PORT` or `HOST:PORT`.
 pub fn parse_flag(value: &str) -> Result<ApplianceSpec, String> {
     let (id, address) = match value.split_once('=') {
         Some((id, address)) => {
-            check_id(id)?;
+            check_appliance_id(id).map_err(|e| e.to_string())?;
             (Some(id.to_owned()), address)
         }
         None => (None, value),
@@ -85,7 +69,7 @@ pub fn parse_file(text: &str) -> Result<Vec<ApplianceSpec>, String> {
     file.appliance
         .into_iter()
         .map(|a| {
-            check_id(&a.id)?;
+            check_appliance_id(&a.id).map_err(|e| e.to_string())?;
             Ok(ApplianceSpec {
                 id: Some(a.id),
                 address: a.address,

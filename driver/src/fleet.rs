@@ -27,6 +27,38 @@ pub fn reached_appliance(key: &str) -> Option<&str> {
     key.strip_prefix(REACH_KEY_PREFIX).filter(|a| !a.is_empty())
 }
 
+/// An appliance id that [`check_appliance_id`] refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadApplianceId(pub String);
+
+impl std::fmt::Display for BadApplianceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "appliance id {:?}: use 1-32 of [a-z0-9-], not starting or ending with '-'",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BadApplianceId {}
+
+/// Checks an appliance id as edgevold accepts one: 1-32 of `[a-z0-9-]`, no '-' at either end
+/// (it becomes part of NVMe qualified names, volume ids and topology keys and values).
+pub fn check_appliance_id(id: &str) -> Result<(), BadApplianceId> {
+    let ok = (1..=32).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !id.starts_with('-')
+        && !id.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(BadApplianceId(id.to_owned()))
+    }
+}
+
 /// Joins the legs of a replicated volume (or snapshot) id: `box-7-v3+box-8-v5`. Appliance ids
 /// are `[a-z0-9-]`, so the separator never occurs inside a leg's id.
 pub const LEG_SEPARATOR: char = '+';
@@ -258,6 +290,24 @@ pub fn appliance_of(id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn appliance_ids_are_1_to_32_of_lowercase_digits_and_inner_dashes() {
+        for ok in ["a", "box-1", "0", &"a".repeat(32)] {
+            assert_eq!(check_appliance_id(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "-box", "box-", "Box_1", "box.1", "bøx", &"a".repeat(33)] {
+            assert_eq!(
+                check_appliance_id(bad),
+                Err(BadApplianceId(bad.to_owned())),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            BadApplianceId("Box_1".into()).to_string(),
+            "appliance id \"Box_1\": use 1-32 of [a-z0-9-], not starting or ending with '-'"
+        );
+    }
 
     #[test]
     fn replicated_ids_round_trip_and_plain_ids_are_one_leg() {

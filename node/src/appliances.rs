@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use edgevol_driver::fleet::{reach_key, APPLIANCE_KEY, REACHES};
+use edgevol_driver::fleet::{check_appliance_id, reach_key, APPLIANCE_KEY, REACHES};
 
 use crate::error::{Error, Result};
 use crate::keys::{EnrolConfig, KeySource};
@@ -24,24 +24,6 @@ use crate::keys::{EnrolConfig, KeySource};
 /// The NQN prefix of every edgevol subsystem (the appliance's naming: `<prefix>:<appliance
 /// id>:v<volume>`).
 pub const SUBSYSTEM_NQN_PREFIX: &str = "nqn.2024-11.io.edgevol:";
-
-/// Checks an appliance id as the appliance does: 1-32 of `[a-z0-9-]`, not starting or ending
-/// with `-` (it becomes part of NQNs and of a topology key).
-pub fn check_appliance_id(id: &str) -> std::result::Result<(), String> {
-    let ok = (1..=32).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !id.starts_with('-')
-        && !id.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "appliance id {id:?}: use 1-32 of [a-z0-9-], not starting or ending with '-'"
-        ))
-    }
-}
 
 /// The appliance an edgevol subsystem NQN names; `None` for any other NQN.
 pub fn appliance_of_nqn(subsysnqn: &str) -> Option<&str> {

@@ -1,23 +1,13 @@
 //! Checks of the names the configuration puts on the wire: the appliance id (in NVMe qualified
 //! names and topology) and topology segments (CSI's rules, as Kubernetes labels).
 
+use edgevol_driver::fleet;
+
 use super::ConfigError;
 
 /// Checks an appliance id: it becomes part of NVMe qualified names and a topology value.
 pub fn check_appliance_id(id: &str) -> Result<(), ConfigError> {
-    let ok = (1..=32).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !id.starts_with('-')
-        && !id.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError(format!(
-            "appliance id {id:?}: use 1-32 of [a-z0-9-], not starting or ending with '-'"
-        )))
-    }
+    fleet::check_appliance_id(id).map_err(|e| ConfigError(e.to_string()))
 }
 
 /// CSI topology rules (as Kubernetes labels): key = optional DNS prefix + '/' + name of at most
