@@ -465,29 +465,9 @@ impl Volumes {
                 None
             }
         };
-        let auth = match &keys {
-            None => Auth::None,
-            Some(keys) if connected.is_some() => Auth::Keys {
-                keys,
-                kernel_checked: true,
-            },
-            Some(keys) => match auth_support::detect(&*self.host) {
-                AuthSupport::No(how) => {
-                    return forget(Error::FailedPrecondition(format!(
-                        "volume {}: {}",
-                        req.volume_id,
-                        auth_support::missing_message(&*self.host, &how)
-                    )))
-                }
-                AuthSupport::Yes(_) => Auth::Keys {
-                    keys,
-                    kernel_checked: true,
-                },
-                AuthSupport::Unknown => Auth::Keys {
-                    keys,
-                    kernel_checked: false,
-                },
-            },
+        let auth = match self.connect_auth(&req.volume_id, keys.as_ref(), connected.is_some()) {
+            Ok(auth) => auth,
+            Err(e) => return forget(e),
         };
         let controller = match fabrics::ensure_connected(
             &*self.host,
@@ -508,36 +488,83 @@ impl Volumes {
             self.store.put(&rec)?;
         }
 
+        self.mount_staging(&req.staging_path, &req.capability, &ns.disk, &ns.dev)
+    }
+
+    /// How a connect authenticates with `keys` (from [`Volumes::enrol`]): a controller that is
+    /// `connected` already takes them as they are; a new connect needs a kernel with NVMe
+    /// authentication (FAILED_PRECONDITION naming the fix when it has none).
+    fn connect_auth<'k>(
+        &self,
+        volume_id: &str,
+        keys: Option<&'k DhchapKeys>,
+        connected: bool,
+    ) -> Result<Auth<'k>> {
+        Ok(match keys {
+            None => Auth::None,
+            Some(keys) if connected => Auth::Keys {
+                keys,
+                kernel_checked: true,
+            },
+            Some(keys) => match auth_support::detect(&*self.host) {
+                AuthSupport::No(how) => {
+                    return Err(Error::FailedPrecondition(format!(
+                        "volume {volume_id}: {}",
+                        auth_support::missing_message(&*self.host, &how)
+                    )))
+                }
+                AuthSupport::Yes(_) => Auth::Keys {
+                    keys,
+                    kernel_checked: true,
+                },
+                AuthSupport::Unknown => Auth::Keys {
+                    keys,
+                    kernel_checked: false,
+                },
+            },
+        })
+    }
+
+    /// The last step of NodeStageVolume, on the volume's device (`disk`, with `major:minor`
+    /// `dev`): for mount access, a filesystem (made when the device has none) mounted at the
+    /// staging path. The volume's own mount there already is success.
+    fn mount_staging(
+        &self,
+        staging_path: &Path,
+        capability: &Capability,
+        disk: &str,
+        dev: &str,
+    ) -> Result<()> {
         let Access::Mount {
             fs_type,
             mount_flags,
-        } = &req.capability.access
+        } = &capability.access
         else {
             // Block: the record is the staging; publish binds the device node.
             return Ok(());
         };
-        let device = self.device_path(&ns.disk);
+        let device = self.device_path(disk);
         let table = mount::table(&*self.host)?;
-        if let Some(m) = mount::mount_at(&table, &req.staging_path) {
-            if m.dev == ns.dev && m.root == "/" {
+        if let Some(m) = mount::mount_at(&table, staging_path) {
+            if m.dev == dev && m.root == "/" {
                 return Ok(());
             }
             return Err(Error::FailedPrecondition(format!(
                 "{} already has another mount ({} from {})",
-                path_str(&req.staging_path),
+                path_str(staging_path),
                 m.fs_type,
                 m.source
             )));
         }
-        fs::create_dir_all(&req.staging_path)
-            .map_err(|e| Error::io(format!("creating {}", path_str(&req.staging_path)), &e))?;
-        let read_only = req.capability.mode.read_only();
+        fs::create_dir_all(staging_path)
+            .map_err(|e| Error::io(format!("creating {}", path_str(staging_path)), &e))?;
+        let read_only = capability.mode.read_only();
         filesystem::ensure_filesystem(&*self.host, &device, fs_type, !read_only)?;
         let mut options = mount_flags.clone();
         if read_only {
             options.push("ro".to_owned());
         }
-        mount::mount_fs(&*self.host, &device, &req.staging_path, fs_type, &options)
+        mount::mount_fs(&*self.host, &device, staging_path, fs_type, &options)
     }
 
     /// Mounts of `disk` other than at `except` (publications, or foreign mounts).
@@ -556,6 +583,27 @@ impl Volumes {
                 Access::Block => m.root == block_root,
             })
             .collect()
+    }
+
+    /// Before NodeUnstageVolume: refuses while the volume (on `device`, when present) is mounted
+    /// anywhere but at its staging path.
+    fn check_unpublished(
+        table: &[MountEntry],
+        rec: &StagedVolume,
+        device: Option<&Namespace>,
+        staging_path: &Path,
+    ) -> Result<()> {
+        let Some(device) = device else {
+            return Ok(());
+        };
+        match Self::other_mounts(table, rec, device, &[staging_path]).first() {
+            Some(m) => Err(Error::FailedPrecondition(format!(
+                "volume {} is still published at {}; unpublish it first",
+                rec.volume_id,
+                path_str(&m.mount_point)
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The other staged volumes reached through the same target (so the same controller).
@@ -666,15 +714,7 @@ impl Volumes {
             return self.unstage_replicated(&rec, staging_path, &table);
         }
         let ns = self.find_namespace(&Self::namespace_id(&rec))?;
-        if let Some(ns) = &ns {
-            let others = Self::other_mounts(&table, &rec, ns, &[staging_path]);
-            if let Some(m) = others.first() {
-                return Err(Error::FailedPrecondition(format!(
-                    "volume {volume_id} is still published at {}; unpublish it first",
-                    path_str(&m.mount_point)
-                )));
-            }
-        }
+        Self::check_unpublished(&table, &rec, ns.as_ref(), staging_path)?;
         let sharers = self.sharers(&rec)?;
         if sharers.is_empty() {
             if let Some(c) = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)? {
@@ -1050,6 +1090,54 @@ impl Volumes {
         }
     }
 
+    /// Before NodeExpandVolume grows a mount volume's filesystem (on `dev`): it must be mounted
+    /// read-write at the staging path.
+    fn check_growable_mount(table: &[MountEntry], rec: &StagedVolume, dev: &str) -> Result<()> {
+        if !matches!(rec.capability.access, Access::Mount { .. }) {
+            return Ok(());
+        }
+        match mount::mount_at(table, &rec.staging_path) {
+            Some(m) if m.dev == dev && m.root == "/" && m.read_only() => {
+                Err(Error::FailedPrecondition(format!(
+                    "volume {} is staged read-only at {}: its filesystem cannot grow while \
+                     mounted read-only; stage it read-write to expand it",
+                    rec.volume_id,
+                    path_str(&rec.staging_path)
+                )))
+            }
+            Some(m) if m.dev == dev && m.root == "/" => Ok(()),
+            _ => Err(Error::FailedPrecondition(format!(
+                "volume {} is not mounted at its staging path {}; stage it again",
+                rec.volume_id,
+                path_str(&rec.staging_path)
+            ))),
+        }
+    }
+
+    /// Rescans controller `c`, then polls (bounded) the size of its `disk` until it is at least
+    /// `need` bytes (with `need` 0: once after the rescan). Returns the size it last read, below
+    /// `need` only when the wait ran out.
+    fn rescan_for_size(&self, c: &Controller, disk: &str, need: u64) -> Result<u64> {
+        let attr = sysfs::controller_dir(&*self.host, &c.name).join("rescan_controller");
+        self.host
+            .write_attr(&attr, "1")
+            .map_err(|e| Error::io(format!("rescanning {}", c.name), &e))?;
+        // The rescan runs in the kernel's scan work: poll the size (bounded).
+        let mut waited = Duration::ZERO;
+        loop {
+            let size = sysfs::disk_size(&*self.host, disk)
+                .map_err(|e| Error::io(format!("size of {disk}"), &e))?;
+            if size >= need && (need > 0 || waited > Duration::ZERO) {
+                return Ok(size);
+            }
+            if waited >= self.cfg.device_wait {
+                return Ok(size);
+            }
+            self.host.sleep(self.cfg.poll);
+            waited += self.cfg.poll;
+        }
+    }
+
     /// NodeExpandVolume: rescan, wait for the size, grow the filesystem. Returns the new size.
     pub fn expand(&self, req: &ExpandRequest) -> Result<u64> {
         let _guard = self.guard();
@@ -1079,55 +1167,22 @@ impl Volumes {
                 req.limit_bytes
             )));
         }
-        if matches!(rec.capability.access, Access::Mount { .. }) {
-            match mount::mount_at(&table, &rec.staging_path) {
-                Some(m) if m.dev == ns.dev && m.root == "/" && m.read_only() => {
-                    return Err(Error::FailedPrecondition(format!(
-                        "volume {volume_id} is staged read-only at {}: its filesystem cannot grow \
-                         while mounted read-only; stage it read-write to expand it",
-                        path_str(&rec.staging_path)
-                    )))
-                }
-                Some(m) if m.dev == ns.dev && m.root == "/" => {}
-                _ => {
-                    return Err(Error::FailedPrecondition(format!(
-                        "volume {volume_id} is not mounted at its staging path {}; stage it again",
-                        path_str(&rec.staging_path)
-                    )))
-                }
-            }
-        }
+        Self::check_growable_mount(&table, &rec, &ns.dev)?;
         let c = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)?
             .filter(|c| c.state == "live")
             .ok_or_else(|| {
                 Error::Unavailable(format!("volume {volume_id}: no live controller to rescan"))
             })?;
-        let attr = sysfs::controller_dir(&*self.host, &c.name).join("rescan_controller");
-        self.host
-            .write_attr(&attr, "1")
-            .map_err(|e| Error::io(format!("rescanning {}", c.name), &e))?;
-        // The rescan runs in the kernel's scan work: poll the size (bounded).
         let required = req.required_bytes;
-        let mut waited = Duration::ZERO;
-        let size = loop {
-            let size = size_of()?;
-            if size >= required && (required > 0 || waited > Duration::ZERO) {
-                break size;
-            }
-            if waited >= self.cfg.device_wait {
-                if required == 0 {
-                    break size;
-                }
-                return Err(Error::OutOfRange(format!(
-                    "volume {volume_id}: {} is {size} bytes after a rescan, less than \
-                     capacity_range.required_bytes {required}; the node grows what the \
-                     controller gave (ControllerExpandVolume first)",
-                    ns.disk
-                )));
-            }
-            self.host.sleep(self.cfg.poll);
-            waited += self.cfg.poll;
-        };
+        let size = self.rescan_for_size(&c, &ns.disk, required)?;
+        if size < required {
+            return Err(Error::OutOfRange(format!(
+                "volume {volume_id}: {} is {size} bytes after a rescan, less than \
+                 capacity_range.required_bytes {required}; the node grows what the \
+                 controller gave (ControllerExpandVolume first)",
+                ns.disk
+            )));
+        }
         if let Access::Mount { fs_type, .. } = &rec.capability.access {
             filesystem::grow(
                 &*self.host,

@@ -10,26 +10,21 @@
 
 use std::path::Path;
 
-use super::{Access, ExpandRequest, Usage, VolumeStats, Volumes};
-use crate::auth_support::{self, AuthSupport};
+use super::{path_str, Access, ExpandRequest, Usage, VolumeStats, Volumes};
 use crate::error::{Error, Result};
-use crate::fabrics::{self, Auth, FabricsConfig};
+use crate::fabrics::{self, FabricsConfig};
 use crate::fs as filesystem;
 use crate::legs::{Leg, Replicated, ReplicatedStageRequest};
 use crate::mount::{self, MountEntry};
 use crate::raid::{self, ArrayStatus};
 use crate::state::StagedVolume;
-use crate::sysfs::{self, Namespace};
+use crate::sysfs::Namespace;
 
 /// Default `fast_io_fail_tmo` of a leg's controller, in seconds: how long a lost leg's queued
 /// I/O waits for its appliance before the kernel fails it and md goes on with the other legs.
 /// The workload's writes pause at most this long (after the loss is noticed: at once for a
 /// closed connection, within about twice `keep_alive_tmo` for a silent appliance).
 pub const DEFAULT_LEG_FAST_IO_FAIL_TMO: i32 = 5;
-
-fn path_str(p: &Path) -> String {
-    p.display().to_string()
-}
 
 /// `e`'s CSI code with the message `msg`.
 fn reworded(e: Error, msg: String) -> Error {
@@ -88,29 +83,7 @@ impl Volumes {
                 None
             }
         };
-        let auth = match &keys {
-            None => Auth::None,
-            Some(keys) if connected.is_some() => Auth::Keys {
-                keys,
-                kernel_checked: true,
-            },
-            Some(keys) => match auth_support::detect(&*self.host) {
-                AuthSupport::No(how) => {
-                    return Err(Error::FailedPrecondition(format!(
-                        "volume {volume_id}: {}",
-                        auth_support::missing_message(&*self.host, &how)
-                    )))
-                }
-                AuthSupport::Yes(_) => Auth::Keys {
-                    keys,
-                    kernel_checked: true,
-                },
-                AuthSupport::Unknown => Auth::Keys {
-                    keys,
-                    kernel_checked: false,
-                },
-            },
-        };
+        let auth = self.connect_auth(volume_id, keys.as_ref(), connected.is_some())?;
         let cfg = self.leg_fabrics();
         let controller = fabrics::ensure_connected(&*self.host, &leg.target, ident, &cfg, auth)?;
         drop(keys);
@@ -365,35 +338,7 @@ impl Volumes {
             self.store.put(&rec)?;
         }
 
-        let Access::Mount {
-            fs_type,
-            mount_flags,
-        } = &req.capability.access
-        else {
-            return Ok(());
-        };
-        let device = self.device_path(&array.md);
-        let table = mount::table(&*self.host)?;
-        if let Some(m) = mount::mount_at(&table, &req.staging_path) {
-            if m.dev == array.dev && m.root == "/" {
-                return Ok(());
-            }
-            return Err(Error::FailedPrecondition(format!(
-                "{} already has another mount ({} from {})",
-                path_str(&req.staging_path),
-                m.fs_type,
-                m.source
-            )));
-        }
-        std::fs::create_dir_all(&req.staging_path)
-            .map_err(|e| Error::io(format!("creating {}", path_str(&req.staging_path)), &e))?;
-        let read_only = req.capability.mode.read_only();
-        filesystem::ensure_filesystem(&*self.host, &device, fs_type, !read_only)?;
-        let mut options = mount_flags.clone();
-        if read_only {
-            options.push("ro".to_owned());
-        }
-        mount::mount_fs(&*self.host, &device, &req.staging_path, fs_type, &options)
+        self.mount_staging(&req.staging_path, &req.capability, &array.md, &array.dev)
     }
 
     /// No leg could be connected: a record that never had an array is forgotten (nothing is
@@ -606,15 +551,7 @@ impl Volumes {
         };
         let id = rec.volume_id.as_str();
         let md = self.volume_device(rec)?;
-        if let Some(md) = &md {
-            let others = Self::other_mounts(table, rec, md, &[staging_path]);
-            if let Some(m) = others.first() {
-                return Err(Error::FailedPrecondition(format!(
-                    "volume {id} is still published at {}; unpublish it first",
-                    path_str(&m.mount_point)
-                )));
-            }
-        }
+        Self::check_unpublished(table, rec, md.as_ref(), staging_path)?;
         if matches!(rec.capability.access, Access::Mount { .. }) {
             mount::unmount_all(&*self.host, staging_path)?;
         }
@@ -674,24 +611,7 @@ impl Volumes {
                 array.size_bytes, req.limit_bytes
             )));
         }
-        if matches!(rec.capability.access, Access::Mount { .. }) {
-            match mount::mount_at(&table, &rec.staging_path) {
-                Some(m) if m.dev == md.dev && m.root == "/" && m.read_only() => {
-                    return Err(Error::FailedPrecondition(format!(
-                        "volume {id} is staged read-only at {}: its filesystem cannot grow while \
-                         mounted read-only; stage it read-write to expand it",
-                        path_str(&rec.staging_path)
-                    )))
-                }
-                Some(m) if m.dev == md.dev && m.root == "/" => {}
-                _ => {
-                    return Err(Error::FailedPrecondition(format!(
-                        "volume {id} is not mounted at its staging path {}; stage it again",
-                        path_str(&rec.staging_path)
-                    )))
-                }
-            }
-        }
+        Self::check_growable_mount(&table, rec, &md.dev)?;
         if let Some(why) = self.replicated_condition(rep, &present, &array)? {
             return Err(Error::Unavailable(format!(
                 "volume {id}: a replicated volume grows only with every leg in sync ({why}); \
@@ -714,33 +634,17 @@ impl Volumes {
                         leg.describe()
                     ))
                 })?;
-            let attr = sysfs::controller_dir(&*self.host, &c.name).join("rescan_controller");
-            self.host
-                .write_attr(&attr, "1")
-                .map_err(|e| Error::io(format!("rescanning {}", c.name), &e))?;
-            let mut waited = std::time::Duration::ZERO;
-            loop {
-                let size = sysfs::disk_size(&*self.host, &ns.disk)
-                    .map_err(|e| Error::io(format!("size of {}", ns.disk), &e))?;
-                if size >= leg_need && (leg_need > 0 || waited > std::time::Duration::ZERO) {
-                    break;
-                }
-                if waited >= self.cfg.device_wait {
-                    if leg_need == 0 {
-                        break;
-                    }
-                    return Err(Error::OutOfRange(format!(
-                        "volume {id}: {} is {size} bytes after a rescan, less than the {leg_need} \
-                         bytes capacity_range.required_bytes {} needs (md keeps {} bytes of each \
-                         leg); the node grows what the controller gave (ControllerExpandVolume \
-                         first)",
-                        leg.describe(),
-                        req.required_bytes,
-                        raid::DATA_OFFSET_BYTES
-                    )));
-                }
-                self.host.sleep(self.cfg.poll);
-                waited += self.cfg.poll;
+            let size = self.rescan_for_size(&c, &ns.disk, leg_need)?;
+            if size < leg_need {
+                return Err(Error::OutOfRange(format!(
+                    "volume {id}: {} is {size} bytes after a rescan, less than the {leg_need} \
+                     bytes capacity_range.required_bytes {} needs (md keeps {} bytes of each \
+                     leg); the node grows what the controller gave (ControllerExpandVolume \
+                     first)",
+                    leg.describe(),
+                    req.required_bytes,
+                    raid::DATA_OFFSET_BYTES
+                )));
             }
         }
         let device = self.device_path(&array.md);
