@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use edgevol_driver::fleet::LegMark;
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_content_source::Type as Source;
-use edgevol_proto::csi::v1::{ListSnapshotsRequest, ListVolumesRequest};
+use edgevol_proto::csi::v1::{
+    list_snapshots_response, list_volumes_response, ListSnapshotsRequest, ListVolumesRequest,
+};
 use tonic::transport::Channel;
 
 use super::call_err;
@@ -77,95 +79,139 @@ fn leg_of(id: &str, context: &HashMap<String, String>) -> Option<String> {
     Some(format!("{}/{} of {volume}{more}", mark.index, mark.count))
 }
 
-/// Every volume (all pages).
-pub async fn volumes(channel: &Channel) -> Result<Vec<VolumeRow>, String> {
-    let mut client = ControllerClient::new(channel.clone());
+/// The row of one ListVolumes entry (`None` for an entry without a volume).
+fn volume_row(entry: list_volumes_response::Entry) -> Option<VolumeRow> {
+    let v = entry.volume?;
+    let status = entry.status.unwrap_or_default();
+    let condition = match status.volume_condition {
+        Some(c) if c.abnormal => format!("ABNORMAL: {}", c.message),
+        _ => "ok".into(),
+    };
+    let (claim, pv) = k8s_names(&v.volume_context);
+    let leg = leg_of(&v.volume_id, &v.volume_context);
+    Some(VolumeRow {
+        id: v.volume_id,
+        size: v.capacity_bytes,
+        source: v.content_source.and_then(|s| s.r#type).map(|t| match t {
+            Source::Snapshot(s) => format!("snapshot {}", s.snapshot_id),
+            Source::Volume(v) => format!("volume {}", v.volume_id),
+        }),
+        published: status.published_node_ids,
+        condition,
+        claim,
+        pv,
+        leg,
+    })
+}
+
+/// The row of one ListSnapshots entry (`None` for an entry without a snapshot).
+fn snapshot_row(entry: list_snapshots_response::Entry) -> Option<SnapshotRow> {
+    let s = entry.snapshot?;
+    Some(SnapshotRow {
+        id: s.snapshot_id,
+        source: s.source_volume_id,
+        size: s.size_bytes,
+        created: s.creation_time.map_or(0, |t| t.seconds),
+        ready: s.ready_to_use,
+        group: (!s.group_snapshot_id.is_empty()).then_some(s.group_snapshot_id),
+    })
+}
+
+/// Every row of a paged List call: `page(starting_token)` gives one page's rows and its
+/// next_token, which is empty on the last page.
+async fn all_pages<T>(
+    mut page: impl AsyncFnMut(String) -> Result<(Vec<T>, String), String>,
+) -> Result<Vec<T>, String> {
     let mut rows = Vec::new();
     let mut token = String::new();
     loop {
+        let (page_rows, next_token) = page(token).await?;
+        rows.extend(page_rows);
+        if next_token.is_empty() {
+            return Ok(rows);
+        }
+        token = next_token;
+    }
+}
+
+/// Every volume (all pages).
+pub async fn volumes(channel: &Channel) -> Result<Vec<VolumeRow>, String> {
+    let mut client = ControllerClient::new(channel.clone());
+    all_pages(async |starting_token| {
         let page = client
             .list_volumes(ListVolumesRequest {
                 max_entries: PAGE,
-                starting_token: token,
+                starting_token,
             })
             .await
             .map_err(call_err("ListVolumes"))?
             .into_inner();
-        for entry in page.entries {
-            let Some(v) = entry.volume else { continue };
-            let status = entry.status.unwrap_or_default();
-            let condition = match status.volume_condition {
-                Some(c) if c.abnormal => format!("ABNORMAL: {}", c.message),
-                _ => "ok".into(),
-            };
-            let (claim, pv) = k8s_names(&v.volume_context);
-            let leg = leg_of(&v.volume_id, &v.volume_context);
-            rows.push(VolumeRow {
-                id: v.volume_id,
-                size: v.capacity_bytes,
-                source: v.content_source.and_then(|s| s.r#type).map(|t| match t {
-                    Source::Snapshot(s) => format!("snapshot {}", s.snapshot_id),
-                    Source::Volume(v) => format!("volume {}", v.volume_id),
-                }),
-                published: status.published_node_ids,
-                condition,
-                claim,
-                pv,
-                leg,
-            });
-        }
-        if page.next_token.is_empty() {
-            return Ok(rows);
-        }
-        token = page.next_token;
-    }
+        let rows = page.entries.into_iter().filter_map(volume_row).collect();
+        Ok((rows, page.next_token))
+    })
+    .await
 }
 
 /// Every snapshot (all pages).
 pub async fn snapshots(channel: &Channel) -> Result<Vec<SnapshotRow>, String> {
     let mut client = ControllerClient::new(channel.clone());
-    let mut rows = Vec::new();
-    let mut token = String::new();
-    loop {
+    all_pages(async |starting_token| {
         let page = client
             .list_snapshots(ListSnapshotsRequest {
                 max_entries: PAGE,
-                starting_token: token,
+                starting_token,
                 ..Default::default()
             })
             .await
             .map_err(call_err("ListSnapshots"))?
             .into_inner();
-        for entry in page.entries {
-            let Some(s) = entry.snapshot else { continue };
-            rows.push(SnapshotRow {
-                id: s.snapshot_id,
-                source: s.source_volume_id,
-                size: s.size_bytes,
-                created: s.creation_time.map_or(0, |t| t.seconds),
-                ready: s.ready_to_use,
-                group: (!s.group_snapshot_id.is_empty()).then_some(s.group_snapshot_id),
-            });
-        }
-        if page.next_token.is_empty() {
-            return Ok(rows);
-        }
-        token = page.next_token;
-    }
+        let rows = page.entries.into_iter().filter_map(snapshot_row).collect();
+        Ok((rows, page.next_token))
+    })
+    .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn ctx(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn all_pages_follows_next_token_to_the_last_page_and_stops_at_an_error() {
+        let mut asked = Vec::new();
+        let rows = all_pages(async |token: String| {
+            asked.push(token.clone());
+            Ok(match token.as_str() {
+                "" => (vec![1, 2], "p2".to_owned()),
+                "p2" => (vec![], "p3".to_owned()),
+                _ => (vec![3], String::new()),
+            })
+        })
+        .await;
+        assert_eq!(rows, Ok(vec![1, 2, 3]));
+        assert_eq!(asked, ["", "p2", "p3"]);
+
+        let mut calls = 0;
+        let failed = all_pages(async |token: String| {
+            calls += 1;
+            match token.as_str() {
+                "" => Ok((vec![1], "p2".to_owned())),
+                _ => Err("ListVolumes: unavailable".to_owned()),
+            }
+        })
+        .await;
+        assert_eq!(failed, Err("ListVolumes: unavailable".to_owned()));
+        assert_eq!(calls, 2);
+    }
+
     #[test]
     fn kubernetes_names_come_from_the_volume_context() {
-        let ctx = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
-        };
         assert_eq!(
             k8s_names(&ctx(&[
                 ("csi.storage.k8s.io/pvc/name", "data"),
@@ -180,12 +226,6 @@ mod tests {
 
     #[test]
     fn a_leg_names_its_position_and_the_replicated_volume() {
-        let ctx = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
-        };
         assert_eq!(
             leg_of("box-a-v3", &ctx(&[("edgevol.io/leg", "0/2")])).as_deref(),
             Some("0/2 of box-a-v3+…")

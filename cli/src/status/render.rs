@@ -259,6 +259,14 @@ fn indent(text: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The words of each line of a table.
+    fn words(table: &str) -> Vec<Vec<&str>> {
+        table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect()
+    }
+
     fn row(id: &str, published: &[&str]) -> VolumeRow {
         VolumeRow {
             id: id.into(),
@@ -277,10 +285,7 @@ mod tests {
         let mut leg = row("box-b-v5", &[]);
         leg.leg = Some("1/2 of box-a-v3+box-b-v5".into());
         let out = render_volumes(&[leg, row("box-b-v6", &[])], None);
-        let lines: Vec<Vec<&str>> = out
-            .lines()
-            .map(|l| l.split_whitespace().collect())
-            .collect();
+        let lines = words(&out);
         assert_eq!(
             lines[0],
             [
@@ -337,10 +342,7 @@ mod tests {
         )
         .unwrap();
         let out = render_volumes(&rows, Some(&m));
-        let lines: Vec<Vec<&str>> = out
-            .lines()
-            .map(|l| l.split_whitespace().collect())
-            .collect();
+        let lines = words(&out);
         assert_eq!(
             lines[0],
             [
@@ -382,10 +384,7 @@ mod tests {
             out.contains("connected hosts: pass --metrics HOST:PORT"),
             "{out}"
         );
-        let lines: Vec<Vec<&str>> = out
-            .lines()
-            .map(|l| l.split_whitespace().collect())
-            .collect();
+        let lines = words(&out);
         assert_eq!(
             lines[1],
             ["box:v1", "1.0", "GiB", "-", "nqn.h1", "-", "-", "ok"]
