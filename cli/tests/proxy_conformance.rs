@@ -6,7 +6,10 @@ use std::path::PathBuf;
 mod common;
 mod fleet;
 
-use common::{dev_config, dev_tls, start_proxy, unix_channel};
+use common::{
+    create_ok, dev_config, dev_tls, snapshot_ids, snapshot_of, snapshot_ok, start_proxy,
+    unix_channel,
+};
 use edgevol_appliance::start;
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
@@ -67,8 +70,9 @@ async fn snapshot_metadata_streams_through_the_proxy() {
     .await;
     let channel = unix_channel(socket).await;
     let mut c = ControllerClient::new(channel.clone());
-    let v = c
-        .create_volume(CreateVolumeRequest {
+    let v = create_ok(
+        &mut c,
+        CreateVolumeRequest {
             name: "meta".into(),
             capacity_range: Some(CapacityRange {
                 required_bytes: 16 << 20,
@@ -76,25 +80,11 @@ async fn snapshot_metadata_streams_through_the_proxy() {
             }),
             volume_capabilities: vec![mount()],
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap()
-        .volume_id;
-    let snapshot = |name: &str| CreateSnapshotRequest {
-        source_volume_id: v.clone(),
-        name: name.into(),
-        ..Default::default()
-    };
-    let base = c
-        .create_snapshot(snapshot("base"))
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+        },
+    )
+    .await
+    .volume_id;
+    let base = snapshot_ok(&mut c, snapshot_of(&v, "base")).await;
     // Every other cluster, as writes would map them (the answer comes from the maps).
     {
         let id = edgevol_appliance::csi::ids::Ids::new("meta")
@@ -107,13 +97,7 @@ async fn snapshot_metadata_streams_through_the_proxy() {
         }
         pool.flush().unwrap();
     }
-    let target = c
-        .create_snapshot(snapshot("target"))
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let target = snapshot_ok(&mut c, snapshot_of(&v, "target")).await;
     let mut m = SnapshotMetadataClient::new(channel);
     let mut delta = m
         .get_metadata_delta(GetMetadataDeltaRequest {
@@ -171,9 +155,7 @@ async fn controller_calls_through_a_two_appliance_proxy_behave_as_direct_ones() 
     let mut boxes = fleet::start_fleet(dir.path(), &["box-a", "box-b"]).await;
     let mut c = fleet::fleet_proxy(dir.path(), &boxes).await;
     conformance(&mut c).await;
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    fleet::stop_all(&mut boxes).await;
 }
 
 async fn conformance(c: &mut ControllerClient<tonic::transport::Channel>) {
@@ -186,21 +168,9 @@ async fn conformance(c: &mut ControllerClient<tonic::transport::Channel>) {
         volume_capabilities: vec![mount()],
         ..Default::default()
     };
-    let v = c
-        .create_volume(create("via-proxy"))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create_ok(c, create("via-proxy")).await;
     assert_eq!(v.capacity_bytes, 3 << 20);
-    let again = c
-        .create_volume(create("via-proxy"))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let again = create_ok(c, create("via-proxy")).await;
     assert_eq!(again.volume_id, v.volume_id, "idempotent through the proxy");
     let mut bigger = create("via-proxy");
     bigger.capacity_range.as_mut().unwrap().required_bytes = 1 << 30;
@@ -212,29 +182,16 @@ async fn conformance(c: &mut ControllerClient<tonic::transport::Channel>) {
         (Code::InvalidArgument, "name is required")
     );
 
-    let snap = c
-        .create_snapshot(CreateSnapshotRequest {
-            source_volume_id: v.volume_id.clone(),
-            name: "snap".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
-    let listed = c
-        .list_snapshots(ListSnapshotsRequest {
+    let snap = snapshot_ok(c, snapshot_of(&v.volume_id, "snap")).await;
+    let listed = snapshot_ids(
+        c,
+        ListSnapshotsRequest {
             source_volume_id: v.volume_id.clone(),
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        listed.entries[0].snapshot.as_ref().unwrap().snapshot_id,
-        snap.snapshot_id
-    );
+        },
+    )
+    .await;
+    assert_eq!(listed[0], snap.snapshot_id);
     get_snapshot_specs(c, &snap).await;
     let status = c
         .list_volumes(ListVolumesRequest {

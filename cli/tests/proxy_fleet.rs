@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 mod common;
 mod fleet;
 
-use common::unix_channel;
+use common::{create_ok, snapshot_ids, snapshot_of, snapshot_ok, unix_channel};
 use edgevol_proto::csi::v1::identity_client::IdentityClient;
 use edgevol_proto::csi::v1::*;
-use fleet::{create, fleet_proxy, home, list_all, start_fleet, topology};
+use fleet::{all_pages, create, fleet_proxy, home, list_all, start_fleet, stop_all, topology};
 use tonic::Code;
 
 const APPLIANCE: &str = "edgevol.io/appliance";
@@ -31,13 +31,7 @@ async fn create_volume_places_by_topology_and_finds_a_retried_name_on_its_applia
     // Named by the appliance key, by a presence key, or preferred among several.
     let mut on_b = create("pinned-b", 1 << 20);
     on_b.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, "box-b")])], vec![]);
-    let v = c
-        .create_volume(on_b)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create_ok(&mut c, on_b).await;
     assert_eq!(home(&v.volume_id), "box-b");
     assert!(v
         .accessible_topology
@@ -54,13 +48,7 @@ async fn create_volume_places_by_topology_and_finds_a_retried_name_on_its_applia
         vec![topology(&[("appliance.edgevol.io/box-a", "true")])],
         vec![],
     );
-    let v = c
-        .create_volume(on_a)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create_ok(&mut c, on_a).await;
     assert_eq!(home(&v.volume_id), "box-a");
 
     let both = topology(&[
@@ -73,13 +61,7 @@ async fn create_volume_places_by_topology_and_finds_a_retried_name_on_its_applia
             vec![both.clone()],
             vec![topology(&[(APPLIANCE, preferred)])],
         );
-        let v = c
-            .create_volume(r)
-            .await
-            .unwrap()
-            .into_inner()
-            .volume
-            .unwrap();
+        let v = create_ok(&mut c, r).await;
         assert_eq!(home(&v.volume_id), preferred, "{name}");
     }
 
@@ -135,19 +117,11 @@ async fn create_volume_places_by_topology_and_finds_a_retried_name_on_its_applia
                 },
             )),
         });
-        let v = c
-            .create_volume(clone)
-            .await
-            .unwrap()
-            .into_inner()
-            .volume
-            .unwrap();
+        let v = create_ok(&mut c, clone).await;
         assert_eq!(home(&v.volume_id), home(&src), "{name}");
     }
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -218,9 +192,7 @@ async fn get_capacity_answers_per_segment_and_sums_the_appliances_of_a_wider_one
     assert_eq!(elsewhere.available_capacity, 0);
     assert_eq!(elsewhere.maximum_volume_size, Some(0));
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -235,15 +207,7 @@ async fn listings_page_across_appliances_with_tokens_that_outlive_changes() {
     {
         let mut r = create(&format!("v{i}"), 1 << 20);
         r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, id)])], vec![]);
-        created.push(
-            c.create_volume(r)
-                .await
-                .unwrap()
-                .into_inner()
-                .volume
-                .unwrap()
-                .volume_id,
-        );
+        created.push(create_ok(&mut c, r).await.volume_id);
     }
     let whole: BTreeSet<_> = created.iter().cloned().collect();
     for page in [0, 1, 2, 3, 4, 7] {
@@ -278,15 +242,7 @@ async fn listings_page_across_appliances_with_tokens_that_outlive_changes() {
     for (i, id) in ["box-a", "box-b"].iter().enumerate() {
         let mut r = create(&format!("late{i}"), 1 << 20);
         r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, id)])], vec![]);
-        late.push(
-            c.create_volume(r)
-                .await
-                .unwrap()
-                .into_inner()
-                .volume
-                .unwrap()
-                .volume_id,
-        );
+        late.push(create_ok(&mut c, r).await.volume_id);
     }
     let mut rest = Vec::new();
     let mut token = first.next_token;
@@ -334,41 +290,26 @@ async fn listings_page_across_appliances_with_tokens_that_outlive_changes() {
     // Snapshots page the same way; filtered listings go to the one appliance concerned.
     let mut snaps = Vec::new();
     for (i, v) in created.iter().filter(|id| !seen.contains(id)).enumerate() {
-        let s = c
-            .create_snapshot(CreateSnapshotRequest {
-                source_volume_id: v.clone(),
-                name: format!("s{i}"),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .snapshot
-            .unwrap();
+        let s = snapshot_ok(&mut c, snapshot_of(v, &format!("s{i}"))).await;
         snaps.push(s);
     }
-    let mut listed = Vec::new();
-    let mut token = String::new();
-    loop {
+    let listed = all_pages(async |starting_token| {
         let resp = c
             .list_snapshots(ListSnapshotsRequest {
                 max_entries: 1,
-                starting_token: token,
+                starting_token,
                 ..Default::default()
             })
             .await
             .unwrap()
             .into_inner();
-        listed.extend(
-            resp.entries
-                .into_iter()
-                .map(|e| e.snapshot.unwrap().snapshot_id),
-        );
-        if resp.next_token.is_empty() {
-            break;
-        }
-        token = resp.next_token;
-    }
+        let ids = resp.entries.into_iter();
+        (
+            ids.map(|e| e.snapshot.unwrap().snapshot_id).collect(),
+            resp.next_token,
+        )
+    })
+    .await;
     assert_eq!(
         listed.iter().collect::<BTreeSet<_>>(),
         snaps
@@ -378,23 +319,18 @@ async fn listings_page_across_appliances_with_tokens_that_outlive_changes() {
     );
     assert_eq!(listed.len(), snaps.len());
     let last = snaps.last().unwrap();
-    let by_source = c
-        .list_snapshots(ListSnapshotsRequest {
+    let by_source = snapshot_ids(
+        &mut c,
+        ListSnapshotsRequest {
             source_volume_id: last.source_volume_id.clone(),
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(by_source.entries.len(), 1);
-    assert_eq!(
-        by_source.entries[0].snapshot.as_ref().unwrap().snapshot_id,
-        last.snapshot_id
-    );
+        },
+    )
+    .await;
+    assert_eq!(by_source.len(), 1);
+    assert_eq!(by_source[0], last.snapshot_id);
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -407,20 +343,8 @@ async fn an_appliance_down_fails_only_its_own_calls() {
         r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, id)])], vec![]);
         r
     };
-    let va = c
-        .create_volume(on("va", "box-a"))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
-    let vb = c
-        .create_volume(on("vb", "box-b"))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let va = create_ok(&mut c, on("va", "box-a")).await;
+    let vb = create_ok(&mut c, on("vb", "box-b")).await;
     let get = |id: &str| ControllerGetVolumeRequest {
         volume_id: id.into(),
     };
@@ -442,21 +366,11 @@ async fn an_appliance_down_fails_only_its_own_calls() {
 
     // box-b's volumes, new unconstrained volumes, listings, capacity and Identity still work.
     c.controller_get_volume(get(&vb.volume_id)).await.unwrap();
-    c.create_snapshot(CreateSnapshotRequest {
-        source_volume_id: vb.volume_id.clone(),
-        name: "while-a-is-down".into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    c.create_snapshot(snapshot_of(&vb.volume_id, "while-a-is-down"))
+        .await
+        .unwrap();
     for i in 0..6 {
-        let v = c
-            .create_volume(create(&format!("free-{i}"), 1 << 20))
-            .await
-            .unwrap()
-            .into_inner()
-            .volume
-            .unwrap();
+        let v = create_ok(&mut c, create(&format!("free-{i}"), 1 << 20)).await;
         assert_eq!(home(&v.volume_id), "box-b");
     }
     let listed = list_all(&mut c, 1).await;
@@ -494,9 +408,7 @@ async fn an_appliance_down_fails_only_its_own_calls() {
     }
     assert_eq!(list_all(&mut c, 2).await.len(), 8);
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -543,9 +455,7 @@ async fn ids_of_no_appliance_get_the_spec_answer_and_a_swapped_address_serves_no
         status.message()
     );
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -608,9 +518,7 @@ async fn an_unreachable_appliance_is_left_out_of_listings_without_being_dialled_
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert_eq!(dialled.load(Ordering::SeqCst), tried + 1);
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -655,28 +563,24 @@ async fn volume_groups_and_group_snapshots_are_served_by_their_appliance() {
     }
     let homes: BTreeSet<&str> = made.iter().map(|g| home(g)).collect();
     assert_eq!(homes.len(), 2, "{made:?}");
-    let mut listed = Vec::new();
-    let mut token = String::new();
-    loop {
+    let listed = all_pages(async |starting_token| {
         let page = groups
             .list_volume_groups(ListVolumeGroupsRequest {
                 max_entries: 3,
-                starting_token: token,
+                starting_token,
                 ..Default::default()
             })
             .await
             .unwrap()
             .into_inner();
-        listed.extend(
-            page.entries
-                .into_iter()
-                .map(|e| e.volume_group.unwrap().volume_group_id),
-        );
-        if page.next_token.is_empty() {
-            break;
-        }
-        token = page.next_token;
-    }
+        let ids = page.entries.into_iter();
+        (
+            ids.map(|e| e.volume_group.unwrap().volume_group_id)
+                .collect(),
+            page.next_token,
+        )
+    })
+    .await;
     assert_eq!(
         listed.iter().collect::<BTreeSet<_>>(),
         made.iter().collect::<BTreeSet<_>>()
@@ -689,15 +593,7 @@ async fn volume_groups_and_group_snapshots_are_served_by_their_appliance() {
     for name in ["m1", "m2"] {
         let mut r = create(name, 1 << 20);
         r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, "box-b")])], vec![]);
-        vols.push(
-            c.create_volume(r)
-                .await
-                .unwrap()
-                .into_inner()
-                .volume
-                .unwrap()
-                .volume_id,
-        );
+        vols.push(create_ok(&mut c, r).await.volume_id);
     }
     let modified = groups
         .modify_volume_group_membership(ModifyVolumeGroupMembershipRequest {
@@ -778,9 +674,7 @@ async fn volume_groups_and_group_snapshots_are_served_by_their_appliance() {
         .unwrap_err();
     assert_eq!(status.code(), Code::NotFound, "{status:?}");
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -828,7 +722,5 @@ async fn a_fleet_offers_the_capabilities_of_its_appliances() {
         "LIST_VOLUMES_PUBLISHED_NODES included: ListVolumes lists replicated volumes whole"
     );
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }

@@ -10,12 +10,12 @@ mod common;
 mod fleet;
 
 use bytes::Bytes;
-use common::unix_channel;
+use common::{create_ok, unix_channel};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::identity_client::IdentityClient;
 use edgevol_proto::csi::v1::node_client::NodeClient;
 use edgevol_proto::csi::v1::{GetPluginInfoRequest, NodeGetInfoRequest, TopologyRequirement};
-use fleet::{create, home, start_fleet, topology};
+use fleet::{create, home, start_fleet, stop_all, topology};
 use http_body_util::Empty;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::UnixListener;
@@ -121,19 +121,11 @@ async fn the_proxy_command_serves_flags_and_config_file_appliances_and_the_node_
             requisite: vec![topology(&[("edgevol.io/appliance", id)])],
             preferred: vec![],
         });
-        let v = c
-            .create_volume(r)
-            .await
-            .unwrap()
-            .into_inner()
-            .volume
-            .unwrap();
+        let v = create_ok(&mut c, r).await;
         assert_eq!(home(&v.volume_id), id, "served from the {id} entry");
     }
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[test]

@@ -7,11 +7,15 @@ use std::collections::{BTreeSet, HashMap};
 mod common;
 mod fleet;
 
+use common::{create_ok, snapshot_ids, snapshot_of, snapshot_ok};
+
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
 use edgevol_proto::csi::v1::volume_capability::AccessMode;
 use edgevol_proto::csi::v1::*;
-use fleet::{create, fleet_proxy, home, list_all, mount, start_fleet, topology};
+use fleet::{
+    create, fleet_proxy, home, list_all, mount, start_fleet, stop_all, topology, volume_pages,
+};
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -44,13 +48,7 @@ async fn a_replicated_volume_has_a_leg_per_appliance_and_every_call_acts_on_ever
     let mut boxes = start_fleet(dir.path(), &["box-a", "box-b", "box-c"]).await;
     let mut c = fleet_proxy(dir.path(), &boxes).await;
 
-    let v = c
-        .create_volume(replicated("mirror", 64 * MIB, "2"))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create_ok(&mut c, replicated("mirror", 64 * MIB, "2")).await;
     let ids = legs(&v.volume_id);
     assert_eq!(ids.len(), 2, "{}", v.volume_id);
     let homes: BTreeSet<&str> = ids.iter().map(|l| home(l)).collect();
@@ -74,13 +72,7 @@ async fn a_replicated_volume_has_a_leg_per_appliance_and_every_call_acts_on_ever
             "{leg}: the md data offset more"
         );
     }
-    let again = c
-        .create_volume(replicated("mirror", 64 * MIB, "2"))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let again = create_ok(&mut c, replicated("mirror", 64 * MIB, "2")).await;
     assert_eq!(again.volume_id, v.volume_id, "idempotent by name");
 
     // Publish: every leg, each one's context under its leg<i>. keys.
@@ -235,9 +227,7 @@ async fn a_replicated_volume_has_a_leg_per_appliance_and_every_call_acts_on_ever
         .unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -275,13 +265,7 @@ async fn replicas_are_refused_without_enough_appliances_and_with_multi_node_writ
         ])],
         preferred: vec![],
     });
-    let v = c
-        .create_volume(both)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create_ok(&mut c, both).await;
     assert_eq!(legs(&v.volume_id).len(), 2);
 
     let mut shared = replicated("shared", 8 * MIB, "2");
@@ -312,13 +296,7 @@ async fn replicas_are_refused_without_enough_appliances_and_with_multi_node_writ
     }
 
     // replicas=1 is a plain volume (the parameter never reaches the appliance).
-    let plain = c
-        .create_volume(replicated("plain", 8 * MIB, "1"))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let plain = create_ok(&mut c, replicated("plain", 8 * MIB, "1")).await;
     assert_eq!(legs(&plain.volume_id).len(), 1);
     assert_eq!(plain.capacity_bytes, 8 * MIB);
     let confirmed = c
@@ -366,9 +344,7 @@ async fn replicas_are_refused_without_enough_appliances_and_with_multi_node_writ
         .unwrap_err();
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -395,13 +371,7 @@ async fn no_leg_is_made_while_too_few_appliances_answer_and_a_lost_leg_shows() {
     );
 
     boxes[1].restart().await;
-    let v = c
-        .create_volume(replicated("half", 16 * MIB, "2"))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create_ok(&mut c, replicated("half", 16 * MIB, "2")).await;
     assert_eq!(legs(&v.volume_id).len(), 2);
     assert_eq!(list_all(&mut c, 0).await, [v.volume_id.as_str()]);
 
@@ -444,9 +414,7 @@ async fn no_leg_is_made_while_too_few_appliances_answer_and_a_lost_leg_shows() {
         );
     }
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -454,24 +422,8 @@ async fn a_snapshot_has_a_leg_per_leg_and_restores_into_a_replicated_volume() {
     let dir = tempfile::tempdir().unwrap();
     let mut boxes = start_fleet(dir.path(), &["box-a", "box-b", "box-c"]).await;
     let mut c = fleet_proxy(dir.path(), &boxes).await;
-    let v = c
-        .create_volume(replicated("orig", 32 * MIB, "2"))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
-    let snap = c
-        .create_snapshot(CreateSnapshotRequest {
-            source_volume_id: v.volume_id.clone(),
-            name: "snap".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let v = create_ok(&mut c, replicated("orig", 32 * MIB, "2")).await;
+    let snap = snapshot_ok(&mut c, snapshot_of(&v.volume_id, "snap")).await;
     let snap_legs = legs(&snap.snapshot_id);
     assert_eq!(snap_legs.len(), 2);
     for (s, vol) in snap_legs.iter().zip(legs(&v.volume_id)) {
@@ -480,19 +432,16 @@ async fn a_snapshot_has_a_leg_per_leg_and_restores_into_a_replicated_volume() {
     assert_eq!(snap.source_volume_id, v.volume_id);
     assert_eq!(snap.size_bytes, 32 * MIB);
     assert!(snap.ready_to_use);
-    let listed = c
-        .list_snapshots(ListSnapshotsRequest {
+    let listed = snapshot_ids(
+        &mut c,
+        ListSnapshotsRequest {
             snapshot_id: snap.snapshot_id.clone(),
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(listed.entries.len(), 1);
-    assert_eq!(
-        listed.entries[0].snapshot.as_ref().unwrap().snapshot_id,
-        snap.snapshot_id
-    );
+        },
+    )
+    .await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0], snap.snapshot_id);
     let got = c
         .get_snapshot(GetSnapshotRequest {
             snapshot_id: snap.snapshot_id.clone(),
@@ -524,13 +473,7 @@ async fn a_snapshot_has_a_leg_per_leg_and_restores_into_a_replicated_volume() {
         r
     };
     for (name, replicas) in [("restored", Some("2")), ("restored-default", None)] {
-        let r = c
-            .create_volume(from_snapshot(name, replicas))
-            .await
-            .unwrap()
-            .into_inner()
-            .volume
-            .unwrap();
+        let r = create_ok(&mut c, from_snapshot(name, replicas)).await;
         assert_eq!(r.capacity_bytes, 32 * MIB, "{name}");
         for (leg, s) in legs(&r.volume_id).iter().zip(&snap_legs) {
             assert_eq!(
@@ -560,13 +503,7 @@ async fn a_snapshot_has_a_leg_per_leg_and_restores_into_a_replicated_volume() {
             },
         )),
     });
-    let cl = c
-        .create_volume(clone)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let cl = create_ok(&mut c, clone).await;
     for (leg, src) in legs(&cl.volume_id).iter().zip(legs(&v.volume_id)) {
         assert_eq!(home(leg), home(src));
     }
@@ -594,19 +531,17 @@ async fn a_snapshot_has_a_leg_per_leg_and_restores_into_a_replicated_volume() {
         .await
         .unwrap();
     }
-    let listed = c
-        .list_snapshots(ListSnapshotsRequest {
+    let listed = snapshot_ids(
+        &mut c,
+        ListSnapshotsRequest {
             snapshot_id: snap.snapshot_id.clone(),
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(listed.entries.is_empty(), "every leg deleted");
+        },
+    )
+    .await;
+    assert!(listed.is_empty(), "every leg deleted");
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 /// Every entry the proxy lists, `page` at a time.
@@ -614,23 +549,7 @@ async fn entries(
     c: &mut ControllerClient<Channel>,
     page: i32,
 ) -> Vec<list_volumes_response::Entry> {
-    let mut out = Vec::new();
-    let mut token = String::new();
-    loop {
-        let resp = c
-            .list_volumes(ListVolumesRequest {
-                max_entries: page,
-                starting_token: token,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        out.extend(resp.entries);
-        if resp.next_token.is_empty() {
-            return out;
-        }
-        token = resp.next_token;
-    }
+    volume_pages(c, page).await.concat()
 }
 
 #[tokio::test]
@@ -652,14 +571,7 @@ async fn list_volumes_shows_each_replicated_volume_once_and_where_it_is_publishe
     ] {
         let mut r = replicated(name, 8 * MIB, replicas);
         r.parameters.insert("provisioning".into(), "thin".into());
-        created.push(
-            c.create_volume(r)
-                .await
-                .unwrap()
-                .into_inner()
-                .volume
-                .unwrap(),
-        );
+        created.push(create_ok(&mut c, r).await);
     }
     let mut want: Vec<String> = created.iter().map(|v| v.volume_id.clone()).collect();
     want.sort();
@@ -774,9 +686,7 @@ async fn list_volumes_shows_each_replicated_volume_once_and_where_it_is_publishe
     .unwrap();
     assert!(attached(&entries(&mut c, 0).await)[&r1].is_empty());
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }
 
 #[tokio::test]
@@ -806,13 +716,7 @@ async fn a_half_created_volume_is_completed_by_the_retry_when_a_full_box_has_roo
         requisite: vec![topology(&[("edgevol.io/appliance", middle)])],
         preferred: vec![],
     });
-    let filler = c
-        .create_volume(filler)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let filler = create_ok(&mut c, filler).await;
 
     let mut half = replicated("half", 32 * MIB, "3");
     half.parameters.extend(thick());
@@ -842,13 +746,7 @@ async fn a_half_created_volume_is_completed_by_the_retry_when_a_full_box_has_roo
     })
     .await
     .unwrap();
-    let v = c
-        .create_volume(half.clone())
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create_ok(&mut c, half.clone()).await;
     let got = legs(&v.volume_id);
     assert_eq!(
         &got[..2],
@@ -858,13 +756,7 @@ async fn a_half_created_volume_is_completed_by_the_retry_when_a_full_box_has_roo
     );
     assert_eq!(home(got[2]), middle);
     assert_eq!(v.capacity_bytes, 32 * MIB);
-    let again = c
-        .create_volume(half)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let again = create_ok(&mut c, half).await;
     assert_eq!(again.volume_id, v.volume_id, "idempotent by name");
     assert_eq!(list_all(&mut c, 1).await, [v.volume_id.as_str()]);
     // Nothing else is left on the middle box: the filler and the displaced leg are gone.
@@ -878,7 +770,5 @@ async fn a_half_created_volume_is_completed_by_the_retry_when_a_full_box_has_roo
         );
     }
 
-    for b in &mut boxes {
-        b.stop().await;
-    }
+    stop_all(&mut boxes).await;
 }

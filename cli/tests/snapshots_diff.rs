@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{dev_config, dev_tls, edgevol_as, ok};
+use common::{create_ok, dev_config, dev_tls, edgevol_as, ok, snapshot_of, snapshot_ok};
 use edgevol_appliance::start;
 use edgevol_cli::status;
 use edgevol_core::WriteSegment;
@@ -55,8 +55,9 @@ async fn diff_prints_changed_and_allocated_ranges() {
     .await
     .unwrap();
     let mut c = ControllerClient::new(channel);
-    let volume = c
-        .create_volume(CreateVolumeRequest {
+    let volume = create_ok(
+        &mut c,
+        CreateVolumeRequest {
             name: "v".into(),
             capacity_range: Some(CapacityRange {
                 required_bytes: 16 * MIB as i64,
@@ -69,35 +70,17 @@ async fn diff_prints_changed_and_allocated_ranges() {
                 access_type: Some(AccessType::Block(BlockVolume {})),
             }],
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap()
-        .volume_id;
-    let snap = |name: &str| CreateSnapshotRequest {
-        source_volume_id: volume.clone(),
-        name: name.into(),
-        ..Default::default()
-    };
+        },
+    )
+    .await
+    .volume_id;
     write_clusters(&app.state, &volume, &[0, 1, 4]);
-    let s1 = c
-        .create_snapshot(snap("s1"))
+    let s1 = snapshot_ok(&mut c, snapshot_of(&volume, "s1"))
         .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap()
         .snapshot_id;
     write_clusters(&app.state, &volume, &[1, 2, 9]);
-    let s2 = c
-        .create_snapshot(snap("s2"))
+    let s2 = snapshot_ok(&mut c, snapshot_of(&volume, "s2"))
         .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap()
         .snapshot_id;
 
     let out = ok(&edgevol_as(

@@ -10,6 +10,10 @@ use std::sync::Arc;
 use edgevol_appliance::{Args, Config};
 use edgevol_cli::proxy;
 use edgevol_pki::tls::{client_config, TlsFiles};
+use edgevol_proto::csi::v1::controller_client::ControllerClient;
+use edgevol_proto::csi::v1::{
+    CreateSnapshotRequest, CreateVolumeRequest, ListSnapshotsRequest, Snapshot, Volume,
+};
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tokio_rustls::rustls::ClientConfig;
@@ -101,4 +105,51 @@ pub fn ok(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// CreateVolume that must succeed: the volume.
+pub async fn create_ok(c: &mut ControllerClient<Channel>, req: CreateVolumeRequest) -> Volume {
+    c.create_volume(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+}
+
+/// CreateSnapshot of `source` named `name`, nothing else.
+pub fn snapshot_of(source: &str, name: &str) -> CreateSnapshotRequest {
+    CreateSnapshotRequest {
+        source_volume_id: source.into(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+/// CreateSnapshot that must succeed: the snapshot.
+pub async fn snapshot_ok(
+    c: &mut ControllerClient<Channel>,
+    req: CreateSnapshotRequest,
+) -> Snapshot {
+    c.create_snapshot(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap()
+}
+
+/// The ids of the snapshots a ListSnapshots call (that must succeed) returns, in its order.
+pub async fn snapshot_ids(
+    c: &mut ControllerClient<Channel>,
+    req: ListSnapshotsRequest,
+) -> Vec<String> {
+    c.list_snapshots(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .entries
+        .into_iter()
+        .map(|e| e.snapshot.unwrap().snapshot_id)
+        .collect()
 }

@@ -75,6 +75,13 @@ pub async fn start_fleet(dir: &Path, ids: &[&str]) -> Vec<Box_> {
     boxes
 }
 
+/// Stops every appliance of the fleet (at the end of a test).
+pub async fn stop_all(boxes: &mut [Box_]) {
+    for b in boxes {
+        b.stop().await;
+    }
+}
+
 /// `edgevol proxy` on `dir/csi.sock` serving `boxes` (by id) with the controller certificate;
 /// a Controller client on it.
 pub async fn fleet_proxy(dir: &Path, boxes: &[Box_]) -> ControllerClient<Channel> {
@@ -136,28 +143,49 @@ pub fn home(id: &str) -> &str {
     &id[..id.rfind('-').unwrap()]
 }
 
-/// Every volume id the proxy lists, `page` at a time, in listing order.
-pub async fn list_all(c: &mut ControllerClient<Channel>, page: i32) -> Vec<String> {
-    let mut ids = Vec::new();
+/// Every item of a paged List call: `page(starting_token)` makes one call (that must succeed)
+/// and gives its items and its next_token, which is empty on the last page.
+pub async fn all_pages<T>(mut page: impl AsyncFnMut(String) -> (Vec<T>, String)) -> Vec<T> {
+    let mut items = Vec::new();
     let mut token = String::new();
     loop {
+        let (page_items, next_token) = page(token).await;
+        items.extend(page_items);
+        if next_token.is_empty() {
+            return items;
+        }
+        token = next_token;
+    }
+}
+
+/// The pages of ListVolumes entries the proxy gives, `page` entries at a time, in listing order.
+pub async fn volume_pages(
+    c: &mut ControllerClient<Channel>,
+    page: i32,
+) -> Vec<Vec<list_volumes_response::Entry>> {
+    all_pages(async |starting_token| {
         let resp = c
             .list_volumes(ListVolumesRequest {
                 max_entries: page,
-                starting_token: token,
+                starting_token,
             })
             .await
             .unwrap()
             .into_inner();
-        assert!(page == 0 || resp.entries.len() <= page as usize);
-        ids.extend(
-            resp.entries
-                .into_iter()
-                .map(|e| e.volume.unwrap().volume_id),
-        );
-        if resp.next_token.is_empty() {
-            return ids;
-        }
-        token = resp.next_token;
+        (vec![resp.entries], resp.next_token)
+    })
+    .await
+}
+
+/// Every volume id the proxy lists, `page` at a time, in listing order.
+pub async fn list_all(c: &mut ControllerClient<Channel>, page: i32) -> Vec<String> {
+    let pages = volume_pages(c, page).await;
+    for entries in &pages {
+        assert!(page == 0 || entries.len() <= page as usize);
     }
+    pages
+        .into_iter()
+        .flatten()
+        .map(|e| e.volume.unwrap().volume_id)
+        .collect()
 }
