@@ -50,6 +50,10 @@ pub mod workers;
 #[path = "../../tests/nvme_host/mod.rs"]
 mod test_host;
 
+/// A target serving one volume on loopback, with a host connected: end-to-end tests' set-up.
+#[cfg(test)]
+mod test_target;
+
 /// The data path's device handle in unit tests ([`io::DataPath`] takes it in their build).
 #[cfg(test)]
 mod test_device;

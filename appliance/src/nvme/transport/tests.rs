@@ -1,51 +1,26 @@
 //! The connection as a host sees it, end to end over loopback.
 
-use std::sync::Arc;
-
-use edgevol_core::{ReadSegment, VolumeSpec};
+use edgevol_core::ReadSegment;
 use edgevol_nvmeof::pdu::Digests;
 
-use crate::config::NvmeConfig;
-use crate::state::State;
-
-use crate::nvme::test_host::{io as host_io, ok, status, Admin};
+use crate::nvme::test_host::{io as host_io, ok, status};
+use crate::nvme::test_target::{serve_one_volume, Loopback};
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0badc0de-2222-3333-4444-555555555555";
 const LBA: u64 = 77;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_in_one_io_command_fails_only_that_command() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut pool = crate::pool::open(&[dir.path().join("pool.img")], true).unwrap();
-    let id = pool
-        .create_volume(VolumeSpec::new("panics", 1 << 20))
-        .unwrap();
-    pool.publish(id, HOST, false).unwrap();
-    let state = Arc::new(State::new("box".into(), Default::default()));
-    state.set_pool(pool);
-    let target = super::super::start(
-        state.clone(),
-        &NvmeConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            advertise: "127.0.0.1".parse().unwrap(),
-            io_threads: 0,
-        },
-        super::super::auth::HostAuth::new(
-            Arc::new(crate::hostkeys::HostKeys::open(dir.path()).unwrap()),
-            crate::config::HostAuthPolicy {
-                allow_unauthenticated_hosts: true,
-                ..Default::default()
-            },
-        ),
-    )
-    .await
-    .unwrap();
-    let (addr, nqn) = (target.endpoint, crate::naming::subsystem_nqn("box", id));
-    let admin = Admin::connect(addr, &nqn, HOST, 0).await.unwrap();
-    let mut q = admin
-        .io_queue(addr, 1, &nqn, HOST, Digests::NONE)
-        .await
-        .unwrap();
+    let Loopback {
+        dir: _dir,
+        state,
+        target,
+        id,
+        addr,
+        nqn,
+        admin,
+        mut q,
+    } = serve_one_volume(HOST, "panics").await;
     let data = vec![0x5au8; 4096];
     let (sqe, d) = host_io::write(LBA, &data, false);
     ok(&q.cmd(sqe, d).await);

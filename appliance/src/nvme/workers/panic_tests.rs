@@ -1,14 +1,9 @@
 //! A worker job that panics, as a host sees it: over a real connection.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use edgevol_core::VolumeSpec;
-use edgevol_nvmeof::pdu::Digests;
-
-use crate::config::NvmeConfig;
-use crate::nvme::test_host::{io as host_io, ok, status, Admin};
-use crate::state::State;
+use crate::nvme::test_host::{io as host_io, ok, status};
+use crate::nvme::test_target::{serve_one_volume, Loopback};
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0badc0de-3232-3333-4444-555555555555";
 
@@ -18,37 +13,13 @@ const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0badc0de-3232-3333-4444-5555
 /// and later commands on the same queue succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_worker_job_fails_its_command_and_the_worker_lives() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut pool = crate::pool::open(&[dir.path().join("pool.img")], true).unwrap();
-    let id = pool
-        .create_volume(VolumeSpec::new("worker-panics", 1 << 20))
-        .unwrap();
-    pool.publish(id, HOST, false).unwrap();
-    let state = Arc::new(State::new("box".into(), Default::default()));
-    state.set_pool(pool);
-    let target = crate::nvme::start(
-        state.clone(),
-        &NvmeConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            advertise: "127.0.0.1".parse().unwrap(),
-            io_threads: 0,
-        },
-        crate::nvme::auth::HostAuth::new(
-            Arc::new(crate::hostkeys::HostKeys::open(dir.path()).unwrap()),
-            crate::config::HostAuthPolicy {
-                allow_unauthenticated_hosts: true,
-                ..Default::default()
-            },
-        ),
-    )
-    .await
-    .unwrap();
-    let (addr, nqn) = (target.endpoint, crate::naming::subsystem_nqn("box", id));
-    let admin = Admin::connect(addr, &nqn, HOST, 0).await.unwrap();
-    let mut q = admin
-        .io_queue(addr, 1, &nqn, HOST, Digests::NONE)
-        .await
-        .unwrap();
+    let Loopback {
+        dir: _dir,
+        target,
+        admin,
+        mut q,
+        ..
+    } = serve_one_volume(HOST, "worker-panics").await;
     let workers = &target.subsystems.workers;
     let data = vec![0x32u8; 4096];
     let (sqe, d) = host_io::write(1, &data, true);
