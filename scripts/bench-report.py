@@ -16,14 +16,15 @@ usage:
   scripts/bench-report.py list             the areas and their commands
 EDGEVOL_BENCH_REPORT_DIR replaces target/bench-report.
 
-Areas: data-path, data-path-qemu, control-plane, qos, snapshot-metadata, auth, footprint, images,
-boot.
+Areas: data-path, data-path-qemu, control-plane, qos, snapshot-metadata, auth, replicated,
+footprint, images, boot.
 """
 import datetime
 import json
 import shlex
 import shutil
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -48,7 +49,8 @@ def cargo_bench(package, bench, *args, features=()):
 
 
 # name, title, what it measures, [(argv, tables_only)]. tables_only: keep only the markdown tables
-# (and the line naming each) of an output that also carries test-harness lines.
+# (and the line naming each) of an output that also carries test-harness lines; a string is a
+# regular expression for other lines to keep as well (a bench's summary lines).
 AREAS = [
     (
         "data-path",
@@ -100,6 +102,14 @@ AREAS = [
             (["scripts/test-auth-qemu.sh", "--runs", "3"], True),
             (cargo_bench("edgevol-nvmeof", "auth", features=("test-initiator",)), False),
         ],
+    ),
+    (
+        "replicated",
+        "Replicated volumes",
+        "fio in a node VM (TCG, 1 vCPU) against a replicated (2 legs) and a single volume served by "
+        "the same two appliances through edgevol proxy, rows interleaved, medians of 3 rounds; "
+        "then the resync time of a leg per GiB changed while its appliance was away.",
+        [(["scripts/test-replicated-qemu.sh", "--bench"], r"^(resync of a leg|medians of )")],
     ),
     (
         "footprint",
@@ -269,16 +279,20 @@ def run_area(name, commands):
     return all(c["status"] == 0 for c in record["commands"])
 
 
-def tables(text):
-    """Only the markdown tables of an output, each with the non-empty line before it (its title)."""
+def tables(text, keep=None):
+    """Only the markdown tables of an output, each with the line before it when that line is a
+    title (ends with ':'), and the lines the regular expression `keep` matches."""
     lines = text.splitlines()
     kept = []
     for i, line in enumerate(lines):
         if not line.startswith("|"):
+            if keep and re.search(keep, line):
+                kept += ["", line]
             continue
         if i == 0 or not lines[i - 1].startswith("|"):
             title = next((l for l in reversed(lines[max(0, i - 3) : i]) if l.strip()), "")
-            kept += ["", title] if title and not title.startswith("|") else [""]
+            # A title says what follows (ends with ':'); anything else is a harness line.
+            kept += ["", title] if title.rstrip().endswith(":") else [""]
         kept.append(line)
     return "\n".join(kept).strip()
 
@@ -315,7 +329,8 @@ def section(name, title, what):
     out.append(f"- 1-minute load average while it ran: {lo:.1f}-{hi:.1f}")
     out.append(f"- Commit: {r['commit']}, {r['date']}")
     for c in r["commands"]:
-        body = tables(c["stdout"]) if c["tables_only"] else c["stdout"]
+        only = c["tables_only"]
+        body = tables(c["stdout"], only if isinstance(only, str) else None) if only else c["stdout"]
         if c["status"] != 0:
             body += f"\n\n`{shlex.join(c['argv'])}` FAILED (exit status {c['status']}): its tables may be incomplete."
         if body.strip():
