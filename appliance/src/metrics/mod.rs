@@ -309,7 +309,11 @@ fn io_metrics(e: &mut Exposition, sources: &Sources) {
         for c in subs.controllers() {
             controllers += 1;
             if let Some(v) = c.volume() {
-                *hosts.entry(v).or_default().entry(c.host.clone()).or_default() += 1;
+                *hosts
+                    .entry(v)
+                    .or_default()
+                    .entry(c.host.clone())
+                    .or_default() += 1;
             }
         }
     }
