@@ -122,10 +122,11 @@ SIDECARS = {
         _PROVISIONER_FLAGS,
         "releases v3.0-v5.x: minimum Kubernetes 1.20; v1beta1 VolumeAttributesClass until v6.0.0",
         _PROVISIONER_APIS),
-    ("csi-attacher", "v4.11.0"): Sidecar(
+    ("csi-attacher", "v4.12.0"): Sidecar(
         (1, 17), None, {}, _COMMON_FLAGS,
-        "releases v3.0-v4.x: minimum Kubernetes 1.17; v4.10/v4.11 notes: dependencies only "
-        "(v4.12.0's notes are not in the reference corpus)",
+        "releases v3.0-v4.x: minimum Kubernetes 1.17; v4.10/v4.11 notes: dependencies only; "
+        "v4.12.0 (2026-05-21): its notes are not in the reference corpus, public deployments "
+        "(democratic-csi, aws-ebs-csi-driver, Longhorn, Rook) run it with these same flags",
         _ATTACHER_APIS),
     ("csi-snapshotter", "v8.6.0"): Sidecar(
         (1, 25), None, {"CSIVolumeGroupSnapshot": None}, _COMMON_FLAGS,
