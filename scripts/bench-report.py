@@ -344,14 +344,43 @@ def report():
     return "\n\n".join(section(n, t, w) for n, t, w, _ in AREAS) + "\n"
 
 
+COPIED = (
+    "**Partly regenerated.** A section that names no `scripts/bench-report.py` run below holds "
+    "the most recent figures of [docs/benchmarks-history.md](docs/benchmarks-history.md), copied "
+    "with the commit, command and machine each was measured with, until its area is run again."
+)
+
+
+def sections_of(region):
+    """The `### title` sections of the marked part of BENCHMARKS.md, as (title, text)."""
+    out = []
+    for chunk in re.split(r"(?m)^(?=### )", region):
+        if chunk.startswith("### "):
+            out.append((chunk.splitlines()[0][4:], chunk.strip()))
+    return out
+
+
 def write(path):
+    """Puts the kept areas between the markers of `path`. An area with no kept run keeps the
+    section `path` already has for it (if it holds figures), so running some areas never drops
+    the figures of the others."""
     with open(path) as f:
         text = f.read()
     a, b = text.find(BEGIN), text.find(END)
     if a < 0 or b < a:
         sys.exit(f"{path}: no bench-report markers ({BEGIN} ... {END})")
+    before = sections_of(text[a + len(BEGIN) : b])
+    parts, copied = [], False
+    for n, t, w, _ in AREAS:
+        old = next((s for title, s in before if title.startswith(t)), None)
+        if os.path.exists(os.path.join(KEEP, f"{n}.json")) or not old or "Not measured yet" in old:
+            parts.append(section(n, t, w))
+        else:
+            parts.append(old)
+            copied = True
+    body = "\n\n".join(([COPIED] if copied else []) + parts) + "\n"
     with open(path, "w") as f:
-        f.write(text[: a + len(BEGIN)] + "\n" + report() + text[b:])
+        f.write(text[: a + len(BEGIN)] + "\n" + body + text[b:])
 
 
 def main(argv):

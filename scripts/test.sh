@@ -27,6 +27,7 @@ rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target
 
 step 120 "cargo fmt --check" cargo fmt --all --check
 step 300 "shellcheck: every shell file under scripts/, qemu/, image/ and deploy/" ./scripts/shellcheck.sh
+apt_need python3
 step 120 "docs: README on a screen, links, no issue numbers, ARCHITECTURE's crate table = cargo metadata" \
     python3 scripts/check-docs.py --self-test
 step 1200 "cargo clippy (warnings are errors)" cargo clippy --workspace --all-targets --locked -- -D warnings
