@@ -533,11 +533,16 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
         );
     }
     eprintln!("replicated: block volume bitmap before each restart (bits, dirty): {partial:?}");
-    // md's own comparison of the two legs.
+    // md's own comparison of the two legs. It reads both legs whole; md paces a check down to
+    // speed_limit_min when it sees other I/O, and on a TCG guest it once outlasted a 120 s
+    // budget: raise the floor for the check, and allow it longer.
+    rig.agent
+        .ok(10, "echo 100000 >/proc/sys/dev/raid/speed_limit_min")
+        .await;
     for md in [&fs_md, &blk_md] {
         rig.agent
             .ok(
-                120,
+                300,
                 &format!(
                     "echo check >/sys/block/{md}/md/sync_action; sleep 1; \
              while [ \"$(cat /sys/block/{md}/md/sync_action)\" != idle ]; do sleep 1; done"
