@@ -405,18 +405,49 @@ async fn outage(
     bits
 }
 
+/// The set-up both tests share: the two boxes, the proxy in front of them, the node VM's rig.
+struct Site {
+    bin: PathBuf,
+    pki: PathBuf,
+    a: Appliance,
+    b: Appliance,
+    _proxy: Proxy,
+    rig: Rig,
+}
+
+impl Site {
+    async fn start() -> Site {
+        let bin = env_path("EDGEVOL_E2E_BIN");
+        let pki = env_path("EDGEVOL_E2E_PKI");
+        let work = env_path("EDGEVOL_E2E_WORK");
+        let mut a = Appliance::new("box-a", &work);
+        let mut b = Appliance::new("box-b", &work);
+        a.start(&bin, &pki).await;
+        b.start(&bin, &pki).await;
+        let (_proxy, channel) = proxy(&bin, &pki, &work, &[&a, &b]).await;
+        let rig = Rig::with_controller(ControllerClient::new(channel)).await;
+        Site {
+            bin,
+            pki,
+            a,
+            b,
+            _proxy,
+            rig,
+        }
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs the node VM: scripts/test-replicated-qemu.sh"]
 async fn replicated_volumes_survive_the_loss_of_either_box() {
-    let bin = env_path("EDGEVOL_E2E_BIN");
-    let pki = env_path("EDGEVOL_E2E_PKI");
-    let work = env_path("EDGEVOL_E2E_WORK");
-    let mut a = Appliance::new("box-a", &work);
-    let mut b = Appliance::new("box-b", &work);
-    a.start(&bin, &pki).await;
-    b.start(&bin, &pki).await;
-    let (_proxy, channel) = proxy(&bin, &pki, &work, &[&a, &b]).await;
-    let mut rig = Rig::with_controller(ControllerClient::new(channel)).await;
+    let Site {
+        bin,
+        pki,
+        mut a,
+        mut b,
+        _proxy,
+        mut rig,
+    } = Site::start().await;
 
     let fs_vol = rig
         .create_with("rep-fs", 512 * MIB, capability(false), None, replicas(2))
@@ -658,22 +689,22 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Replicated against single volumes through the same node VM and appliances, in one run:
-/// each fio row on a plain volume (on box-a) and on a `replicas: "2"` volume (box-a and box-b),
+/// each fio row on a plain volume (on one box) and on a `replicas: "2"` volume (box-a and box-b),
 /// interleaved, [`BENCH_ROUNDS`] rounds, medians; then the time md takes to resync a leg that
 /// missed [`RESYNC_CHANGED_MIB`] MiB of writes. Prints a markdown table (run by
 /// `scripts/test-replicated-qemu.sh --bench` on a quiet machine).
 #[tokio::test]
 #[ignore = "a benchmark: scripts/test-replicated-qemu.sh --bench"]
 async fn bench_replicated_against_single() {
-    let bin = env_path("EDGEVOL_E2E_BIN");
-    let pki = env_path("EDGEVOL_E2E_PKI");
-    let work = env_path("EDGEVOL_E2E_WORK");
-    let mut a = Appliance::new("box-a", &work);
-    let mut b = Appliance::new("box-b", &work);
-    a.start(&bin, &pki).await;
-    b.start(&bin, &pki).await;
-    let (_proxy, channel) = proxy(&bin, &pki, &work, &[&a, &b]).await;
-    let mut rig = Rig::with_controller(ControllerClient::new(channel)).await;
+    // `_a` keeps box-a running (dropping it would stop it).
+    let Site {
+        bin,
+        pki,
+        a: _a,
+        mut b,
+        _proxy,
+        mut rig,
+    } = Site::start().await;
     let single_vol = rig
         .create_with(
             "bench-single",
