@@ -285,7 +285,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         .add_optional_service(firmware.as_ref().map(|(fw, fc)| {
             FirmwareServer::new(crate::firmware::service::FirmwareService::new(
                 fw.clone(),
-                crate::firmware::Reboot::new(fc.reboot_command.clone()),
+                crate::firmware::Reboot::new(fc.reboot_command.clone(), state.clone()),
             ))
             // A bundle streams in chunks; each message stays small.
         }));
@@ -306,7 +306,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
             probes,
             fc.health_hold,
             fc.watchdog,
-            crate::firmware::Reboot::new(fc.reboot_command),
+            crate::firmware::Reboot::new(fc.reboot_command, state.clone()),
         ))
     });
     let incoming = transport::incoming(listener, tls);
