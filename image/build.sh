@@ -15,9 +15,13 @@
 # No root, no loop devices: partitions are built as files (mkfs.fat + mtools, mkfs.ext4 -d) and
 # copied into the disk at their offsets; `syslinux --offset` installs the boot loader in place.
 #
-# usage: image/build.sh [--out DIR] [--config FILE] [--network FILE] [--version V] [--signing-dir D]
+# usage: image/build.sh [--out DIR] [--config FILE] [--network FILE] [--pki DIR [--pki-server NAME]]
+#                       [--version V] [--signing-dir D]
 #   --config/--network replace image/defaults/{edgevold.toml,network.conf} on the persistent
-#   partition. --version: the firmware version (default: workspace version + git commit).
+#   partition. --pki: the site's PKI directory (`edgevol pki init`, `edgevol pki server`): its
+#   ca.pem and the server pair NAME.pem/.key (--pki-server, default server) go to the persistent
+#   partition as /pki/{ca.pem,server.pem,server.key}, and the box keeps them instead of making a
+#   CA of its own on first boot (a site of several boxes shares one CA; the CA key stays off it). --version: the firmware version (default: workspace version + git commit).
 #   --signing-dir: holds firmware-signing.key and .pub (`edgevol pki firmware-key`); the public
 #   key is baked into the initramfs, the private one signs the bundle (default: a development key
 #   made once in the QEMU cache). Prints the artifact sizes. Needs: scripts/setup-qemu.sh
@@ -27,8 +31,8 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 out="$ROOT/image/out" config="$ROOT/image/defaults/edgevold.toml" network="$ROOT/image/defaults/network.conf"
-version="" signing_dir="$CACHE/firmware-dev-key"
-opts_parse 'out config network version signing-dir' "$@"
+version="" signing_dir="$CACHE/firmware-dev-key" pki="" pki_server=server
+opts_parse 'out config network pki pki-server version signing-dir' "$@"
 if [[ -z "$version" ]]; then
     version="$(awk -F'"' '/^version = /{ print $2; exit }' "$ROOT/Cargo.toml")"
     version+="-g$(git -C "$ROOT" rev-parse --short=10 HEAD 2>/dev/null || echo unknown)"
@@ -131,6 +135,15 @@ persist="$work/persist.ext4"
 mkdir -p "$work/persist"
 install -m 0644 "$config" "$work/persist/edgevold.toml"
 install -m 0644 "$network" "$work/persist/network.conf"
+if [[ -n "$pki" ]]; then
+    for f in ca.pem "$pki_server.pem" "$pki_server.key"; do
+        [[ -f "$pki/$f" ]] || { echo "build.sh: --pki: no $pki/$f" >&2; exit 1; }
+    done
+    install -d -m 0700 "$work/persist/pki"
+    install -m 0644 "$pki/ca.pem" "$work/persist/pki/ca.pem"
+    install -m 0644 "$pki/$pki_server.pem" "$work/persist/pki/server.pem"
+    install -m 0600 "$pki/$pki_server.key" "$work/persist/pki/server.key"
+fi
 truncate -s "${EDGEVOL_PERSIST_MIB}M" "$persist"
 mkfs.ext4 -q -F -L EDGEVOL-PERSIST -E root_owner=0:0 -d "$work/persist" "$persist"
 

@@ -286,6 +286,25 @@ enum PkiCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Issue another appliance's server certificate NAME.pem / NAME.key, signed by DIR's CA: the
+    /// appliances of a site share one CA (image/build.sh --pki puts it on a box).
+    Server {
+        /// The PKI directory holding ca.pem and ca.key.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The appliance's name (file name).
+        #[arg(long)]
+        name: String,
+        /// DNS name or IP address of the appliance; repeat for several.
+        #[arg(long = "san", required = true)]
+        sans: Vec<String>,
+        /// Validity in days.
+        #[arg(long, default_value_t = LEAF_DAYS)]
+        days: u32,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
     /// Create the firmware signing key: DIR/firmware-signing.key (keep it off the appliance)
     /// and DIR/firmware-signing.pub (image/build.sh bakes it into the image).
     FirmwareKey {
@@ -374,6 +393,22 @@ fn run(command: Command) -> Result<(), String> {
             let pair = files::issue(&dir, role, &name, Validity::days(days), force)
                 .map_err(|e| e.to_string())?;
             print_pair(&format!("{role} client {name:?}"), &pair);
+            Ok(())
+        }
+        Command::Pki {
+            command:
+                PkiCommand::Server {
+                    dir,
+                    name,
+                    sans,
+                    days,
+                    force,
+                },
+        } => {
+            files::check_name(&name)?;
+            let pair = files::issue_server(&dir, &name, &sans, Validity::days(days), force)
+                .map_err(|e| e.to_string())?;
+            print_pair(&format!("server {name:?}"), &pair);
             Ok(())
         }
         Command::Pki {

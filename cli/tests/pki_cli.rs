@@ -115,3 +115,37 @@ fn issue_makes_node_certificates() {
     let id = PeerIdentity::from_der(&CertificateDer::from_pem_slice(&pem).unwrap()).unwrap();
     assert_eq!((id.name.as_str(), id.role), ("worker-7", Role::Node));
 }
+
+#[test]
+fn server_issues_another_appliances_certificate_from_the_site_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    assert!(edgevol(&["pki", "init", "--dir", d, "--san", "box-a.lan"])
+        .status
+        .success());
+    let server = [
+        "pki",
+        "server",
+        "--dir",
+        d,
+        "--name",
+        "box-b",
+        "--san",
+        "box-b.lan",
+    ];
+    let out = edgevol(&server);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mode(&dir.path().join("box-b.key")), 0o600);
+    let out = edgevol(&server);
+    assert_eq!(out.status.code(), Some(1));
+    let out = edgevol(&["pki", "server", "--dir", d, "--name", "ca", "--san", "x"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the CA's own files are not a name"
+    );
+}

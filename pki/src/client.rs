@@ -203,7 +203,7 @@ impl MtlsTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::files::{init, issue, Pair};
+    use crate::files::{init, issue, issue_server, Pair};
     use crate::tls::{client_config, server_config, TlsFiles};
     use crate::{Role, Validity};
     use tokio::net::TcpListener;
@@ -262,11 +262,12 @@ mod tests {
     /// connection reports its ALPN protocol, or the handshake error.
     async fn tls_server(
         dir: &std::path::Path,
+        stem: &str,
     ) -> (
         std::net::SocketAddr,
         tokio::task::JoinHandle<Result<Vec<u8>, String>>,
     ) {
-        let server = Pair::in_dir(dir, "server");
+        let server = Pair::in_dir(dir, stem);
         let config = server_config(TlsFiles {
             ca: &Pair::in_dir(dir, "ca").cert,
             cert: &server.cert,
@@ -289,7 +290,7 @@ mod tests {
     #[tokio::test]
     async fn connects_with_the_client_certificate_and_checks_the_server_name() {
         let dir = pki();
-        let (addr, server) = tls_server(dir.path()).await;
+        let (addr, server) = tls_server(dir.path(), "server").await;
         let target = MtlsTarget::new(
             &addr.to_string(),
             Some("localhost"),
@@ -301,7 +302,7 @@ mod tests {
         assert_eq!(server.await.unwrap().unwrap(), b"h2");
 
         // The server's certificate is not valid for 127.0.0.1 (HOST, with no name given).
-        let (addr, server) = tls_server(dir.path()).await;
+        let (addr, server) = tls_server(dir.path(), "server").await;
         let target = MtlsTarget::new(&addr.to_string(), None, tls(dir.path(), "observer")).unwrap();
         let e = target.connect().await.unwrap_err();
         assert!(matches!(e, ConnectError::Handshake(_)), "{e}");
@@ -310,6 +311,30 @@ mod tests {
             "{e}"
         );
         assert!(server.await.unwrap().is_err());
+    }
+
+    #[tokio::test]
+    async fn another_appliance_of_the_site_gets_a_server_certificate_from_the_same_ca() {
+        let dir = pki();
+        let sans = ["box-b.lan".to_owned(), "192.0.2.8".to_owned()];
+        issue_server(dir.path(), "box-b", &sans, Validity::days(1), false).unwrap();
+        let again = issue_server(dir.path(), "box-b", &sans, Validity::days(1), false);
+        assert!(
+            matches!(again, Err(crate::PkiError::Exists(_))),
+            "{again:?}"
+        );
+        for (name, accepted) in [
+            ("box-b.lan", true),
+            ("192.0.2.8", true),
+            ("localhost", false),
+        ] {
+            let (addr, server) = tls_server(dir.path(), "box-b").await;
+            let target =
+                MtlsTarget::new(&addr.to_string(), Some(name), tls(dir.path(), "observer"))
+                    .unwrap();
+            assert_eq!(target.connect().await.is_ok(), accepted, "{name}");
+            assert_eq!(server.await.unwrap().is_ok(), accepted, "{name}");
+        }
     }
 
     #[tokio::test]

@@ -101,6 +101,26 @@ pub fn issue(
     Ok(pair)
 }
 
+/// `pki server`: another appliance's server certificate `name` for `sans`, signed by the CA in
+/// `dir` (a site of several appliances shares one CA, which the proxy and the nodes trust).
+pub fn issue_server(
+    dir: &Path,
+    name: &str,
+    sans: &[String],
+    validity: Validity,
+    force: bool,
+) -> Result<Pair, PkiError> {
+    let pair = Pair::in_dir(dir, name);
+    if !force {
+        refuse_existing(&pair)?;
+    }
+    let ca_pair = Pair::in_dir(dir, "ca");
+    let ca = Ca::load(&ca_pair.cert, &ca_pair.key)?;
+    let issued = ca.issue_server(sans, validity)?;
+    write_pair(&pair, &issued)?;
+    Ok(pair)
+}
+
 /// The development PKI: CA, a server certificate for localhost, 127.0.0.1 and ::1, and one
 /// client pair per role named after the role (`admin`, `controller`, `observer`, `node`).
 /// Existing files are kept, so a second start reuses the first one's certificates.
