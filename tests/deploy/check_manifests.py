@@ -5,12 +5,15 @@ edgevol's images are the ones scripts/build-images.sh builds; the StorageClass p
 external-provisioner's parameter rules and edgevol's; each sidecar, with its flags and feature
 gates, runs on every Kubernetes version its kustomization is for and reaches the
 VolumeAttributesClass API there (sidecars.py); the RBAC covers each sidecar's upstream rules at
-the pinned version; the VolumeSnapshotClass fits its CRD schema. The checks also run on what
-0.1.0 shipped (fixtures/) and must refuse it, with the sidecars' own messages.
+the pinned version; the VolumeSnapshotClass fits its CRD schema; the SnapshotMetadataService is
+the one the csi-snapshot-metadata sidecar reads (API version, vendored CRD and its schema,
+audience, the Service in front of the sidecar, its TLS pair). The checks also run on what 0.1.0
+shipped and on likely mistakes (fixtures/) and must refuse them, with the sidecars' own messages.
 
 Usage: check_manifests.py  (exit 1 on any failure)
 """
 
+import base64
 import json
 import pathlib
 import posixpath
@@ -82,16 +85,18 @@ def kustomization_lists_every_manifest_once():
 
 @check
 def sidecars_reach_the_edgevol_socket():
-    docs = m.documents()
-    for kind in ("Deployment", "DaemonSet"):
-        for w in m.find(docs, kind):
-            spec = pod_spec(w)
-            served, socket = edgevol_socket(spec)
-            sidecars = [c for c in spec["containers"] if arg(c, "csi-address")]
-            assert sidecars, f"{kind} {w['metadata']['name']}: no sidecar"
-            for c in sidecars:
-                got = volume_path(spec, c, arg(c, "csi-address"))
-                assert got == socket, f"{c['name']} dials {got}, {served['name']} listens on {socket}"
+    for variant, (path, _, _) in m.VARIANTS.items():
+        docs = m.documents(path)
+        for kind in ("Deployment", "DaemonSet"):
+            for w in m.find(docs, kind):
+                spec = pod_spec(w)
+                served, socket = edgevol_socket(spec)
+                sidecars = [c for c in spec["containers"] if arg(c, "csi-address")]
+                assert sidecars, f"{variant}: {kind} {w['metadata']['name']}: no sidecar"
+                for c in sidecars:
+                    got = volume_path(spec, c, arg(c, "csi-address"))
+                    assert got == socket, \
+                        f"{variant}: {c['name']} dials {got}, {served['name']} listens on {socket}"
 
 
 @check
@@ -493,6 +498,173 @@ def volume_snapshot_class_fits_its_crd_schema():
         raise AssertionError("the CRD schema accepted deletionPolicy: Keep")
     except jsonschema.ValidationError:
         pass
+
+
+SNAPSHOT_METADATA = m.K8S / "snapshot-metadata"
+SMS_FILE = SNAPSHOT_METADATA / "snapshotmetadataservice.yaml"
+SMS_CRD_FILE = SNAPSHOT_METADATA / "cbt.storage.k8s.io_snapshotmetadataservices.yaml"
+# The caCert of snapshotmetadataservice.yaml until the operator puts the CA there (docs).
+CA_PLACEHOLDER = "CA_PEM_BASE64"
+SIDECAR_GRPC_PORT = 50051  # external-snapshot-metadata's --port default
+SIDECAR_HEALTH = ("/health", 8080)  # served whatever the flags (v1.0.0, #190)
+
+
+def one_document(path):
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert len(docs) == 1, f"{path}: {len(docs)} documents"
+    return docs[0]
+
+
+def crd_schema(crd, version):
+    """The openAPIV3Schema of `version` in `crd` as JSON Schema, closed as the API server's
+    strict field validation is (unknown fields refused, metadata left to the server)."""
+    entry = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    schema = json.loads(json.dumps(entry["schema"]["openAPIV3Schema"]))
+
+    def close(node, top):
+        if node.get("type") == "object" and "properties" in node:
+            node.setdefault("additionalProperties", False)
+            for name, child in node["properties"].items():
+                if not (top and name == "metadata"):
+                    close(child, False)
+
+    close(schema, True)
+    return schema
+
+
+def byte_format():
+    """format: byte as the API server checks it: base64."""
+    checker = jsonschema.FormatChecker()
+
+    @checker.checks("byte", raises=(ValueError, TypeError))
+    def _(value):
+        base64.b64decode(value, validate=True)
+        return True
+
+    return checker
+
+
+def check_snapshot_metadata(docs, sms, crd):
+    """Refused (sidecars.Refused) unless the SnapshotMetadataService `sms` is one the pinned
+    csi-snapshot-metadata sidecar of `docs` reads (API version, the CRD `crd` serving it, its
+    schema), named after the driver, with the sidecar's audience, and its address the Service in
+    front of the sidecar's gRPC port; and the sidecar has its TLS pair and health probe."""
+    found = [(n, v, c) for n, v, c in sidecar_containers(docs) if n == "csi-snapshot-metadata"]
+    if len(found) != 1:
+        raise sc_rules.Refused(f"one csi-snapshot-metadata sidecar expected, found {len(found)}")
+    name, version, c = found[0]
+    sc_rules.check_custom_resource(name, version, sms, crd)
+    try:
+        jsonschema.validate(sms, crd_schema(crd, sms["apiVersion"].split("/")[1]),
+                            format_checker=byte_format())
+    except jsonschema.ValidationError as e:
+        raise sc_rules.Refused(f"{sms['kind']} {sms['metadata'].get('name')}: {e.message}") from e
+    spec = sms["spec"]
+    if sms["metadata"]["name"] != m.driver_name():
+        raise sc_rules.Refused(f"the {sms['kind']} is {sms['metadata']['name']}; backup "
+                               f"applications look it up by the driver name {m.driver_name()}")
+    audience = arg(c, "audience")
+    if audience is not None and audience != spec["audience"]:
+        raise sc_rules.Refused(f"the sidecar checks tokens for audience {audience}, the "
+                               f"{sms['kind']} tells clients {spec['audience']}")
+    grpc_port = int(arg(c, "port") or SIDECAR_GRPC_PORT)
+    workload = next(w for _, w in docs if w["kind"] == "Deployment"
+                    and c in pod_spec(w)["containers"])
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    named = {p["name"]: p["containerPort"] for p in c.get("ports", []) if "name" in p}
+    addresses = []
+    for svc in (d for _, d in docs if d["kind"] == "Service"):
+        if not svc["spec"]["selector"].items() <= labels.items():
+            continue
+        for p in svc["spec"]["ports"]:
+            target = p.get("targetPort", p["port"])
+            if named.get(target, target) == grpc_port:
+                addresses.append(f"{svc['metadata']['name']}.{svc['metadata']['namespace']}:{p['port']}")
+    if spec["address"] not in addresses:
+        raise sc_rules.Refused(f"the {sms['kind']} address {spec['address']} is no Service in "
+                               f"front of the sidecar's port {grpc_port} ({addresses})")
+    pod = pod_spec(workload)
+    for flag, key in (("tls-cert", "tls.crt"), ("tls-key", "tls.key")):
+        path = arg(c, flag)
+        if path is None:
+            raise sc_rules.Refused(f"the sidecar has no --{flag} (it refuses to start)")
+        volume, inside = volume_path(pod, c, path)
+        source = next(v for v in pod["volumes"] if v["name"] == volume).get("secret")
+        if source is None or inside != key:
+            raise sc_rules.Refused(f"--{flag}={path} is not {key} of a kubernetes.io/tls Secret")
+    probe = c.get("readinessProbe", {}).get("httpGet", {})
+    if (probe.get("path"), named.get(probe.get("port"), probe.get("port"))) != SIDECAR_HEALTH:
+        raise sc_rules.Refused(f"the sidecar's readiness probe {probe} is not its {SIDECAR_HEALTH}")
+
+
+def filled_in(sms):
+    """The SnapshotMetadataService as the operator applies it: the CA in caCert (docs' sed)."""
+    assert sms["spec"]["caCert"] == CA_PLACEHOLDER, sms["spec"]["caCert"]
+    ca = b"-----BEGIN CERTIFICATE-----\n(the sidecar's CA)\n-----END CERTIFICATE-----\n"
+    return dict(sms, spec=dict(sms["spec"], caCert=base64.b64encode(ca).decode()))
+
+
+@check
+def snapshot_metadata_files_are_each_applied_once():
+    k = m.kustomization(SNAPSHOT_METADATA)
+    listed = [r for r in k["resources"] if r != ".."] + [p["path"] for p in k["patches"]]
+    on_their_own = [SMS_FILE.name, SMS_CRD_FILE.name]
+    files = sorted(p.name for p in SNAPSHOT_METADATA.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(listed + on_their_own) == files, f"{listed} + {on_their_own} != {files}"
+    assert k["resources"][0] == "..", "snapshot-metadata builds on deploy/kubernetes"
+    # The vendored CRD, strictly, against every Kubernetes version the variant is for.
+    import kubernetes_validate
+
+    crd = one_document(SMS_CRD_FILE)
+    assert crd["kind"] == "CustomResourceDefinition", crd["kind"]
+    _, (low, high), _ = m.VARIANTS["deploy/kubernetes/snapshot-metadata"]
+    for minor in sc_rules.minors(low, high):
+        kubernetes_validate.validate(crd, f"{minor[0]}.{minor[1]}.0", strict=True)
+
+
+@check
+def snapshot_metadata_service_is_what_the_sidecar_reads():
+    docs = m.documents(SNAPSHOT_METADATA)
+    sms, crd = one_document(SMS_FILE), one_document(SMS_CRD_FILE)
+    try:
+        check_snapshot_metadata(docs, filled_in(sms), crd)
+    except sc_rules.Refused as e:
+        raise AssertionError(str(e)) from e
+    # Applied without the CA, the API server refuses it (format: byte), so a forgotten step
+    # cannot register an endpoint nobody can verify.
+    msg = refused(check_snapshot_metadata, docs, sms, crd)
+    assert "is not a 'byte'" in msg, msg
+    # Only this variant runs the sidecar: the others never depend on the CRD or the TLS Secret.
+    for variant, (path, _, _) in m.VARIANTS.items():
+        if path != SNAPSHOT_METADATA:
+            assert "csi-snapshot-metadata" not in sidecar_versions(m.documents(path)), variant
+
+
+@check
+def the_snapshot_metadata_checks_refuse_a_wrong_api_version_or_flag():
+    docs = m.documents(SNAPSHOT_METADATA)
+    crd = one_document(SMS_CRD_FILE)
+    old = one_document(FIXTURES / "snapshotmetadataservice-v1alpha1.yaml")
+    msg = refused(check_snapshot_metadata, docs, old, crd)
+    assert msg == ("csi-snapshot-metadata:v1.1.0 reads cbt.storage.k8s.io/v1beta1 "
+                   "SnapshotMetadataService, not cbt.storage.k8s.io/v1alpha1"), msg
+    # A CRD that has the version only deprecated, or not at all, is refused too.
+    stale = json.loads(json.dumps(crd))
+    for v in stale["spec"]["versions"]:
+        v["storage"] = v["name"] == "v1alpha1"
+    msg = refused(sc_rules.check_custom_resource, "csi-snapshot-metadata", "v1.1.0",
+                  one_document(SMS_FILE), stale)
+    assert "deprecated or unstored" in msg, msg
+    # The other sidecars' --leader-election, copied: the binary refuses to start.
+    patch = one_document(FIXTURES / "snapshot-metadata-leader-election.yaml")
+    (name, version, c), = sidecar_containers([("sidecar.yaml", patch)])
+    _, k8s_range, opt_in = m.VARIANTS["deploy/kubernetes/snapshot-metadata"]
+    msg = refused(sc_rules.check_container, name, version, c["args"], k8s_range, opt_in)
+    assert msg.startswith("csi-snapshot-metadata:v1.1.0: flag '--leader-election' is not one of"), msg
+    # Why the 1.31-1.33 overlay leaves it out: not every version it is for runs it.
+    _, k8s_range, opt_in = m.VARIANTS["deploy/kubernetes/overlays/k8s-1.31-1.33"]
+    msg = refused(sc_rules.check_container, name, version, [], k8s_range, opt_in)
+    assert msg == "csi-snapshot-metadata:v1.1.0 needs Kubernetes 1.33, the range starts at 1.31", msg
 
 
 def main():

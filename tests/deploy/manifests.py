@@ -17,6 +17,8 @@ VARIANTS = {
     "deploy/kubernetes": (K8S, ((1, 34), (1, 36)), ()),
     "deploy/kubernetes/overlays/k8s-1.31-1.33": (
         K8S / "overlays" / "k8s-1.31-1.33", ((1, 31), (1, 33)), ("storage.k8s.io/v1beta1",)),
+    # The base plus changed-block tracking for backup applications (opt-in).
+    "deploy/kubernetes/snapshot-metadata": (K8S / "snapshot-metadata", ((1, 34), (1, 36)), ()),
 }
 
 

@@ -1,12 +1,14 @@
 """The Kubernetes CSI sidecars' rules that deploy/kubernetes must follow, as their release notes
 and code state them: how external-provisioner treats StorageClass parameters, which flags and
 feature gates each pinned version accepts, and which Kubernetes versions (and
-VolumeAttributesClass API) each needs. check_manifests.py applies them to the manifests.
+VolumeAttributesClass API, custom resource versions) each needs. check_manifests.py applies them
+to the manifests.
 
 Sources (kubernetes-csi repositories): external-provisioner pkg/controller/controller.go
 (removePrefixedParameters, the fstype lookup in Provision) and CHANGELOG-6.x; each sidecar's
 release page ("Minimum Kubernetes version") and CHANGELOG; pkg/features/features.go and
-cmd/*/main.go for gates and flags.
+cmd/*/main.go for gates and flags; external-snapshot-metadata's CHANGELOG, pkg/sidecar/sidecar.go
+and client/config/crd for its flags and the SnapshotMetadataService API version.
 """
 
 import pathlib
@@ -88,7 +90,8 @@ class Sidecar:
     vac: the storage.k8s.io VolumeAttributesClass version it reads, if any. gates: its feature
     gates (features.go) with the value each is locked to (None: settable). flags: the flags of
     its main.go the manifests may use. apis: the other built-in (kind, group/version) it reads
-    or writes (its RBAC). source: where this row comes from."""
+    or writes (its RBAC). crs: the custom resources it reads, as (kind, group/version): the one
+    API version of each its release reads. source: where this row comes from."""
 
     k8s_min: tuple
     vac: str | None
@@ -96,6 +99,7 @@ class Sidecar:
     flags: frozenset = frozenset()
     source: str = ""
     apis: tuple = ()
+    crs: tuple = ()
 
 
 _PROVISIONER_FLAGS = frozenset({"csi-address", "extra-create-metadata", "default-fstype",
@@ -106,6 +110,13 @@ _PROVISIONER_APIS = (("CSINode", "storage.k8s.io/v1"), ("VolumeAttachment", "sto
                      ("CSIStorageCapacity", "storage.k8s.io/v1"), _LEASE)
 _ATTACHER_APIS = (("CSINode", "storage.k8s.io/v1"), ("VolumeAttachment", "storage.k8s.io/v1"),
                   _LEASE)
+# external-snapshot-metadata: pkg/sidecar/sidecar.go's flags, --audience (v0.2.0, #162) and
+# --disable-metrics (v1.0.0, #190; /health is served on :8080 from then on, whatever the flags).
+# No leader election and no feature gates.
+_SNAPSHOT_METADATA_FLAGS = frozenset({
+    "csi-address", "timeout", "port", "tls-cert", "tls-key", "audience", "http-endpoint",
+    "metrics-path", "disable-metrics", "max-streaming-duration-min", "kube-api-qps",
+    "kube-api-burst", "kubeconfig"})
 
 SIDECARS = {
     ("csi-provisioner", "v6.2.1"): Sidecar(
@@ -145,6 +156,15 @@ SIDECARS = {
         _COMMON_FLAGS | {"feature-gates"},
         "release v1.14.0: minimum Kubernetes 1.16, recommended 1.32; watches v1beta1 "
         "VolumeAttributesClasses", (_LEASE,)),
+    ("csi-snapshot-metadata", "v1.1.0"): Sidecar(
+        (1, 33), None, {}, _SNAPSHOT_METADATA_FLAGS,
+        "kubernetes-csi docs: minimum Kubernetes 1.33 (changed-block tracking alpha there, beta "
+        "from 1.36); v1.0.0 notes: SnapshotMetadataService cbt.storage.k8s.io/v1beta1, v1alpha1 "
+        "support removed (#215), /health on :8080 (#190); v1.1.0 notes: Kubernetes 1.36 "
+        "libraries, no flag or API change",
+        (("TokenReview", "authentication.k8s.io/v1"),
+         ("SubjectAccessReview", "authorization.k8s.io/v1")),
+        (("SnapshotMetadataService", "cbt.storage.k8s.io/v1beta1"),)),
     ("csi-node-driver-registrar", "v2.17.0"): Sidecar(
         (1, 13), None, {}, frozenset({"csi-address", "kubelet-registration-path", "mode",
                                       "http-endpoint"}),
@@ -216,3 +236,28 @@ def check_container(name, version, args, k8s_range, opt_in_apis=()):
             if not served_by_default(row.vac) and row.vac not in opt_in_apis:
                 raise Refused(f"{name}:{version} watches {row.vac} VolumeAttributesClass, "
                               f"which Kubernetes {minor[0]}.{minor[1]} does not serve by default")
+
+
+def check_custom_resource(name, version, obj, crd):
+    """Refused unless sidecar `name` at `version` reads custom resource `obj` (a kind of its
+    crs row, at the API version its release reads) and `crd` (the CustomResourceDefinition the
+    cluster gets) serves that version as its stored, not deprecated, one."""
+    row = SIDECARS.get((name, version))
+    if row is None:
+        raise Refused(f"{name}:{version} is not in the sidecar table")
+    kind = obj.get("kind")
+    want = dict(row.crs).get(kind)
+    if want is None:
+        raise Refused(f"{name}:{version} reads no {kind}")
+    if obj.get("apiVersion") != want:
+        raise Refused(f"{name}:{version} reads {want} {kind}, not {obj.get('apiVersion')}")
+    group, ver = want.split("/")
+    spec = crd["spec"]
+    if spec["group"] != group or spec["names"]["kind"] != kind:
+        raise Refused(f"the CRD defines {spec['group']} {spec['names']['kind']}, not {want} {kind}")
+    served = {v["name"]: v for v in spec["versions"]}
+    entry = served.get(ver)
+    if entry is None or not entry.get("served"):
+        raise Refused(f"the {kind} CRD does not serve {want}")
+    if not entry.get("storage") or entry.get("deprecated"):
+        raise Refused(f"the {kind} CRD serves {want} only as a deprecated or unstored version")
