@@ -1,7 +1,8 @@
 //! The node plugin's errors and their one mapping onto gRPC status codes.
 //!
-//! Messages name the volume, path or device concerned; they never carry secrets (the node
-//! plugin never reads `secrets` at all).
+//! Messages name the volume, path or device concerned; they never carry secrets (the only
+//! secret the node plugin reads, an encrypted volume's passphrase, goes to cryptsetup's stdin
+//! and is named by its key, never shown).
 
 use tonic::Status;
 

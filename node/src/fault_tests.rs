@@ -80,6 +80,7 @@ impl Env {
                 nguid: Some(nguid),
                 uuid: None,
             },
+            encrypted: None,
         }
     }
 

@@ -61,6 +61,11 @@ pub trait Host: Send + Sync + fmt::Debug + 'static {
     fn write_attr(&self, path: &Path, value: &str) -> io::Result<()>;
     /// Runs `program` with `args`, stdin closed, and waits for it.
     fn run(&self, program: &str, args: &[String]) -> io::Result<CmdOutput>;
+    /// Runs `program` with `args` and `input` on its stdin (then closed), and waits for it.
+    /// The way secrets reach a command: never in its arguments, which any process on the host
+    /// can read in /proc, nor in a file.
+    fn run_with_input(&self, program: &str, args: &[String], input: &[u8])
+        -> io::Result<CmdOutput>;
     /// The text of `/proc/self/mountinfo`.
     fn mountinfo(&self) -> io::Result<String>;
     /// statvfs(3) of a mounted path.
@@ -151,6 +156,36 @@ impl Host for LinuxHost {
             .args(args)
             .stdin(Stdio::null())
             .output()?;
+        Ok(CmdOutput {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+
+    fn run_with_input(
+        &self,
+        program: &str,
+        args: &[String],
+        input: &[u8],
+    ) -> io::Result<CmdOutput> {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        // Callers pass a few hundred bytes at most, well below a pipe's buffer: the write
+        // cannot wait on a child that has not started reading. A child that exits without
+        // reading (EPIPE) is judged by its exit status below.
+        if let Some(mut stdin) = child.stdin.take() {
+            match stdin.write_all(input) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let output = child.wait_with_output()?;
         Ok(CmdOutput {
             code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

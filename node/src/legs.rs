@@ -70,6 +70,8 @@ pub struct ReplicatedStageRequest {
     pub capability: Capability,
     /// Every leg.
     pub legs: Vec<Leg>,
+    /// LUKS2 on the md array, and its passphrases; `None` for an unencrypted volume.
+    pub encrypted: Option<crate::volume::EncryptedStage>,
 }
 
 fn invalid(msg: String) -> Error {
@@ -149,11 +151,15 @@ pub fn stage_request(req: &NodeStageVolumeRequest) -> Result<Option<ReplicatedSt
     let Some(legs) = parse_legs(&volume_id, &req.publish_context)? else {
         return Ok(None);
     };
+    let staging_path = request::abs_path("staging_target_path", &req.staging_target_path)?;
+    let capability = request::capability(req.volume_capability.as_ref(), &req.volume_context)?;
+    let encrypted = request::encrypted_stage(&volume_id, &req.volume_context, &req.secrets)?;
     Ok(Some(ReplicatedStageRequest {
-        staging_path: request::abs_path("staging_target_path", &req.staging_target_path)?,
-        capability: request::capability(req.volume_capability.as_ref(), &req.volume_context)?,
+        staging_path,
+        capability,
         volume_id,
         legs,
+        encrypted,
     }))
 }
 

@@ -12,6 +12,8 @@
 //! * [`volume`]: the operations, composed from the above, idempotent;
 //! * [`legs`], [`raid`]: a replicated volume's legs (from publish_context) and their md RAID1
 //!   (mdadm and md's sysfs), staged by `volume`'s replicated half;
+//! * [`crypt`]: encrypted volumes: LUKS2 with cryptsetup, the passphrase from the CO's
+//!   node-stage secret, the dm-crypt mapping staged instead of the device;
 //! * [`keys`]: the node's DH-HMAC-CHAP keys, by enrolment with the appliance over mTLS;
 //!   [`auth_support`]: whether the kernel can use them;
 //! * [`appliances`]: a node reaching several appliances (topology, per-appliance enrolment);
@@ -20,6 +22,7 @@
 pub mod appliances;
 pub mod auth_support;
 mod command;
+pub mod crypt;
 pub mod csi;
 pub mod error;
 pub mod fabrics;
@@ -39,6 +42,8 @@ pub mod volume;
 mod appliance_tests;
 #[cfg(test)]
 mod auth_tests;
+#[cfg(test)]
+mod crypt_tests;
 #[cfg(test)]
 mod fault_tests;
 #[cfg(test)]
@@ -165,6 +170,20 @@ pub struct Args {
         help_heading = "Data-path authentication"
     )]
     pub enrol_timeout_secs: u64,
+    /// Memory of the argon2id KDF that unlocks an encrypted volume's LUKS2 key slot, in KiB
+    /// (at most: cryptsetup takes less when even its fewest passes outlast --luks-iter-time-ms).
+    /// Taken while a volume is formatted, opened or re-keyed, then given back.
+    #[arg(long, default_value_t = crypt::DEFAULT_KDF.memory_kib, value_name = "KIB",
+        help_heading = "Encrypted volumes")]
+    pub luks_pbkdf_memory_kib: u32,
+    /// How long one unlock of an encrypted volume's key slot takes on this node, in ms.
+    #[arg(long, default_value_t = crypt::DEFAULT_KDF.iter_time_ms, value_name = "MS",
+        help_heading = "Encrypted volumes")]
+    pub luks_iter_time_ms: u32,
+    /// Threads of one unlock (argon2id's parallelism).
+    #[arg(long, default_value_t = crypt::DEFAULT_KDF.parallel, value_name = "N",
+        help_heading = "Encrypted volumes")]
+    pub luks_pbkdf_parallel: u32,
     /// sysfs root (tests).
     #[arg(long, default_value = "/sys", hide = true)]
     pub sys_root: PathBuf,
@@ -321,6 +340,12 @@ pub fn build_with_keys(
         nr_io_queues: args.nr_io_queues,
     };
     fabrics.validate()?;
+    let kdf = crypt::KdfConfig {
+        memory_kib: args.luks_pbkdf_memory_kib,
+        iter_time_ms: args.luks_iter_time_ms,
+        parallel: args.luks_pbkdf_parallel,
+    };
+    kdf.validate()?;
     let cfg = VolumeConfig {
         host: ident,
         fabrics,
@@ -328,8 +353,9 @@ pub fn build_with_keys(
         poll: Duration::from_millis(100),
     };
     initiator::prepare(&*host);
-    let mut volumes =
-        Volumes::new(host, store, cfg).with_leg_fast_io_fail_tmo(args.leg_fast_io_fail_tmo);
+    let mut volumes = Volumes::new(host, store, cfg)
+        .with_leg_fast_io_fail_tmo(args.leg_fast_io_fail_tmo)
+        .with_kdf(kdf);
     if let Some(source) = source {
         volumes = volumes.with_appliance_keys(source);
     }

@@ -52,6 +52,11 @@ pub fn array_uuid(name: &str) -> String {
     )
 }
 
+/// FNV-1a of `text` with the standard basis: a short stable name for a volume id.
+pub(crate) fn fnv1a_64(text: &str) -> u64 {
+    fnv1a(0xcbf2_9ce4_8422_2325, text)
+}
+
 /// FNV-1a, 64 bits: stable across Rust versions (unlike the std hasher).
 fn fnv1a(basis: u64, text: &str) -> u64 {
     let mut h = basis;

@@ -519,6 +519,7 @@ fn expansion_grows_every_leg_then_the_array_then_the_filesystem() {
             required_bytes: want,
             limit_bytes: 0,
             access: None,
+            key: None,
         })
         .unwrap();
     assert_eq!(size, want);
@@ -541,6 +542,7 @@ fn expansion_grows_every_leg_then_the_array_then_the_filesystem() {
             required_bytes: want + (1 << 20),
             limit_bytes: 0,
             access: None,
+            key: None,
         })
         .unwrap_err();
     assert!(
@@ -639,4 +641,52 @@ fn what_cannot_work_is_refused_clearly() {
         "{err}"
     );
     assert!(!e.mdadm().iter().any(|c| c.starts_with("--create")));
+}
+
+#[test]
+fn an_encrypted_replicated_volume_puts_luks2_on_the_md_array() {
+    // md mirrors ciphertext: the LUKS2 header is on the array, the mapping on top is staged,
+    // and unstage closes the mapping before it stops the array. The passphrase reaches
+    // cryptsetup's stdin only.
+    let key = "rep-passphrase-9";
+    let e = env();
+    let mut req = e.stage_request(false, Mode::SingleNodeWriter);
+    req.volume_context
+        .insert(crate::crypt::ENCRYPTED_PARAM.into(), "true".into());
+    let op = legs::stage_request(&req).unwrap_err();
+    assert!(
+        matches!(&op, Error::InvalidArgument(m) if m.contains(crate::crypt::PASSPHRASE_KEY)),
+        "{op}"
+    );
+    req.secrets
+        .insert(crate::crypt::PASSPHRASE_KEY.into(), key.into());
+    let op = legs::stage_request(&req).unwrap().unwrap();
+    e.volumes.stage_replicated(&op).unwrap();
+    e.volumes.stage_replicated(&op).unwrap();
+    let runs = e.host.cryptsetup_runs();
+    let verbs: Vec<&str> = runs.iter().map(|(a, _)| a[0].as_str()).collect();
+    assert_eq!(verbs, ["luksFormat", "open"]);
+    let md = e.host.md_arrays()[0].clone();
+    assert!(
+        runs[0].0.last().unwrap().ends_with(&format!("/{md}")),
+        "{runs:?}"
+    );
+    let mapping = crate::crypt::mapping_name(ID);
+    assert_eq!(e.host.luks_mapping(&mapping), Some(("dm-0".into(), md)));
+    let mkfs = e.host.commands_of("mkfs.ext4");
+    assert!(mkfs[0].last().unwrap().ends_with("/dm-0"), "{mkfs:?}");
+    assert_eq!(e.condition(), None);
+
+    let from = e.host.ops().len();
+    e.volumes.unstage(ID, &e.staging()).unwrap();
+    let ops = e.host.ops()[from..].to_vec();
+    let at = |p: &str| ops.iter().position(|o| o.starts_with(p)).unwrap();
+    assert!(
+        at("run cryptsetup close") < at("run mdadm --stop"),
+        "{ops:?}"
+    );
+    assert_eq!(e.host.luks_mapping(&mapping), None);
+    for (program, args) in e.host.all_commands() {
+        assert!(!args.iter().any(|a| a.contains(key)), "{program} {args:?}");
+    }
 }

@@ -141,6 +141,7 @@ fn a_new_process_serves_what_the_old_one_staged_and_published() {
             required_bytes: 4096 * 512,
             limit_bytes: 0,
             access: None,
+            key: None,
         })
         .unwrap();
     assert_eq!(grown, 4096 * 512);

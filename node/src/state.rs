@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::crypt::Encryption;
 use crate::error::{Error, Result};
 use crate::fabrics::Target;
 use crate::legs::Replicated;
@@ -50,6 +51,10 @@ pub struct StagedVolume {
     /// first leg's). `None` for a plain volume, and in records written before replication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicated: Option<Replicated>,
+    /// An encrypted volume: its dm-crypt mapping and whether discards pass (never a key).
+    /// `None` for a plain volume, and in records written before encryption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted: Option<Encryption>,
 }
 
 /// One NodePublishVolume of a staged volume.
@@ -183,6 +188,7 @@ mod tests {
             disk: None,
             publications: Vec::new(),
             replicated: None,
+            encrypted: None,
         }
     }
 

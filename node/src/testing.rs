@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use crate::host::{CmdOutput, FsUsage, Host};
 
+mod luks;
 mod md;
+
+pub use luks::HEADER_SECTORS as LUKS_HEADER_SECTORS;
 
 #[derive(Debug, Clone)]
 struct FakeMount {
@@ -57,6 +60,8 @@ struct FakeState {
     /// Runs at the next connect, before the kernel answers (another caller's work meanwhile).
     during_connect: md::DuringConnect,
     hidden_device_nodes: bool,
+    /// cryptsetup's headers and mappings.
+    luks: luks::Luks,
 }
 
 /// The fake host.
@@ -121,6 +126,7 @@ impl FakeHost {
         // The NVMe/TCP initiator is loaded unless a test says otherwise.
         host.load_module("nvme_fabrics");
         host.load_module("nvme_tcp");
+        host.load_module("dm_crypt");
         fs::write(host.dev.join("nvme-fabrics"), "").unwrap();
         host
     }
@@ -346,6 +352,11 @@ impl FakeHost {
     }
 
     /// The argument lists of every run of `program`.
+    pub fn all_commands(&self) -> Vec<(String, Vec<String>)> {
+        self.st().commands.clone()
+    }
+
+    /// The arguments of every run of `program`.
     pub fn commands_of(&self, program: &str) -> Vec<Vec<String>> {
         self.st()
             .commands
@@ -730,6 +741,28 @@ impl Host for FakeHost {
             }
             "resize2fs" | "xfs_growfs" | "e2fsck" => ok(""),
             "mdadm" => self.mdadm(args),
+            _ => fail(127, "command not found"),
+        }
+    }
+
+    fn run_with_input(
+        &self,
+        program: &str,
+        args: &[String],
+        input: &[u8],
+    ) -> io::Result<CmdOutput> {
+        if self.st().missing_programs.iter().any(|p| p == program) {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        self.st().commands.push((program.to_owned(), args.to_vec()));
+        self.st()
+            .ops
+            .push(format!("run {program} {}", args.join(" ")));
+        if self.take_failure(program) {
+            return fail(1, &format!("{program}: injected failure"));
+        }
+        match program {
+            "cryptsetup" => self.cryptsetup(args, input),
             _ => fail(127, "command not found"),
         }
     }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::appliances::{ApplianceKeys, KeyScope};
 use crate::auth_support::{self, AuthSupport};
+use crate::crypt::{self, Encryption, KdfConfig, Keys, Passphrase};
 use crate::error::{Error, Result};
 use crate::fabrics::{self, Auth, FabricsConfig, HostIdentity, KeyUpdate, Target};
 use crate::fs as filesystem;
@@ -95,6 +96,17 @@ pub struct StageRequest {
     pub target: Target,
     /// The namespace.
     pub namespace: NamespaceId,
+    /// An encrypted volume's mapping and passphrases; `None` for a plain volume.
+    pub encrypted: Option<EncryptedStage>,
+}
+
+/// What staging an encrypted volume needs beyond a plain one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncryptedStage {
+    /// Mapping name and discards (what the record keeps).
+    pub encryption: Encryption,
+    /// The passphrases from NodeStageVolume's secrets (never recorded).
+    pub keys: Keys,
 }
 
 /// NodePublishVolume, parsed.
@@ -126,6 +138,9 @@ pub struct ExpandRequest {
     /// The access the request's volume_capability names, if it has one; a mount's `fs_type`
     /// is empty when the capability leaves it unnamed.
     pub access: Option<Access>,
+    /// The passphrase in the request's secrets, if any (an encrypted volume's mapping grows
+    /// with the key the kernel holds; this one serves a host whose cryptsetup cannot read it).
+    pub key: Option<Passphrase>,
 }
 
 /// Usage of a volume.
@@ -174,6 +189,8 @@ pub struct Volumes {
     generation: Mutex<HashMap<KeyScope, u64>>,
     /// `fast_io_fail_tmo` of a replicated volume's legs (md carries their I/O).
     leg_fast_io_fail_tmo: i32,
+    /// How encrypted volumes' key slots are made.
+    kdf: KdfConfig,
 }
 
 fn path_str(p: &Path) -> String {
@@ -191,7 +208,14 @@ impl Volumes {
             keys: None,
             generation: Mutex::new(HashMap::new()),
             leg_fast_io_fail_tmo: DEFAULT_LEG_FAST_IO_FAIL_TMO,
+            kdf: crypt::DEFAULT_KDF,
         }
+    }
+
+    /// Formats and re-keys encrypted volumes' LUKS2 key slots with this KDF.
+    pub fn with_kdf(mut self, kdf: KdfConfig) -> Self {
+        self.kdf = kdf;
+        self
     }
 
     /// Connects with the keys `source` gives (enrolment with the appliance) from now on, for
@@ -420,6 +444,7 @@ impl Volumes {
                         req.volume_id
                     )));
                 }
+                Self::check_same_encryption(&rec, req.encrypted.as_ref())?;
                 rec
             }
             None => {
@@ -434,6 +459,7 @@ impl Volumes {
                     disk: None,
                     publications: Vec::new(),
                     replicated: None,
+                    encrypted: req.encrypted.as_ref().map(|e| e.encryption.clone()),
                 };
                 self.store.put(&rec)?;
                 rec
@@ -452,6 +478,11 @@ impl Volumes {
         // Nothing connects without the kernel's initiator: say which module and the fix first.
         if connected.is_none() {
             if let Err(e) = crate::initiator::require_fabrics(&*self.host, &req.volume_id) {
+                return forget(e);
+            }
+        }
+        if req.encrypted.is_some() {
+            if let Err(e) = crypt::require_dm_crypt(&*self.host, &req.volume_id) {
                 return forget(e);
             }
         }
@@ -482,13 +513,92 @@ impl Volumes {
         };
         drop(keys);
         let ns = self.wait_for_namespace(&req.namespace, &controller)?;
-        if rec.controller.as_deref() != Some(&controller) || rec.disk.as_deref() != Some(&ns.disk) {
+        let staged = match &req.encrypted {
+            Some(e) => self.open_encrypted(&req.volume_id, &ns.disk, e, &req.capability)?,
+            None => ns,
+        };
+        if rec.controller.as_deref() != Some(&controller)
+            || rec.disk.as_deref() != Some(&staged.disk)
+        {
             rec.controller = Some(controller);
-            rec.disk = Some(ns.disk.clone());
+            rec.disk = Some(staged.disk.clone());
             self.store.put(&rec)?;
         }
 
-        self.mount_staging(&req.staging_path, &req.capability, &ns.disk, &ns.dev)
+        self.mount_staging(
+            &req.staging_path,
+            &req.capability,
+            &staged.disk,
+            &staged.dev,
+        )
+    }
+
+    /// A stage of a staged volume must ask for the same encryption (or none) as the first.
+    fn check_same_encryption(rec: &StagedVolume, asked: Option<&EncryptedStage>) -> Result<()> {
+        if rec.encrypted.as_ref() == asked.map(|e| &e.encryption) {
+            return Ok(());
+        }
+        let say = |e: Option<&Encryption>| match e {
+            None => "unencrypted",
+            Some(e) if e.discard => "encrypted with discards",
+            Some(_) => "encrypted",
+        };
+        Err(Error::AlreadyExists(format!(
+            "volume {} is already staged {}; the request asks for it {}",
+            rec.volume_id,
+            say(rec.encrypted.as_ref()),
+            say(asked.map(|e| &e.encryption))
+        )))
+    }
+
+    /// Opens (formatting on the first stage) the LUKS2 mapping of an encrypted volume on
+    /// `disk` (its namespace or md array); returns the mapping, which is staged instead.
+    fn open_encrypted(
+        &self,
+        volume_id: &str,
+        disk: &str,
+        stage: &EncryptedStage,
+        capability: &Capability,
+    ) -> Result<Namespace> {
+        let device = self.device_path(disk);
+        crypt::open(
+            &*self.host,
+            &self.kdf,
+            &crypt::OpenRequest {
+                volume_id,
+                device: &device,
+                disk,
+                encryption: &stage.encryption,
+                keys: &stage.keys,
+                read_only: capability.mode.read_only(),
+            },
+        )
+    }
+
+    /// At unstage, after the unmount: flushes the mapping of an encrypted volume through
+    /// dm-crypt and closes it. A flush that fails while the volume's appliance is `lost` is
+    /// logged (the kernel has failed the queued writes: nothing is left to flush to).
+    fn close_encrypted(&self, rec: &StagedVolume, lost: impl Fn() -> Result<bool>) -> Result<()> {
+        let Some(e) = &rec.encrypted else {
+            return Ok(());
+        };
+        let mapping = crypt::find_mapping(&*self.host, &e.mapping)
+            .map_err(|err| Error::io(format!("looking up mapping {}", e.mapping), &err))?;
+        let Some(mapping) = mapping else {
+            tracing::warn!(volume_id = %rec.volume_id, mapping = %e.mapping,
+                "LUKS2 mapping not open at unstage: nothing to close");
+            return Ok(());
+        };
+        let device = self.device_path(&mapping.disk);
+        if let Err(err) = self.host.sync_device(&device) {
+            if !lost()? {
+                return Err(Error::io(format!("flushing {}", path_str(&device)), &err));
+            }
+            tracing::warn!(volume_id = %rec.volume_id, device = %device.display(), error = %err,
+                "flush failed and the appliance is unreachable: the kernel has failed the \
+                queued writes, nothing is left to flush to");
+        }
+        crypt::close(&*self.host, &e.mapping)
     }
 
     /// How a connect authenticates with `keys` (from [`Volumes::enrol`]): a controller that is
@@ -713,8 +823,8 @@ impl Volumes {
         if rec.replicated.is_some() {
             return self.unstage_replicated(&rec, staging_path, &table);
         }
-        let ns = self.find_namespace(&Self::namespace_id(&rec))?;
-        Self::check_unpublished(&table, &rec, ns.as_ref(), staging_path)?;
+        let shown = self.volume_device(&rec)?;
+        Self::check_unpublished(&table, &rec, shown.as_ref(), staging_path)?;
         let sharers = self.sharers(&rec)?;
         if sharers.is_empty() {
             if let Some(c) = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)? {
@@ -724,6 +834,7 @@ impl Volumes {
         if matches!(rec.capability.access, Access::Mount { .. }) {
             mount::unmount_all(&*self.host, staging_path)?;
         }
+        self.close_encrypted(&rec, || self.lost(&rec))?;
         // Looked up again: the namespace went with a controller given up above.
         match self.find_namespace(&Self::namespace_id(&rec))? {
             Some(ns) => {
@@ -1039,8 +1150,9 @@ impl Volumes {
             return self.stats_replicated(&rec, volume_path);
         }
         let ns = self.find_namespace(&Self::namespace_id(&rec))?;
+        let shown = self.volume_device(&rec)?;
         let table = mount::table(&*self.host)?;
-        self.volume_path_mount(&table, &rec, ns.as_ref(), volume_path)?;
+        self.volume_path_mount(&table, &rec, shown.as_ref(), volume_path)?;
         let abnormal = match fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)? {
             None => Some(format!(
                 "no NVMe controller connected to {} at {}:{}",
@@ -1048,9 +1160,13 @@ impl Volumes {
             )),
             Some(c) if c.state != "live" => Some(format!("controller {} is {}", c.name, c.state)),
             Some(_) if ns.is_none() => Some("the namespace is not present".to_owned()),
+            Some(_) if shown.is_none() => Some(format!(
+                "its LUKS2 mapping {} is not open",
+                rec.encrypted.as_ref().map_or("", |e| e.mapping.as_str())
+            )),
             Some(_) => None,
         };
-        let usage = match (&rec.capability.access, &ns) {
+        let usage = match (&rec.capability.access, &shown) {
             (Access::Mount { .. }, _) => Usage::Filesystem(
                 self.host
                     .statvfs(volume_path)
@@ -1147,12 +1263,18 @@ impl Volumes {
             return self.expand_replicated(&rec, req);
         }
         let ns = self.find_namespace(&Self::namespace_id(&rec))?;
+        let shown = self.volume_device(&rec)?;
         let table = mount::table(&*self.host)?;
-        self.volume_path_mount(&table, &rec, ns.as_ref(), &req.volume_path)?;
+        self.volume_path_mount(&table, &rec, shown.as_ref(), &req.volume_path)?;
         Self::check_expand_access(&rec, req.access.as_ref())?;
         let ns = ns.ok_or_else(|| {
             Error::Unavailable(format!(
                 "volume {volume_id}: its namespace is not present on this node (controller lost?)"
+            ))
+        })?;
+        let shown = shown.ok_or_else(|| {
+            Error::Unavailable(format!(
+                "volume {volume_id}: its LUKS2 mapping is not open; stage it again"
             ))
         })?;
         let size_of = || {
@@ -1167,7 +1289,7 @@ impl Volumes {
                 req.limit_bytes
             )));
         }
-        Self::check_growable_mount(&table, &rec, &ns.dev)?;
+        Self::check_growable_mount(&table, &rec, &shown.dev)?;
         let c = fabrics::find_controller(&*self.host, &rec.target, &self.cfg.host)?
             .filter(|c| c.state == "live")
             .ok_or_else(|| {
@@ -1183,14 +1305,29 @@ impl Volumes {
                 ns.disk
             )));
         }
+        let shown = self.grow_mapping(&rec, shown, req.key.as_ref())?;
         if let Access::Mount { fs_type, .. } = &rec.capability.access {
             filesystem::grow(
                 &*self.host,
                 fs_type,
-                &self.device_path(&ns.disk),
+                &self.device_path(&shown.disk),
                 &rec.staging_path,
             )?;
         }
         Ok(size)
+    }
+
+    /// NodeExpandVolume of an encrypted volume, once its device grew: the LUKS2 mapping grows
+    /// to it (before the filesystem on it can). `shown` is returned as it is for a plain volume.
+    fn grow_mapping(
+        &self,
+        rec: &StagedVolume,
+        shown: Namespace,
+        key: Option<&Passphrase>,
+    ) -> Result<Namespace> {
+        match &rec.encrypted {
+            Some(e) => crypt::resize(&*self.host, &rec.volume_id, &e.mapping, key),
+            None => Ok(shown),
+        }
     }
 }

@@ -64,6 +64,7 @@ fn grow(volume_id: &str, path: &Path, required_bytes: u64) -> ExpandRequest {
         required_bytes,
         limit_bytes: 0,
         access: None,
+        key: None,
     }
 }
 

@@ -1,10 +1,12 @@
 //! CSI requests parsed into the node's operations: every field checked here, once, with a
-//! uniform INVALID_ARGUMENT text. Secrets are never read.
+//! uniform INVALID_ARGUMENT text. Secrets are read only for an encrypted volume's passphrase
+//! ([`crate::crypt`]), which no error, log line or record ever carries.
 //!
 //! publish_context keys (set by the appliance's ControllerPublishVolume): `transport` (`tcp`),
 //! `targetAddress` (IP), `targetPort`, `subsystemNqn`, `nguid` (32 hex digits), `uuid`
-//! (namespace UUID); at least one of `nguid`/`uuid`. volume_context key: `fsType` (used when
-//! the capability names no filesystem).
+//! (namespace UUID); at least one of `nguid`/`uuid`. volume_context keys: `fsType` (used when
+//! the capability names no filesystem), `encrypted` and `encryptedDiscard` (the StorageClass
+//! parameters, stored with the volume by the appliance).
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -16,11 +18,14 @@ use edgevol_proto::csi::v1::{
     NodeStageVolumeRequest, NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
 };
 
+use crate::crypt::{self, Keys, Passphrase, PASSPHRASE_KEY};
 use crate::error::{Error, Result};
 use crate::fabrics::Target;
 use crate::fs::{check_supported, DEFAULT_FS};
 use crate::sysfs::{normalize_id, NamespaceId};
-use crate::volume::{Access, AccessMode, Capability, ExpandRequest, PublishRequest, StageRequest};
+use crate::volume::{
+    Access, AccessMode, Capability, EncryptedStage, ExpandRequest, PublishRequest, StageRequest,
+};
 
 use edgevol_driver::publish_context::{
     ADDRESS as KEY_ADDRESS, NGUID as KEY_NGUID, PORT as KEY_PORT, SUBSYSTEM_NQN as KEY_NQN,
@@ -192,13 +197,33 @@ pub fn stage(req: &NodeStageVolumeRequest) -> Result<StageRequest> {
         context_key(ctx, KEY_PORT)?,
         context_key(ctx, KEY_NQN)?,
     )?;
+    let namespace = namespace(ctx)?;
+    let encrypted = encrypted_stage(&volume_id, &req.volume_context, &req.secrets)?;
     Ok(StageRequest {
         volume_id,
         staging_path,
         capability,
         target,
-        namespace: namespace(ctx)?,
+        namespace,
+        encrypted,
     })
+}
+
+/// The encryption a NodeStageVolume's volume_context asks for, with the passphrases its
+/// secrets carry (INVALID_ARGUMENT naming the key when they lack it); `None` for a plain
+/// volume, whose secrets are not read.
+pub(crate) fn encrypted_stage(
+    volume_id: &str,
+    volume_context: &HashMap<String, String>,
+    secrets: &HashMap<String, String>,
+) -> Result<Option<EncryptedStage>> {
+    let Some(encryption) = crypt::from_context(volume_id, volume_context)? else {
+        return Ok(None);
+    };
+    Ok(Some(EncryptedStage {
+        encryption,
+        keys: Keys::from_secrets(volume_id, secrets)?,
+    }))
 }
 
 /// NodeUnstageVolume.
@@ -299,11 +324,17 @@ pub fn expand(req: &NodeExpandVolumeRequest) -> Result<ExpandRequest> {
         .as_ref()
         .map(expand_access)
         .transpose()?;
+    let key = req
+        .secrets
+        .get(PASSPHRASE_KEY)
+        .map(|v| Passphrase::parse(PASSPHRASE_KEY, v))
+        .transpose()?;
     Ok(ExpandRequest {
         volume_id: id,
         volume_path: path,
         required_bytes,
         limit_bytes,
         access,
+        key,
     })
 }

@@ -11,6 +11,7 @@
 use std::path::Path;
 
 use super::{path_str, Access, ExpandRequest, Usage, VolumeStats, Volumes};
+use crate::crypt;
 use crate::error::{Error, Result};
 use crate::fabrics::{self, FabricsConfig};
 use crate::fs as filesystem;
@@ -119,8 +120,18 @@ impl Volumes {
     }
 
     /// The device a record's filesystem or block access is on: its namespace, or for a
-    /// replicated volume its md array (as a [`Namespace`]: disk `md127`, its `major:minor`).
+    /// replicated volume its md array (as a [`Namespace`]: disk `md127`, its `major:minor`),
+    /// or for an encrypted volume (of either kind) its open LUKS2 mapping (disk `dm-3`).
     pub(super) fn volume_device(&self, rec: &StagedVolume) -> Result<Option<Namespace>> {
+        if let Some(e) = &rec.encrypted {
+            return crypt::find_mapping(&*self.host, &e.mapping)
+                .map_err(|err| Error::io(format!("looking up mapping {}", e.mapping), &err));
+        }
+        self.raw_device(rec)
+    }
+
+    /// The device below any encryption: the namespace, or the md array.
+    fn raw_device(&self, rec: &StagedVolume) -> Result<Option<Namespace>> {
         let Some(rep) = &rec.replicated else {
             return self.find_namespace(&Self::namespace_id(rec));
         };
@@ -284,6 +295,7 @@ impl Volumes {
                         path_str(&rec.staging_path)
                     )));
                 }
+                Self::check_same_encryption(&rec, req.encrypted.as_ref())?;
                 rec
             }
             None => {
@@ -299,12 +311,18 @@ impl Volumes {
                     disk: None,
                     publications: Vec::new(),
                     replicated: Some(rep.clone()),
+                    encrypted: req.encrypted.as_ref().map(|e| e.encryption.clone()),
                 };
                 self.store.put(&rec)?;
                 rec
             }
         };
 
+        if req.encrypted.is_some() {
+            if let Err(e) = crypt::require_dm_crypt(&*self.host, id) {
+                return self.no_leg(&rec, e);
+            }
+        }
         let mut present = Vec::with_capacity(rep.legs.len());
         let mut failures = Vec::new();
         let mut last_error = None;
@@ -333,12 +351,20 @@ impl Volumes {
                 "replicated volume staged degraded: md runs without the missing legs and \
                 re-adds them when their appliance is back");
         }
-        if rec.disk.as_deref() != Some(&array.md) {
-            rec.disk = Some(array.md.clone());
+        // LUKS2 sits on the md array: md mirrors ciphertext, and one key opens the volume.
+        let (disk, dev) = match &req.encrypted {
+            Some(e) => {
+                let m = self.open_encrypted(id, &array.md, e, &req.capability)?;
+                (m.disk, m.dev)
+            }
+            None => (array.md.clone(), array.dev.clone()),
+        };
+        if rec.disk.as_deref() != Some(&disk) {
+            rec.disk = Some(disk.clone());
             self.store.put(&rec)?;
         }
 
-        self.mount_staging(&req.staging_path, &req.capability, &array.md, &array.dev)
+        self.mount_staging(&req.staging_path, &req.capability, &disk, &dev)
     }
 
     /// No leg could be connected: a record that never had an array is forgotten (nothing is
@@ -516,22 +542,30 @@ impl Volumes {
             dev: a.dev.clone(),
             size_bytes: a.size_bytes,
         });
+        let shown = match &rec.encrypted {
+            Some(_) => self.volume_device(rec)?,
+            None => md,
+        };
         let table = mount::table(&*self.host)?;
-        self.volume_path_mount(&table, rec, md.as_ref(), volume_path)?;
+        self.volume_path_mount(&table, rec, shown.as_ref(), volume_path)?;
         let abnormal = match &array {
             None => Some(format!(
                 "no leg of the replicated volume is present: md array {} is not running",
                 rep.array
             )),
+            Some(_) if shown.is_none() => Some(format!(
+                "its LUKS2 mapping {} is not open",
+                rec.encrypted.as_ref().map_or("", |e| e.mapping.as_str())
+            )),
             Some(a) => self.replicated_condition(rep, &present, a)?,
         };
-        let usage = match (&rec.capability.access, &array) {
+        let usage = match (&rec.capability.access, &shown) {
             (Access::Mount { .. }, _) => Usage::Filesystem(
                 self.host
                     .statvfs(volume_path)
                     .map_err(|e| Error::io(format!("statvfs {}", path_str(volume_path)), &e))?,
             ),
-            (Access::Block, Some(a)) => Usage::Block(a.size_bytes),
+            (Access::Block, Some(d)) => Usage::Block(d.size_bytes),
             (Access::Block, None) => Usage::Block(0),
         };
         Ok(VolumeStats { usage, abnormal })
@@ -550,11 +584,14 @@ impl Volumes {
             return Err(Error::Internal("not a replicated volume".to_owned()));
         };
         let id = rec.volume_id.as_str();
-        let md = self.volume_device(rec)?;
-        Self::check_unpublished(table, rec, md.as_ref(), staging_path)?;
+        let shown = self.volume_device(rec)?;
+        Self::check_unpublished(table, rec, shown.as_ref(), staging_path)?;
         if matches!(rec.capability.access, Access::Mount { .. }) {
             mount::unmount_all(&*self.host, staging_path)?;
         }
+        // md completes a flush on the legs that are there: a failure is never "lost".
+        self.close_encrypted(rec, || Ok(false))?;
+        let md = self.raw_device(rec)?;
         if let Some(md) = &md {
             let device = self.device_path(&md.disk);
             // md completes the flush on the legs that are there; it fails only with none.
@@ -601,8 +638,16 @@ impl Volumes {
             dev: array.dev.clone(),
             size_bytes: array.size_bytes,
         };
+        let shown = match &rec.encrypted {
+            Some(_) => self.volume_device(rec)?.ok_or_else(|| {
+                Error::Unavailable(format!(
+                    "volume {id}: its LUKS2 mapping is not open; stage it again"
+                ))
+            })?,
+            None => md,
+        };
         let table = mount::table(&*self.host)?;
-        self.volume_path_mount(&table, rec, Some(&md), &req.volume_path)?;
+        self.volume_path_mount(&table, rec, Some(&shown), &req.volume_path)?;
         Self::check_expand_access(rec, req.access.as_ref())?;
         if req.limit_bytes > 0 && array.size_bytes > req.limit_bytes {
             return Err(Error::OutOfRange(format!(
@@ -611,7 +656,7 @@ impl Volumes {
                 array.size_bytes, req.limit_bytes
             )));
         }
-        Self::check_growable_mount(&table, rec, &md.dev)?;
+        Self::check_growable_mount(&table, rec, &shown.dev)?;
         if let Some(why) = self.replicated_condition(rep, &present, &array)? {
             return Err(Error::Unavailable(format!(
                 "volume {id}: a replicated volume grows only with every leg in sync ({why}); \
@@ -659,7 +704,9 @@ impl Volumes {
                 array.md, req.required_bytes
             )));
         }
+        let shown = self.grow_mapping(rec, shown, req.key.as_ref())?;
         if let Access::Mount { fs_type, .. } = &rec.capability.access {
+            let device = self.device_path(&shown.disk);
             filesystem::grow(&*self.host, fs_type, &device, &rec.staging_path)?;
         }
         Ok(size)
