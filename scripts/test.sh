@@ -56,7 +56,7 @@ step 600 "QEMU guest: Linux 6.12 DH-HMAC-CHAP against the edgevol target (refusa
     ./scripts/test-auth-qemu.sh
 step 1500 "QEMU end to end: appliance image + node VM, CSI life cycle, Node conformance, node faults" \
     ./scripts/test-e2e-qemu.sh
-step 900 "QEMU replicated volumes: two appliances, edgevol proxy, md RAID1 on a node VM; fio --verify through each box's outage, resync, growth, snapshot restore" \
+step 1500 "QEMU replicated volumes: two appliances, edgevol proxy, md RAID1 on a node VM; fio --verify through each box's outage and an appliance VM's power cut, resync, growth, snapshot restore" \
     ./scripts/test-replicated-qemu.sh
 # After the QEMU steps: the static binaries they built are the images' (cache hits).
 step 300 "deploy: OCI images built offline (umoci), edgevol and edgevol-node run inside them, the node image's mkfs/mount/blkid" \

@@ -1,16 +1,23 @@
-//! Replicated volumes across two appliances, end to end (scripts/test-replicated-qemu.sh):
-//! two `edgevold` processes on this host (`box-a`, `box-b`: file pools, one PKI), `edgevol proxy`
-//! in front of both as the CO's controller endpoint, and a node VM (6.1 kernel, raid1, mdadm,
-//! fio) whose `edgevol-node` reaches both boxes through slirp (10.0.2.2).
+//! Replicated volumes across appliances, end to end (scripts/test-replicated-qemu.sh):
+//! `edgevold` processes on this host (`box-a`, `box-b`: file pools, one site PKI), `edgevol
+//! proxy` in front as the CO's controller endpoint, and a node VM (6.1 kernel, raid1, mdadm, fio)
+//! whose `edgevol-node` reaches the boxes through slirp (10.0.2.2).
 //!
-//! A `replicas: "2"` volume staged with ext4 and another staged as raw block carry
-//! `fio --verify=crc32c` writers while box-a is SIGKILLed, kept down 30 s and restarted, then
-//! box-b the same. Pass: no writer error and no verify error, the volume condition reports the
-//! missing leg while its box is down and is normal again once md has resynced, the resync
-//! covered only the write-intent bitmap's dirty chunks, and md's own check finds both legs
-//! identical. Then the ext4 volume grows online and a snapshot of it restores into a new
-//! replicated volume with the same content; at the end nothing is left on either box or the node.
-//! Ignored by default: it needs the VM and the binaries the script builds.
+//! * [`replicated_volumes_survive_the_loss_of_either_box`]: a `replicas: "2"` volume staged with
+//!   ext4 and another staged as raw block carry `fio --verify=crc32c` writers while box-a is
+//!   SIGKILLed, kept down 30 s and restarted, then box-b the same. Pass: no writer error and no
+//!   verify error, the volume condition reports the missing leg while its box is down and is
+//!   normal again once md has resynced, the resync covered only the write-intent bitmap's dirty
+//!   chunks, and md's own check finds both legs identical. Then the ext4 volume grows online and
+//!   a snapshot of it restores into a new replicated volume with the same content; at the end
+//!   nothing is left on either box or the node.
+//! * [`a_replicated_volume_survives_a_power_cut_of_a_box`]: the same two volumes and writers with
+//!   one leg each on box-a and one on box-c, an appliance firmware image VM (emulated NVMe
+//!   drive, the site's PKI, reached over a dgram link): box-c's QEMU is SIGKILLed (a power cut:
+//!   what its guest had not written to the drive is gone, and the next boot replays no frame of
+//!   the last one), kept off 30 s and booted again. The same checks.
+//!
+//! Ignored by default: they need the VMs and the binaries the script builds.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -113,22 +120,7 @@ impl Appliance {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let mut identity =
-            IdentityClient::new(appliance_channel(self.csi, pki, "controller").await);
-        loop {
-            if let Ok(r) = identity.probe(ProbeRequest {}).await {
-                if r.into_inner().ready == Some(true) {
-                    return;
-                }
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(READY_S),
-                "{} not ready within {READY_S} s (log: {})",
-                self.id,
-                self.log.display()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_probe_ready(self.id, self.csi, pki, &self.log.display().to_string()).await;
     }
 
     fn kill9(&mut self) {
@@ -147,6 +139,126 @@ impl Drop for Appliance {
     }
 }
 
+/// Whether the appliance at `csi` answers Probe ready within [`READY_S`].
+async fn wait_probe_ready(id: &str, csi: SocketAddr, pki: &Path, log: &str) {
+    let t = Instant::now();
+    let mut identity = IdentityClient::new(appliance_channel(csi, pki, "controller").await);
+    loop {
+        if let Ok(r) = identity.probe(ProbeRequest {}).await {
+            if r.into_inner().ready == Some(true) {
+                return;
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(READY_S),
+            "{id} not ready within {READY_S} s (log: {log})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// An appliance firmware image VM the script booted: its power is cut by SIGKILLing its QEMU,
+/// and the script's boot command (in the environment) boots it again from the same disks.
+struct ApplianceVm {
+    id: &'static str,
+    csi: SocketAddr,
+    pidfile: PathBuf,
+    boot: String,
+}
+
+impl ApplianceVm {
+    fn from_env(id: &'static str) -> ApplianceVm {
+        let csi = std::env::var("EDGEVOL_E2E_BOX_C_CSI")
+            .expect("EDGEVOL_E2E_BOX_C_CSI: run scripts/test-replicated-qemu.sh")
+            .parse()
+            .expect("EDGEVOL_E2E_BOX_C_CSI: HOST:PORT");
+        ApplianceVm {
+            id,
+            csi,
+            pidfile: env_path("EDGEVOL_E2E_BOX_C_PIDFILE"),
+            boot: std::env::var("EDGEVOL_E2E_BOX_C_BOOT").expect("EDGEVOL_E2E_BOX_C_BOOT"),
+        }
+    }
+
+    fn power_cut(&self) {
+        let pid = std::fs::read_to_string(&self.pidfile).expect("the VM's pidfile");
+        let pid = pid.trim();
+        let status = Command::new("kill").args(["-KILL", pid]).status().unwrap();
+        assert!(status.success(), "kill -KILL {pid} (QEMU of {})", self.id);
+        let t = Instant::now();
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "QEMU {pid} outlived SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    async fn boot(&self, pki: &Path) {
+        let boot = self.boot.clone();
+        let status =
+            tokio::task::spawn_blocking(move || Command::new("bash").arg("-c").arg(boot).status())
+                .await
+                .expect("the boot command's thread")
+                .expect("run the VM's boot command");
+        assert!(
+            status.success(),
+            "{} did not boot again: {}",
+            self.id,
+            self.boot
+        );
+        wait_probe_ready(
+            self.id,
+            self.csi,
+            pki,
+            "qemu/.cache/logs/replicated-box-c.log",
+        )
+        .await;
+    }
+}
+
+/// How a box goes away in an [`outage`], and comes back.
+enum Down<'a> {
+    /// SIGKILL of the daemon (its host's page cache keeps what it wrote), then a restart.
+    Kill9 {
+        b: &'a mut Appliance,
+        bin: &'a Path,
+        pki: &'a Path,
+    },
+    /// SIGKILL of the appliance VM's QEMU, then a boot.
+    PowerCut { b: &'a ApplianceVm, pki: &'a Path },
+}
+
+impl Down<'_> {
+    fn id(&self) -> &'static str {
+        match self {
+            Down::Kill9 { b, .. } => b.id,
+            Down::PowerCut { b, .. } => b.id,
+        }
+    }
+
+    fn go(&mut self) {
+        match self {
+            Down::Kill9 { b, .. } => {
+                eprintln!("replicated: SIGKILL {}", b.id);
+                b.kill9();
+            }
+            Down::PowerCut { b, .. } => {
+                eprintln!("replicated: power cut of {} (SIGKILL of its QEMU)", b.id);
+                b.power_cut();
+            }
+        }
+    }
+
+    async fn come_back(&mut self) {
+        match self {
+            Down::Kill9 { b, bin, pki } => b.start(bin, pki).await,
+            Down::PowerCut { b, pki } => b.boot(pki).await,
+        }
+    }
+}
+
 struct Proxy(Child);
 
 impl Drop for Proxy {
@@ -156,16 +268,22 @@ impl Drop for Proxy {
     }
 }
 
-/// `edgevol proxy` in front of both boxes, on a unix socket, and a Controller client through it.
-async fn proxy(bin: &Path, pki: &Path, work: &Path, boxes: &[&Appliance]) -> (Proxy, Channel) {
+/// `edgevol proxy` in front of `boxes` (id, CSI address), on a unix socket, and a Controller
+/// client through it.
+async fn proxy(
+    bin: &Path,
+    pki: &Path,
+    work: &Path,
+    boxes: &[(&str, SocketAddr)],
+) -> (Proxy, Channel) {
     let socket = work.join("csi.sock");
     let _ = std::fs::remove_file(&socket);
     let mut cmd = Command::new(bin.join("edgevol"));
     cmd.arg("proxy")
         .arg("--listen")
         .arg(format!("unix://{}", socket.display()));
-    for b in boxes {
-        cmd.arg("--appliance").arg(format!("{}={}", b.id, b.csi));
+    for (id, csi) in boxes {
+        cmd.arg("--appliance").arg(format!("{id}={csi}"));
     }
     cmd.arg("--server-name")
         .arg("localhost")
@@ -336,26 +454,19 @@ async fn writers_alive(agent: &Agent, tags: &[&str]) {
     }
 }
 
-/// Kills `b`, keeps it down [`DOWN_S`] while the writers run, restarts it, and waits for both
-/// volumes to be whole again. Returns (bitmap bits, dirty bits) of the block volume's surviving
-/// leg just before the restart.
-async fn outage(
-    rig: &mut Rig,
-    b: &mut Appliance,
-    env: (&Path, &Path),
-    vols: &[&Attached],
-    block_md: &str,
-) -> (u64, u64) {
-    eprintln!("replicated: SIGKILL {}", b.id);
-    b.kill9();
+/// Takes box `b` down, keeps it down [`DOWN_S`] while the writers run, brings it back, and
+/// waits for both volumes to be whole again. Returns (bitmap bits, dirty bits) of the block
+/// volume's surviving leg just before it came back.
+async fn outage(rig: &mut Rig, mut b: Down<'_>, vols: &[&Attached], block_md: &str) -> (u64, u64) {
+    let id = b.id();
+    b.go();
     let down = Instant::now();
     for a in vols {
         let c = wait_condition(rig, a, DEGRADED_S, "the degraded condition", |c| c.abnormal).await;
         assert!(
-            c.message.contains("degraded") && c.message.contains(b.id),
-            "{}: condition should name the missing leg on {}: {c:?}",
+            c.message.contains("degraded") && c.message.contains(id),
+            "{}: condition should name the missing leg on {id}: {c:?}",
             a.volume_id,
-            b.id
         );
         eprintln!(
             "replicated: {} {:?} after {:?}",
@@ -371,15 +482,12 @@ async fn outage(
     let survivor = legs_of(&rig.agent, block_md)
         .await
         .into_iter()
-        .find(|(_, nqn)| !nqn.contains(&format!(":{}:", b.id)))
+        .find(|(_, nqn)| !nqn.contains(&format!(":{id}:")))
         .expect("the surviving leg")
         .0;
     let bits = bitmap(&rig.agent, &survivor).await;
-    eprintln!(
-        "replicated: restart {} (block volume bitmap {bits:?} bits/dirty)",
-        b.id
-    );
-    b.start(env.0, env.1).await;
+    eprintln!("replicated: {id} comes back (block volume bitmap {bits:?} bits/dirty)");
+    b.come_back().await;
     let back = Instant::now();
     for a in vols {
         wait_condition(rig, a, RESYNC_S, "normal after the resync", |c| !c.abnormal).await;
@@ -397,8 +505,7 @@ async fn outage(
         "{block_md}: {sync}"
     );
     eprintln!(
-        "replicated: {} back, both volumes whole {:?} after its restart",
-        b.id,
+        "replicated: {id} back, both volumes whole {:?} after it came back",
         back.elapsed()
     );
     writers_alive(&rig.agent, &["fs", "blk"]).await;
@@ -424,7 +531,7 @@ impl Site {
         let mut b = Appliance::new("box-b", &work);
         a.start(&bin, &pki).await;
         b.start(&bin, &pki).await;
-        let (_proxy, channel) = proxy(&bin, &pki, &work, &[&a, &b]).await;
+        let (_proxy, channel) = proxy(&bin, &pki, &work, &[(a.id, a.csi), (b.id, b.csi)]).await;
         let rig = Rig::with_controller(ControllerClient::new(channel)).await;
         Site {
             bin,
@@ -437,35 +544,38 @@ impl Site {
     }
 }
 
-#[tokio::test]
-#[ignore = "needs the node VM: scripts/test-replicated-qemu.sh"]
-async fn replicated_volumes_survive_the_loss_of_either_box() {
-    let Site {
-        bin,
-        pki,
-        mut a,
-        mut b,
-        _proxy,
-        mut rig,
-    } = Site::start().await;
+/// The two volumes both tests write: `replicas: "2"`, one staged with ext4 and one as raw block.
+struct Pair {
+    fs: Attached,
+    blk: Attached,
+    fs_md: String,
+    blk_md: String,
+}
 
+/// Creates, stages and publishes the [`Pair`] (names starting with `tag`), checks each has one
+/// leg on each of `boxes`, and starts their writers: 32 MiB of ext4 file, and the first 64 MiB
+/// of the raw volume, so that the bitmap shows a partial resync.
+async fn replicated_pair(rig: &mut Rig, tag: &str, boxes: [&str; 2]) -> Pair {
+    let (fs_name, blk_name) = (format!("{tag}-fs"), format!("{tag}-blk"));
     let fs_vol = rig
-        .create_with("rep-fs", 512 * MIB, capability(false), None, replicas(2))
+        .create_with(&fs_name, 512 * MIB, capability(false), None, replicas(2))
         .await;
     let blk_vol = rig
-        .create_with("rep-blk", 512 * MIB, capability(true), None, replicas(2))
+        .create_with(&blk_name, 512 * MIB, capability(true), None, replicas(2))
         .await;
     for v in [&fs_vol, &blk_vol] {
         assert_eq!(v.capacity_bytes, 512 * MIB, "{v:?}");
         let legs: Vec<&str> = v.volume_id.split('+').collect();
         assert_eq!(legs.len(), 2, "two legs in {}", v.volume_id);
-        assert!(
-            legs[0].starts_with("box-a-") ^ legs[1].starts_with("box-a-"),
-            "one leg per box: {legs:?}"
-        );
+        for id in boxes {
+            assert!(
+                legs.iter().any(|l| l.starts_with(&format!("{id}-"))),
+                "one leg per box, one on {id}: {legs:?}"
+            );
+        }
     }
-    let fs = rig.attach(&fs_vol, false, "rep-fs").await;
-    let blk = rig.attach(&blk_vol, true, "rep-blk").await;
+    let fs = rig.attach(&fs_vol, false, &fs_name).await;
+    let blk = rig.attach(&blk_vol, true, &blk_name).await;
     assert_eq!(
         fs.context.get("replicas").map(String::as_str),
         Some("2"),
@@ -477,7 +587,7 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
     for md in [&fs_md, &blk_md] {
         let legs = legs_of(&rig.agent, md).await;
         assert_eq!(legs.len(), 2, "{md}: {legs:?}");
-        for id in ["box-a", "box-b"] {
+        for id in boxes {
             assert!(
                 legs.iter().any(|(_, n)| n.contains(&format!(":{id}:"))),
                 "{md} has no leg on {id}: {legs:?}"
@@ -493,21 +603,26 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
         (512 * MIB).to_string(),
         "the block volume offers exactly its capacity"
     );
-    assert!(!condition(&mut rig, &fs).await.abnormal);
+    assert!(!condition(rig, &fs).await.abnormal);
 
-    // The writers: 32 MiB of ext4 file, and the first 64 MiB of the raw volume, so that the
-    // bitmap shows a partial resync.
     rig.agent.ok(10, "rm -f /tmp/stop /tmp/fio-*").await;
     start_writer(&rig.agent, "fs", &format!("{}/fio.dat", fs.target), "32M").await;
     start_writer(&rig.agent, "blk", &blk.target, "64M").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     writers_alive(&rig.agent, &["fs", "blk"]).await;
+    Pair {
+        fs,
+        blk,
+        fs_md,
+        blk_md,
+    }
+}
 
-    let env = (bin.as_path(), pki.as_path());
-    let mut partial = Vec::new();
-    partial.push(outage(&mut rig, &mut a, env, &[&fs, &blk], &blk_md).await);
-    partial.push(outage(&mut rig, &mut b, env, &[&fs, &blk], &blk_md).await);
-
+/// Stops the writers and checks what the workload saw: every fio round without an error or a
+/// verify failure, no I/O or file-system error in the node's dmesg; each outage's resync
+/// covered only the dirty chunks (`partial`: the bitmaps [`outage`] returned); md's own check
+/// finds the legs of both arrays identical.
+async fn writers_and_legs_check_out(rig: &mut Rig, pair: &Pair, partial: &[(u64, u64)]) {
     rig.agent.ok(10, "touch /tmp/stop").await;
     let t = Instant::now();
     loop {
@@ -557,20 +672,20 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
             "the workload saw an error ({bad}):\n{dmesg}"
         );
     }
-    for (bits, dirty) in &partial {
+    for (bits, dirty) in partial {
         assert!(
             *dirty > 0 && dirty < bits,
             "resync should copy only the dirty chunks: {dirty} of {bits}"
         );
     }
-    eprintln!("replicated: block volume bitmap before each restart (bits, dirty): {partial:?}");
+    eprintln!("replicated: block volume bitmap before each return (bits, dirty): {partial:?}");
     // md's own comparison of the two legs. It reads both legs whole; md paces a check down to
     // speed_limit_min when it sees other I/O, and on a TCG guest it once outlasted a 120 s
     // budget: raise the floor for the check, and allow it longer.
     rig.agent
         .ok(10, "echo 100000 >/proc/sys/dev/raid/speed_limit_min")
         .await;
-    for md in [&fs_md, &blk_md] {
+    for md in [&pair.fs_md, &pair.blk_md] {
         rig.agent
             .ok(
                 300,
@@ -586,10 +701,55 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
             .await;
         assert_eq!(mismatch.trim(), "0", "{md}: legs differ");
     }
+}
+
+#[tokio::test]
+#[ignore = "needs the node VM: scripts/test-replicated-qemu.sh"]
+async fn replicated_volumes_survive_the_loss_of_either_box() {
+    let Site {
+        bin,
+        pki,
+        mut a,
+        mut b,
+        _proxy,
+        mut rig,
+    } = Site::start().await;
+
+    let pair = replicated_pair(&mut rig, "rep", ["box-a", "box-b"]).await;
+    let Pair {
+        fs, blk, blk_md, ..
+    } = &pair;
+    let (bin, pki) = (bin.as_path(), pki.as_path());
+    let vols = [fs, blk];
+    let partial = [
+        outage(
+            &mut rig,
+            Down::Kill9 {
+                b: &mut a,
+                bin,
+                pki,
+            },
+            &vols,
+            blk_md,
+        )
+        .await,
+        outage(
+            &mut rig,
+            Down::Kill9 {
+                b: &mut b,
+                bin,
+                pki,
+            },
+            &vols,
+            blk_md,
+        )
+        .await,
+    ];
+    writers_and_legs_check_out(&mut rig, &pair, &partial).await;
 
     // Online growth of the ext4 volume: every leg, md, then the filesystem.
     let before = edgevol_e2e::rig::df_kib(&rig.agent.ok(10, &format!("df -k {}", fs.target)).await);
-    let grown = rig.expand(&fs, 768 * MIB).await;
+    let grown = rig.expand(fs, 768 * MIB).await;
     assert!(
         grown == 0 || grown >= 768 * MIB,
         "NodeExpandVolume said {grown}"
@@ -637,16 +797,43 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
         "the restored volume holds the snapshot's data"
     );
 
-    for v in [&restored, &fs, &blk] {
+    rig.detach_and_delete(&restored).await;
+    rig.delete_snapshot(&snap.snapshot_id).await;
+    nothing_left(&mut rig, &pair).await;
+}
+
+/// Detaches and deletes the [`Pair`]; then no md array is left on the node, and nothing on the
+/// boxes or the node.
+async fn nothing_left(rig: &mut Rig, pair: &Pair) {
+    for v in [&pair.fs, &pair.blk] {
         rig.detach_and_delete(v).await;
     }
-    rig.delete_snapshot(&snap.snapshot_id).await;
     let mdstat = rig.agent.ok(10, "cat /proc/mdstat").await;
     assert!(
         !mdstat.lines().any(|l| l.starts_with("md")),
         "md arrays left:\n{mdstat}"
     );
     rig.assert_nothing_left().await;
+}
+
+#[tokio::test]
+#[ignore = "needs the node VM and box-c's VM: scripts/test-replicated-qemu.sh"]
+async fn a_replicated_volume_survives_a_power_cut_of_a_box() {
+    let bin = env_path("EDGEVOL_E2E_BIN");
+    let pki = env_path("EDGEVOL_E2E_PKI");
+    let work = env_path("EDGEVOL_E2E_WORK");
+    let mut a = Appliance::new("box-a", &work);
+    a.start(&bin, &pki).await;
+    let c = ApplianceVm::from_env("box-c");
+    let (_proxy, channel) = proxy(&bin, &pki, &work, &[(a.id, a.csi), (c.id, c.csi)]).await;
+    let mut rig = Rig::with_controller(ControllerClient::new(channel)).await;
+
+    let pair = replicated_pair(&mut rig, "cut", ["box-a", "box-c"]).await;
+    let vols = [&pair.fs, &pair.blk];
+    let cut = Down::PowerCut { b: &c, pki: &pki };
+    let partial = [outage(&mut rig, cut, &vols, &pair.blk_md).await];
+    writers_and_legs_check_out(&mut rig, &pair, &partial).await;
+    nothing_left(&mut rig, &pair).await;
 }
 
 /// The fio rows of the bench: name, fio job options.
