@@ -91,6 +91,9 @@ for qd in 1 16; do
 done
 pair paced-qd1 1 "$paced_dev" 4k 16 5 --rate_iops=300
 step raise 60 sh "$self" --raise "$lim_dev" "$ctl"
+# What the guest reaches at 128k unlimited, right before the limited bandwidth: the host judges
+# the limit's lower bound only where the guest could go past it.
+step free-alone-128k 30 sh "$self" --fio "$free_dev" 128k 4 5 --ramp_time=1
 step bandwidth 30 sh "$self" --fio "$bw_dev" 128k 4 5 --ramp_time=1
 step disconnect 30 sh -c "nvme disconnect -n '$limited' && nvme disconnect -n '$free' &&
     nvme disconnect -n '$bw' && nvme disconnect -n '$paced'"

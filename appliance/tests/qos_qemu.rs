@@ -16,6 +16,11 @@
 //!   share of the CPU whatever the target does. The loopback bench (`benches/qos.rs`) measures
 //!   the target's part: a neighbour next to a held volume keeps what it has alone.
 //!
+//! The upper bound of each band is always judged; the lower bound only where the guest, without
+//! a limit, reached 1.2 times the limit in the same run (the unlimited volume alone at QD16, or
+//! at 128k for the bandwidth): on a busy machine the TCG guest may not issue 300 IOPS at all,
+//! which says nothing about the limiter. A skipped lower bound is printed as such.
+//!
 //! Ignored by default: `scripts/test-nvme-qemu.sh` runs it.
 
 mod common;
@@ -36,6 +41,62 @@ const FIO: &str = "/usr/bin/fio";
 const LIMIT_IOPS: f64 = 300.0;
 const RAISED_IOPS: f64 = 600.0;
 const LIMIT_BYTES: f64 = 5.0 * 1024.0 * 1024.0;
+
+/// The band a limited volume must measure in, as a fraction of its limit.
+const LOW: f64 = 0.9;
+const HIGH: f64 = 1.1;
+/// The lower bound is judged only where the guest, unlimited in the same run, reached this
+/// multiple of the limit: a TCG guest on a busy machine may not reach the limit at all, and
+/// that says nothing about the limiter. The upper bound is always judged.
+const REACHABLE: f64 = 1.2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Pass,
+    /// Under the limit, but the guest could not go much past it unlimited either.
+    PassUpperOnly,
+    Fail,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Pass => "PASS",
+            Verdict::PassUpperOnly => {
+                "PASS (upper bound only: the guest could not reach the limit)"
+            }
+            Verdict::Fail => "FAIL",
+        })
+    }
+}
+
+fn judge(measured: f64, limit: f64, capacity: f64) -> Verdict {
+    let ratio = measured / limit;
+    if ratio > HIGH {
+        Verdict::Fail
+    } else if ratio >= LOW {
+        Verdict::Pass
+    } else if capacity < REACHABLE * limit {
+        Verdict::PassUpperOnly
+    } else {
+        Verdict::Fail
+    }
+}
+
+#[test]
+fn the_lower_bound_is_judged_only_where_the_guest_could_reach_the_limit() {
+    assert_eq!(judge(300.0, 300.0, 2000.0), Verdict::Pass);
+    assert_eq!(judge(340.0, 300.0, 2000.0), Verdict::Fail);
+    assert_eq!(
+        judge(340.0, 300.0, 200.0),
+        Verdict::Fail,
+        "above: always judged"
+    );
+    assert_eq!(judge(225.0, 300.0, 2000.0), Verdict::Fail);
+    assert_eq!(judge(225.0, 300.0, 280.0), Verdict::PassUpperOnly);
+    assert_eq!(judge(225.0, 300.0, 359.0), Verdict::PassUpperOnly);
+    assert_eq!(judge(225.0, 300.0, 360.0), Verdict::Fail);
+}
 
 /// Creates a 64 MiB block volume with `mutable` limits, published to the guest: its CSI id and
 /// subsystem NQN.
@@ -191,26 +252,33 @@ async fn linux_hosts_get_the_limits_set_and_raised_live() {
     let kib_s = figure(step("bandwidth"), "kib_s ");
     step("disconnect");
 
+    let kib_s_free = figure(step("free-alone-128k"), "kib_s ");
+    // (what, measured, limit, the guest's unlimited capacity in this run); bandwidths in B/s.
     let checks = [
         (
             "limited to 300 IOPS, QD16",
-            limited_iops / LIMIT_IOPS,
-            0.9,
-            1.1,
+            limited_iops,
+            LIMIT_IOPS,
+            alone_qd16,
         ),
-        ("before the raise", before / LIMIT_IOPS, 0.9, 1.1),
+        ("before the raise", before, LIMIT_IOPS, alone_qd16),
         (
             "raised live to 600, next 5 s",
-            after / RAISED_IOPS,
-            0.9,
-            1.1,
+            after,
+            RAISED_IOPS,
+            alone_qd16,
         ),
-        ("5 MiB/s at 128k", kib_s * 1024.0 / LIMIT_BYTES, 0.9, 1.1),
+        (
+            "5 MiB/s at 128k",
+            kib_s * 1024.0,
+            LIMIT_BYTES,
+            kib_s_free * 1024.0,
+        ),
         (
             "limited to 300 IOPS next to a QD16 neighbour",
-            limited_qd16 / LIMIT_IOPS,
-            0.9,
-            1.1,
+            limited_qd16,
+            LIMIT_IOPS,
+            alone_qd16,
         ),
     ];
     // The neighbour's figures: reported only (see the module docs).
@@ -219,19 +287,20 @@ async fn linux_hosts_get_the_limits_set_and_raised_live() {
          {free_with:.0} (with / alone {:.2}), next to {paced_iops:.0} IOPS paced by fio \
          {free_with_paced:.0} ({:.2}); QD16 neighbour: alone {alone_qd16:.0}, next to the limited volume \
          {free_with_qd16:.0} ({:.2}); limited {limited_iops:.0} / {limited_qd16:.0}; raise: \
-         before {before:.0}, after {after:.0}; bandwidth {kib_s:.0} KiB/s",
+         before {before:.0}, after {after:.0}; bandwidth {kib_s:.0} KiB/s (unlimited {kib_s_free:.0})",
         free_with / alone,
         free_with_paced / alone,
         free_with_qd16 / alone_qd16
     );
     let mut failed = Vec::new();
-    for (what, ratio, low, high) in checks {
-        let ok = ratio >= low && ratio <= high;
+    for (what, measured, limit, capacity) in checks {
+        let verdict = judge(measured, limit, capacity);
         eprintln!(
-            "QOS {} {what}: {ratio:.3} (want {low}..{high})",
-            if ok { "PASS" } else { "FAIL" }
+            "QOS {verdict} {what}: {:.3} of the limit (want {LOW}..{HIGH}; unlimited {:.2})",
+            measured / limit,
+            capacity / limit
         );
-        if !ok {
+        if verdict == Verdict::Fail {
             failed.push(what);
         }
     }
