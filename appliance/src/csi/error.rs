@@ -121,6 +121,12 @@ pub enum Error {
         /// The target snapshot.
         target: SnapshotId,
     },
+    /// A restore or clone whose `encrypted` parameter contradicts its source: a copy of
+    /// ciphertext cannot be unencrypted, nor plain data encrypted in place.
+    EncryptionMismatch {
+        /// Whether the source is encrypted.
+        source_encrypted: bool,
+    },
     /// A snapshot metadata `starting_offset` that is negative or past the volume's end.
     OffsetOutOfRange {
         /// The offset asked for.

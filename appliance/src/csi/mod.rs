@@ -15,6 +15,7 @@ pub mod capability;
 pub mod capacity;
 pub mod controller;
 pub mod encode;
+pub mod encryption;
 pub mod error;
 pub mod group_controller;
 pub mod identity;

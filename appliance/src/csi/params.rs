@@ -4,6 +4,8 @@
 //! |---|---|---|
 //! | `provisioning` | `thin`, `thick` | `thin` |
 //! | `fsType` | `ext4`, `xfs` (for mount capabilities that name none) | `ext4` |
+//! | `encrypted` | `true`, `false`: the node plugin keeps the volume in LUKS2 ([`super::encryption`]) | `false` |
+//! | `encryptedDiscard` | `true`, `false`: discards pass through that encryption | `false` |
 //!
 //! The metadata Kubernetes' external-provisioner adds with `--extra-create-metadata`
 //! ([`K8S_METADATA`]: the claim's name and namespace, the PV's name) is accepted and stored with
@@ -24,6 +26,7 @@ use edgevol_driver::fleet::{LegMark, LEGS_BEFORE_PARAM, LEG_PARAM};
 use tonic::Status;
 
 use super::capability::FS_TYPES;
+use super::encryption::{DISCARD, ENCRYPTED};
 
 /// Prefix of the keys Kubernetes reserves in StorageClass parameters.
 const K8S_PREFIX: &str = "csi.storage.k8s.io/";
@@ -73,6 +76,13 @@ pub fn parse(map: &HashMap<String, String>) -> Result<Params, Status> {
                 }
                 params.fs_type = value.clone();
             }
+            ENCRYPTED | DISCARD => {
+                if value != "true" && value != "false" {
+                    return Err(Status::invalid_argument(format!(
+                        "parameter {key}={value:?}: expected \"true\" or \"false\""
+                    )));
+                }
+            }
             k if K8S_METADATA.contains(&k) || k == LEG_PARAM || k == LEGS_BEFORE_PARAM => {}
             k if k.starts_with(K8S_PREFIX) && k.contains("secret") => {
                 return Err(Status::invalid_argument(format!(
@@ -89,11 +99,18 @@ pub fn parse(map: &HashMap<String, String>) -> Result<Params, Status> {
             }
             other => {
                 return Err(Status::invalid_argument(format!(
-                    "unknown parameter {other:?} (known: provisioning, fsType, {LEG_PARAM}, \
-                     {LEGS_BEFORE_PARAM})"
+                    "unknown parameter {other:?} (known: provisioning, fsType, {ENCRYPTED}, \
+                     {DISCARD}, {LEG_PARAM}, {LEGS_BEFORE_PARAM})"
                 )))
             }
         }
+    }
+    if map.get(DISCARD).is_some_and(|v| v == "true")
+        && map.get(ENCRYPTED).is_none_or(|v| v != "true")
+    {
+        return Err(Status::invalid_argument(format!(
+            "parameter {DISCARD}=\"true\" needs {ENCRYPTED}=\"true\""
+        )));
     }
     Ok(params)
 }
@@ -125,6 +142,32 @@ mod tests {
         ] {
             let e = parse(&HashMap::from([(k.to_owned(), v.to_owned())])).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        }
+    }
+
+    #[test]
+    fn encryption_flags_are_checked() {
+        let m = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        for ok in [
+            m(&[(ENCRYPTED, "true")]),
+            m(&[(ENCRYPTED, "false")]),
+            m(&[(ENCRYPTED, "true"), (DISCARD, "true")]),
+            m(&[(DISCARD, "false")]),
+        ] {
+            parse(&ok).unwrap();
+        }
+        for bad in [
+            m(&[(ENCRYPTED, "yes")]),
+            m(&[(DISCARD, "true")]),
+            m(&[(ENCRYPTED, "false"), (DISCARD, "true")]),
+        ] {
+            let e = parse(&bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
         }
     }
 

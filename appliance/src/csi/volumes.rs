@@ -9,7 +9,10 @@
 
 use std::collections::HashMap;
 
-use edgevol_core::{AccessMode, Pool, Precondition, Provisioning, VolumeId, VolumeSpec};
+use edgevol_core::{
+    AccessMode, ContentSource, Pool, Precondition, Provisioning, Volume as CoreVolume, VolumeId,
+    VolumeSpec,
+};
 use edgevol_proto::csi::v1::validate_volume_capabilities_response::Confirmed;
 use edgevol_proto::csi::v1::{
     controller_get_volume_response, list_snapshots_response, list_volumes_response,
@@ -23,7 +26,7 @@ use super::request::{
     ById, CreateSnapshot, CreateVolume, Expand, GetCapacity, ListSnapshots, Modify, Page, Publish,
     Unpublish, ValidateCapabilities,
 };
-use super::{capacity, encode, page, topology};
+use super::{capacity, encode, encryption, page, topology};
 use crate::nvme::stats::IoStats;
 use crate::nvme::TargetInfo;
 use crate::pool::PoolDevice;
@@ -56,6 +59,7 @@ pub fn create_volume(state: &State, pool: &mut Core, op: CreateVolume) -> Result
         }
         None => (None, 0),
     };
+    let parameters = encryption::inherit(op.parameters, source_parameters(pool, source))?;
     let existing = pool.volume_by_name(&op.name).map(|v| v.size());
     let cluster = u64::from(pool.cluster_size());
     let size = capacity::choose(op.range, source_size, cluster, existing)?;
@@ -63,7 +67,7 @@ pub fn create_volume(state: &State, pool: &mut Core, op: CreateVolume) -> Result
         name: op.name,
         size,
         provisioning: op.provisioning,
-        parameters: op.parameters,
+        parameters,
         source,
         access_modes: op.modes,
         group: None,
@@ -74,6 +78,16 @@ pub fn create_volume(state: &State, pool: &mut Core, op: CreateVolume) -> Result
         pool.modify_volume(id, &op.mutable)?;
     }
     Ok(encode::volume(state, pool, pool.volume(id)?))
+}
+
+/// The parameters of the volume a content source copies: the cloned volume, or the volume a
+/// snapshot was taken of while it still exists (`None`: no source, or its volume is gone).
+fn source_parameters(pool: &Core, source: Option<ContentSource>) -> Option<&[(String, String)]> {
+    let volume = match source? {
+        ContentSource::Volume(id) => id,
+        ContentSource::Snapshot(id) => pool.snapshot(id).ok()?.source_volume(),
+    };
+    pool.volume(volume).ok().map(CoreVolume::parameters)
 }
 
 /// DeleteVolume: gone, or never ours, is success.

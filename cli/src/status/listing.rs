@@ -36,6 +36,9 @@ pub struct VolumeRow {
     /// For a leg of a replicated volume (listed on its own appliance): which leg of which
     /// volume, e.g. `1/2 of box-a-v3+box-b-v5`.
     pub leg: Option<String>,
+    /// `luks2` (or `luks2+discard`) for a volume the node plugin keeps encrypted (its
+    /// `encrypted` parameter); `None` for a plain one.
+    pub encrypted: Option<String>,
 }
 
 /// One snapshot, as listed.
@@ -79,6 +82,16 @@ fn leg_of(id: &str, context: &HashMap<String, String>) -> Option<String> {
     Some(format!("{}/{} of {volume}{more}", mark.index, mark.count))
 }
 
+/// The ENCRYPTED cell of a volume whose context holds its `encrypted` parameter.
+fn encryption_of(context: &HashMap<String, String>) -> Option<String> {
+    let on = |k: &str| context.get(k).is_some_and(|v| v == "true");
+    match (on("encrypted"), on("encryptedDiscard")) {
+        (false, _) => None,
+        (true, false) => Some("luks2".into()),
+        (true, true) => Some("luks2+discard".into()),
+    }
+}
+
 /// The row of one ListVolumes entry (`None` for an entry without a volume).
 fn volume_row(entry: list_volumes_response::Entry) -> Option<VolumeRow> {
     let v = entry.volume?;
@@ -89,6 +102,7 @@ fn volume_row(entry: list_volumes_response::Entry) -> Option<VolumeRow> {
     };
     let (claim, pv) = k8s_names(&v.volume_context);
     let leg = leg_of(&v.volume_id, &v.volume_context);
+    let encrypted = encryption_of(&v.volume_context);
     Some(VolumeRow {
         id: v.volume_id,
         size: v.capacity_bytes,
@@ -101,6 +115,7 @@ fn volume_row(entry: list_volumes_response::Entry) -> Option<VolumeRow> {
         claim,
         pv,
         leg,
+        encrypted,
     })
 }
 
@@ -222,6 +237,20 @@ mod tests {
             (Some("shop/data".into()), Some("pvc-1234".into()))
         );
         assert_eq!(k8s_names(&ctx(&[("provisioning", "thin")])), (None, None));
+    }
+
+    #[test]
+    fn encryption_comes_from_the_volume_context() {
+        assert_eq!(encryption_of(&ctx(&[("provisioning", "thin")])), None);
+        assert_eq!(encryption_of(&ctx(&[("encrypted", "false")])), None);
+        assert_eq!(
+            encryption_of(&ctx(&[("encrypted", "true")])).as_deref(),
+            Some("luks2")
+        );
+        assert_eq!(
+            encryption_of(&ctx(&[("encrypted", "true"), ("encryptedDiscard", "true")])).as_deref(),
+            Some("luks2+discard")
+        );
     }
 
     #[test]

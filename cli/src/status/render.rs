@@ -54,7 +54,7 @@ fn or_dash(value: Option<&String>) -> String {
 /// The `edgevol volumes` table. CONNECTED (the hosts with a live NVMe/TCP controller on the
 /// volume) comes from the exporter: without `metrics` the column is left out and a line says
 /// how to get it. LEG (which leg of which replicated volume) appears when a listed volume is a
-/// leg.
+/// leg, ENCRYPTED (`luks2`, `luks2+discard`) when one is encrypted on its node.
 pub fn render_volumes(rows: &[VolumeRow], metrics: Option<&Metrics>) -> String {
     let mut header = vec!["VOLUME", "SIZE", "SOURCE", "PUBLISHED TO"];
     if metrics.is_some() {
@@ -64,6 +64,10 @@ pub fn render_volumes(rows: &[VolumeRow], metrics: Option<&Metrics>) -> String {
     let legs = rows.iter().any(|v| v.leg.is_some());
     if legs {
         header.push("LEG");
+    }
+    let encrypted = rows.iter().any(|v| v.encrypted.is_some());
+    if encrypted {
+        header.push("ENCRYPTED");
     }
     header.push("CONDITION");
     let cells: Vec<Vec<String>> = rows
@@ -85,6 +89,9 @@ pub fn render_volumes(rows: &[VolumeRow], metrics: Option<&Metrics>) -> String {
             row.extend([or_dash(v.claim.as_ref()), or_dash(v.pv.as_ref())]);
             if legs {
                 row.push(or_dash(v.leg.as_ref()));
+            }
+            if encrypted {
+                row.push(or_dash(v.encrypted.as_ref()));
             }
             row.push(v.condition.clone());
             row
@@ -277,7 +284,22 @@ mod tests {
             claim: None,
             pv: None,
             leg: None,
+            encrypted: None,
         }
+    }
+
+    #[test]
+    fn encrypted_volumes_get_an_encrypted_column() {
+        let mut enc = row("box-v1", &[]);
+        enc.encrypted = Some("luks2".into());
+        let out = render_volumes(&[enc, row("box-v2", &[])], None);
+        let lines = words(&out);
+        assert_eq!(lines[0][lines[0].len() - 2..], ["ENCRYPTED", "CONDITION"]);
+        assert_eq!(lines[1][lines[1].len() - 2..], ["luks2", "ok"]);
+        assert_eq!(lines[2][lines[2].len() - 2..], ["-", "ok"]);
+        let out = render_volumes(&[row("box-v2", &[])], None);
+        let plain = words(&out);
+        assert!(!plain[0].contains(&"ENCRYPTED"));
     }
 
     #[test]
