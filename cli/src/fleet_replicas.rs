@@ -13,7 +13,8 @@
 //! * The volume's id is its legs' ids joined by '+', in leg order; every call on it acts on
 //!   every leg; ControllerPublishVolume merges the legs' publish contexts under `leg<i>.` keys.
 //! * A snapshot of a replicated volume is one snapshot per leg (id joined likewise); a volume
-//!   restored or cloned from it has each leg restored on that leg's appliance.
+//!   restored or cloned from it has each leg restored on that leg's appliance; its changed
+//!   blocks (SnapshotMetadata) are one leg's, in the volume's offsets ([`crate::fleet_metadata`]).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -31,6 +32,7 @@ use http::Response;
 use prost::Message;
 use tonic::{Code, Status};
 
+use crate::fleet_metadata::{GET_METADATA_ALLOCATED, GET_METADATA_DELTA};
 use crate::fleet_placement as placement;
 use crate::fleet_router::{Fleet, GET_SNAPSHOT};
 use crate::grpc_unary::{reply, request, Buffered, ProxyBody};
@@ -234,7 +236,7 @@ fn jointly_allowed(req: Option<&TopologyRequirement>, boxes: &[&str]) -> bool {
 
 impl Fleet {
     /// The appliance index of each leg of `id`, or NOT_FOUND naming the leg of no appliance.
-    fn leg_homes(&self, id: &str) -> Result<Vec<(String, usize)>, Status> {
+    pub(crate) fn leg_homes(&self, id: &str) -> Result<Vec<(String, usize)>, Status> {
         legs(id)
             .map(|leg| {
                 self.owner(leg).map(|i| (leg.to_owned(), i)).ok_or_else(|| {
@@ -571,6 +573,9 @@ impl Fleet {
             }
             "/csi.v1.Controller/CreateSnapshot" => self.snapshot(b, id).await,
             "/csi.v1.Controller/ListSnapshots" => self.list_snapshot(b, id).await,
+            GET_METADATA_ALLOCATED | GET_METADATA_DELTA => {
+                self.replicated_metadata(path, b, id).await
+            }
             _ => Err(Status::invalid_argument(format!(
                 "{id} is a replicated volume or snapshot, which {path} does not take"
             ))),

@@ -307,7 +307,7 @@ impl Fleet {
     /// `order` with the appliances recently found unreachable moved last: a call that needs
     /// one appliance of several tries those that answered first, and waits on one that may be
     /// off only when no other would do.
-    fn reachable_first(&self, order: Vec<usize>) -> Vec<usize> {
+    pub(crate) fn reachable_first(&self, order: Vec<usize>) -> Vec<usize> {
         let (up, down): (Vec<usize>, Vec<usize>) = order
             .into_iter()
             .partition(|&i| self.members[i].recently_unreachable().is_ok());

@@ -9,6 +9,7 @@ pub mod firmware;
 pub mod firmware_keys;
 pub mod fleet_config;
 pub mod fleet_legs;
+pub mod fleet_metadata;
 pub mod fleet_paging;
 pub mod fleet_placement;
 pub mod fleet_replicas;
