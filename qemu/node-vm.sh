@@ -31,12 +31,14 @@
 #                        [--addr 192.168.77.2] [--appliance ID] [--bench [--fio PATH]]
 #                        [--name node] [--timeout 120] [--lifetime 900] [--kernel default|auth]
 #                        [--enrol DIR [--enrol-endpoint HOST:PORT]] [--hostnqn NQN]
-#                        [--md] [--reach-host]
+#                        [--md] [--crypt] [--reach-host]
 #   (with --bench the defaults are --name bench-node --timeout 180 --lifetime 1800)
 # DIR holds edgevol-node and e2e-agent (static). --appliance ID: the node's topology segment
 # edgevol.io/appliance=ID (a comma-separated list: one --topology flag per appliance the node
 # reaches). --md: replicated volumes' needs on top of the default flavour: the raid1 module,
-# Debian's mdadm and fio (with their libraries), 1 GiB. --reach-host: the management NIC may open
+# Debian's mdadm and fio (with their libraries), 1 GiB. --crypt: encrypted volumes' needs on top
+# of the default flavour: the dm-crypt module (and the XTS mode its default cipher uses) and
+# Debian's cryptsetup with its libraries. --reach-host: the management NIC may open
 # connections to the host (slirp 10.0.2.2), for appliances run as host processes.
 # Exit as run-guest.sh (0 once EDGEVOL-NODE READY).
 set -euo pipefail
@@ -44,9 +46,9 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 bin_dir="" link="" csi_port="" exec_port="" addr=192.168.77.2 appliance="" bench=0 fio=/usr/bin/fio
 name="" timeout="" lifetime="" kernel=default enrol="" enrol_endpoint=192.168.77.1:9500 hostnqn=""
-md=0 reach_host=0
+md=0 crypt=0 reach_host=0
 opts_parse 'bin-dir link csi-port exec-port addr appliance bench! fio name timeout lifetime kernel
-    enrol enrol-endpoint hostnqn md! reach-host!' "$@"
+    enrol enrol-endpoint hostnqn md! crypt! reach-host!' "$@"
 [[ -n "$bin_dir" && -n "$link" && -n "$csi_port" && -n "$exec_port" ]] ||
     die "--bin-dir, --link, --csi-port and --exec-port are required"
 kernel_select "$kernel"
@@ -88,6 +90,10 @@ else
     if ((md)); then
         apt_need mdadm fio
         flavour=(--mem 1024 "${flavour[@]:2}" --module raid1 --host-bin /sbin/mdadm --host-bin "$fio")
+    fi
+    if ((crypt)); then
+        apt_need cryptsetup-bin
+        flavour+=(--module dm-crypt --module xts --host-bin /usr/sbin/cryptsetup)
     fi
 fi
 restrict=on

@@ -5,7 +5,8 @@
 #   OUT/edgevol-node-VERSION.oci.tar  edgevol-node and exactly the host tools it runs (mount,
 #                                     umount, blkid, fsck, mkfs.ext4/e2fsck/resize2fs,
 #                                     mkfs.xfs/xfs_growfs, modprobe for nvme-fabrics/nvme-tcp,
-#                                     mdadm for mirrored volumes) with their shared libraries,
+#                                     mdadm for mirrored volumes, cryptsetup for encrypted
+#                                     ones) with their shared libraries,
 #                                     copied from this Debian system (versions in the image's
 #                                     /usr/share/edgevol/host-tools.txt and its labels)
 #   OUT/edgevol-swarm-plugin-VERSION.tar.gz  a Docker managed plugin directory (config.json +
@@ -28,7 +29,7 @@ out="$ROOT/image/out/oci"
 opts_parse 'out' "$@"
 ((EUID == 0)) || die "needs root (umoci unpacks and repacks files owned by root)"
 # The host tools copied into the node image come from these packages (kmod: modprobe).
-HOST_TOOL_PACKAGES=(e2fsprogs xfsprogs mount util-linux kmod mdadm)
+HOST_TOOL_PACKAGES=(e2fsprogs xfsprogs mount util-linux kmod mdadm cryptsetup-bin)
 apt_need umoci musl-tools file python3 "${HOST_TOOL_PACKAGES[@]}"
 rust_setup
 command -v rustup >/dev/null || die "rustup not found: the $EDGEVOL_GUEST_TARGET target cannot be added"
@@ -132,13 +133,15 @@ node="$work/rootfs-node"
 skeleton "$node"
 install -m 0755 "$BIN/edgevol-node" "$node/usr/bin/edgevol-node"
 for t in mount umount blkid fsck mkfs.ext4 e2fsck fsck.ext4 resize2fs mkfs.xfs xfs_growfs \
-    modprobe mdadm; do
+    modprobe mdadm cryptsetup; do
     copy_tool "$node" "$t"
 done
 cp /etc/mke2fs.conf "$node/etc/mke2fs.conf"
 ln -s ../proc/self/mounts "$node/etc/mtab"
 # /lib/modules (= /usr/lib/modules): where the host's modules are mounted for modprobe.
-mkdir -p "$node/usr/share/edgevol" "$node/etc/nvme" "$node/var/lib/edgevol-node" "$node/usr/lib/modules"
+# /run/cryptsetup: cryptsetup's lock directory (it takes a lock per device while it works).
+mkdir -p "$node/usr/share/edgevol" "$node/etc/nvme" "$node/var/lib/edgevol-node" "$node/usr/lib/modules" \
+    "$node/run/cryptsetup"
 dpkg-query -W -f='${Package}=${Version}\n' "${HOST_TOOL_PACKAGES[@]}" libc6 \
     >"$node/usr/share/edgevol/host-tools.txt"
 HOST_TOOLS="$(paste -sd' ' "$node/usr/share/edgevol/host-tools.txt")"
