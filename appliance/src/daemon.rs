@@ -79,10 +79,12 @@ pub enum DaemonError {
 
 impl DaemonError {
     /// The exit status for this error: [`crate::nvme::workers::PANIC_EXIT`] (EX_SOFTWARE) for a
-    /// panic, 1 for everything else.
+    /// panic, [`pool::UNSUPPORTED_EXIT`] (EX_CONFIG) for a pool this firmware cannot read, 1
+    /// for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             DaemonError::Panicked { .. } => crate::nvme::workers::PANIC_EXIT,
+            DaemonError::Pool(pool::PoolError::Unsupported { .. }) => pool::UNSUPPORTED_EXIT,
             _ => 1,
         }
     }
@@ -176,6 +178,19 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         )),
         None => None,
     };
+    // On an appliance image the plugin's version is the firmware's: an update shows in
+    // GetPluginInfo once the new slot runs.
+    let vendor_version = match &firmware {
+        // The version never changes while running: a poisoned lock still holds it.
+        Some((fw, _)) => fw
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .running_version()
+            .to_owned(),
+        None => edgevol_driver::identity::VENDOR_VERSION.to_owned(),
+    };
+    // Messages about a pool this firmware cannot read (or write) name this version.
+    crate::pool_words::set_firmware_version(&vendor_version);
     if let Some(warning) = config.host_auth.warning() {
         tracing::warn!("{warning}");
     }
@@ -259,17 +274,6 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     };
     let metrics_addr = metrics.as_ref().map(|m| m.local_addr);
 
-    // On an appliance image the plugin's version is the firmware's: an update shows in
-    // GetPluginInfo once the new slot runs.
-    let vendor_version = match &firmware {
-        // The version never changes while running: a poisoned lock still holds it.
-        Some((fw, _)) => fw
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .running_version()
-            .to_owned(),
-        None => edgevol_driver::identity::VENDOR_VERSION.to_owned(),
-    };
     let server = tonic::transport::Server::builder()
         .layer(crate::metrics::csi::CsiMetricsLayer::new(registry))
         .layer(AuthLayer)

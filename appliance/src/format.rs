@@ -125,7 +125,8 @@ pub fn contents(path: &Path, device: &mut PoolDevice) -> Result<Contents, PoolEr
         Err(edgevol_core::Error::Device(kind)) => return Err(device_err(&kind)),
         Err(e) => {
             return Ok(Contents::Foreign(format!(
-                "an edgevol pool this version cannot read ({e:?})"
+                "an edgevol pool this version cannot read ({})",
+                crate::pool_words::describe(&e)
             )))
         }
     }

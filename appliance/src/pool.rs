@@ -28,6 +28,12 @@ use crate::progress::{human_bytes, Steps};
 /// Allocation unit of pools the appliance formats.
 pub const CLUSTER_SIZE: u32 = 1 << 20;
 
+/// edgevold's exit status when the pool is intact but this firmware cannot read it
+/// ([`PoolError::Unsupported`]): 78, EX_CONFIG of sysexits.h (the box runs firmware that does
+/// not match its pool). Restarting the same firmware cannot help: image/init reports it and
+/// waits, and on a trial boot rolls back.
+pub const UNSUPPORTED_EXIT: u8 = 78;
+
 /// Why the pool could not be opened.
 #[derive(Debug)]
 pub enum PoolError {
@@ -44,6 +50,15 @@ pub enum PoolError {
     SeveralDevices(usize),
     /// The device holds no edgevol pool and is not known blank: refused.
     NotAPool(PathBuf),
+    /// The pool is intact but this firmware cannot read it (a newer format version, an
+    /// incompatible feature it lacks): nothing was written. The daemon exits with
+    /// [`UNSUPPORTED_EXIT`].
+    Unsupported {
+        /// The device.
+        path: PathBuf,
+        /// What this firmware lacks.
+        error: edgevol_core::Unsupported,
+    },
     /// Core refused to format or open the pool.
     Core {
         /// The device.
@@ -72,8 +87,23 @@ impl fmt::Display for PoolError {
                 "device {} holds no edgevol pool and is not blank; refusing to format it",
                 path.display()
             ),
-            PoolError::Core { path, error } => write!(f, "pool on {}: {error:?}", path.display()),
-            PoolError::Flush(error) => write!(f, "flush at shutdown: {error:?}"),
+            PoolError::Unsupported { path, error } => write!(
+                f,
+                "pool on {}: {}",
+                path.display(),
+                crate::pool_words::unsupported(*error)
+            ),
+            PoolError::Core { path, error } => write!(
+                f,
+                "pool on {}: {}",
+                path.display(),
+                crate::pool_words::describe(error)
+            ),
+            PoolError::Flush(error) => write!(
+                f,
+                "flush at shutdown: {}",
+                crate::pool_words::describe(error)
+            ),
         }
     }
 }
@@ -207,10 +237,23 @@ pub fn open_with(
         return with_epoch(pool?, epoch).map_err(core_err);
     }
     match Pool::open_with(device, OpenOptions { epoch }) {
-        Ok(pool) => Ok(pool),
+        Ok(pool) => {
+            if let Some(feature) = pool.read_only() {
+                tracing::warn!(
+                    device = %path.display(),
+                    "pool opened read-only, every write and change is refused: {}",
+                    crate::pool_words::read_only(feature)
+                );
+            }
+            Ok(pool)
+        }
         Err(edgevol_core::Error::Corrupt(Corruption::NoSuperblock)) => {
             Err(PoolError::NotAPool(path.clone()))
         }
+        Err(edgevol_core::Error::Unsupported(error)) => Err(PoolError::Unsupported {
+            path: path.clone(),
+            error,
+        }),
         Err(e) => Err(core_err(e)),
     }
 }
@@ -336,9 +379,110 @@ fn new_uuid() -> Result<[u8; 16], PoolError> {
     Ok(uuid)
 }
 
+/// Test builds: rewrites both superblocks of the pool file at `path` (4 KiB blocks) as `version`
+/// with `features`, the layout of core's `superblock.rs` spelled out: what a pool written by
+/// other firmware looks like to this one.
+#[cfg(test)]
+pub(crate) fn restamp(path: &Path, version: u32, features: edgevol_core::Features) {
+    let crc = edgevol_core::crc32c;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut bytes = vec![0u8; 8192];
+    file.read_exact_at(&mut bytes, 0).unwrap();
+    for copy in 0..2 {
+        let sb = &mut bytes[copy * 4096..copy * 4096 + 100];
+        sb[8..12].copy_from_slice(&version.to_le_bytes());
+        let c = crc(&sb[..68]);
+        sb[68..72].copy_from_slice(&c.to_le_bytes());
+        sb[72..80].copy_from_slice(&features.compatible.to_le_bytes());
+        sb[80..88].copy_from_slice(&features.read_only_compatible.to_le_bytes());
+        sb[88..96].copy_from_slice(&features.incompatible.to_le_bytes());
+        let c = crc(&sb[..96]);
+        sb[96..100].copy_from_slice(&c.to_le_bytes());
+    }
+    file.write_all_at(&bytes, 0).unwrap();
+    file.sync_all().unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgevol_core::{Feature, FeatureSet, Features};
+
+    /// The metadata area of a dev pool file (its first 64 MiB; the file is sparse and large).
+    fn head(path: &Path) -> Vec<u8> {
+        let mut bytes = vec![0u8; 64 << 20];
+        fs::File::open(path)
+            .unwrap()
+            .read_exact_at(&mut bytes, 0)
+            .unwrap();
+        bytes
+    }
+
+    /// A dev pool file, formatted and closed.
+    fn a_pool(dir: &Path) -> PathBuf {
+        let path = dir.join("pool.img");
+        drop(open(std::slice::from_ref(&path), true).unwrap());
+        path
+    }
+
+    #[test]
+    fn a_pool_this_firmware_cannot_read_is_refused_in_words_and_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = a_pool(dir.path());
+        let unknown = Feature {
+            set: FeatureSet::Incompatible,
+            bit: 5,
+        };
+        let cases = [
+            (4, Features::NONE.with(unknown), "pool uses incompatible feature bit 5 (unknown to this firmware), this firmware (version "),
+            (5, Features::NONE, "pool format version 5 is newer than this firmware supports (4)"),
+        ];
+        for (version, features, words) in cases {
+            restamp(&path, version, features);
+            let before = head(&path);
+            for dev in [true, false] {
+                let e = open_with(std::slice::from_ref(&path), dev, true).unwrap_err();
+                assert!(matches!(e, PoolError::Unsupported { .. }), "{e:?}");
+                let text = e.to_string();
+                assert!(text.contains(words), "{text}");
+                assert!(
+                    !text.contains("Unsupported") && !text.contains("Corrupt"),
+                    "{text}"
+                );
+            }
+            assert!(
+                head(&path) == before,
+                "nothing written, nothing formatted over"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_read_only_compatible_feature_opens_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = a_pool(dir.path());
+        let unknown = Feature {
+            set: FeatureSet::ReadOnlyCompatible,
+            bit: 5,
+        };
+        restamp(&path, 4, Features::NONE.with(unknown));
+        let mut pool = open(std::slice::from_ref(&path), false).unwrap();
+        assert_eq!(pool.read_only(), Some(unknown));
+        let e = pool
+            .create_volume(edgevol_core::VolumeSpec::new("v", 1 << 20))
+            .unwrap_err();
+        assert_eq!(e, edgevol_core::Error::ReadOnly(unknown));
+        assert!(
+            crate::pool_words::describe(&e)
+                .starts_with("the pool is read-only: it uses read-only-compatible feature bit 5"),
+            "{}",
+            crate::pool_words::describe(&e)
+        );
+    }
 
     #[test]
     fn a_dev_pool_is_formatted_once_then_reopened() {

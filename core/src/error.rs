@@ -2,6 +2,7 @@
 //! limits, fields) for the appliance to write a status message without strings in core.
 
 use crate::device::DeviceErrorKind;
+use crate::feature::Feature;
 use crate::id::{GroupId, GroupSnapshotId, SnapshotId, VolumeId};
 
 /// Everything a core operation can fail with.
@@ -21,6 +22,14 @@ pub enum Error {
     InvalidArgument(Field, Problem),
     /// On-media metadata failed validation; the pool is not mounted (CSI INTERNAL / DATA_LOSS).
     Corrupt(Corruption),
+    /// The pool is intact but needs what this build lacks (a newer format version, an
+    /// incompatible feature); it is not mounted (CSI FAILED_PRECONDITION: boot firmware that
+    /// reads it). Also [`crate::Pool::enable_feature`] of a feature this build does not support.
+    Unsupported(Unsupported),
+    /// The pool is mounted read-only because it has this read-only-compatible feature that this
+    /// build lacks: every change is refused (CSI FAILED_PRECONDITION, NVMe Namespace Is Write
+    /// Protected).
+    ReadOnly(Feature),
     /// The device failed. After a failure during a commit the pool refuses further work until it is
     /// reopened, because what reached the medium is unknown.
     Device(DeviceErrorKind),
@@ -157,8 +166,6 @@ pub enum Problem {
 pub enum Corruption {
     /// Neither superblock is valid: not an edgevol pool, or both copies damaged.
     NoSuperblock,
-    /// A superblock of an unknown on-media version.
-    Version(u32),
     /// The superblock's geometry does not fit this device.
     Geometry,
     /// Neither checkpoint slot holds a valid checkpoint.
@@ -172,4 +179,26 @@ pub enum Corruption {
     JournalGap(u64),
     /// A journal record's CRC matched but it does not decode or apply.
     Record(u64),
+}
+
+/// What this build lacks to read a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unsupported {
+    /// The pool's format version is newer than this build reads.
+    VersionTooNew {
+        /// The pool's version.
+        found: u32,
+        /// The newest version this build reads.
+        newest: u32,
+    },
+    /// The pool's format version is older than this build reads.
+    VersionTooOld {
+        /// The pool's version.
+        found: u32,
+        /// The oldest version this build reads.
+        oldest: u32,
+    },
+    /// The pool has a feature this build does not support: an incompatible one at open, or
+    /// any one [`crate::Pool::enable_feature`] was asked for.
+    Feature(Feature),
 }

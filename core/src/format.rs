@@ -54,10 +54,11 @@ impl<D: BlockDevice> Pool<D> {
 
     /// The uuid of the pool on `dev`, reading only its superblocks; `None` when neither copy is
     /// valid. Unlike [`Pool::open`] (which discards the journal past its tail) it never writes.
-    /// A superblock of another on-media version, or with a geometry that does not validate, is an
-    /// error: the device holds a pool this build cannot read.
+    /// A superblock of a format version this build does not read, with an incompatible feature
+    /// it lacks (`Error::Unsupported`), or with a geometry that does not validate, is an error:
+    /// the device holds a pool this build cannot read.
     pub fn probe(dev: &mut D) -> Result<Option<[u8; 16]>> {
-        match read_superblock(dev, false) {
+        match read_superblock(dev, false).and_then(|sb| sb.check().map(|_| sb)) {
             Ok(sb) => Ok(Some(sb.uuid)),
             Err(Error::Corrupt(Corruption::NoSuperblock)) => Ok(None),
             Err(e) => Err(e),

@@ -95,6 +95,7 @@ mod control;
 mod crc;
 pub mod device;
 mod error;
+pub mod feature;
 mod format;
 mod group;
 mod group_commit;
@@ -114,7 +115,8 @@ pub use crate::changed::{ClusterRun, ClusterRuns};
 pub use crate::cluster::Capacity;
 pub use crc::{crc32c, crc32c_append};
 pub use device::{BlockDevice, DeviceError, DeviceErrorKind, ErrorType};
-pub use error::{Corruption, Error, Field, Limit, ObjectRef, Precondition, Problem, Range, Result};
+pub use error::{Corruption, Error, Field, Limit, ObjectRef, Precondition, Problem, Range, Result, Unsupported};
+pub use feature::{Feature, FeatureSet, Features};
 pub use format::{Progress, DISCARD_CHUNK_MAX};
 pub use group::{Group, GroupSnapshot};
 pub use group_commit::CommitTicket;
@@ -123,7 +125,7 @@ pub use map::{IoTicket, Prepare, Quiesce, ReadMap, ReadSegment, WriteSegment};
 pub use pool::{Epoch, FormatOptions, OpenOptions, PersistTicket, Pool};
 pub use ram::RamDevice;
 pub use snapshot::Snapshot;
-pub use superblock::VERSION;
+pub use superblock::{OLDEST_VERSION, VERSION, VERSION_FEATURES};
 pub use volume::{AccessMode, AccessModes, ContentSource, Provisioning, Publication, Volume, VolumeSpec};
 
 /// Entry points for `fuzz/`: the decoders behind the CRCs, which a fuzzer cannot reach through

@@ -415,7 +415,7 @@ impl<D: BlockDevice> Pool<D> {
         len: u64,
         out: &mut [WriteSegment],
     ) -> Result<(usize, bool)> {
-        self.check_usable()?;
+        self.check_writable()?;
         let cs = u64::from(self.cluster_size());
         let v = self.state.volume(id)?;
         check_range(offset, len, v.spec.size)?;
@@ -499,7 +499,7 @@ impl<D: BlockDevice> Pool<D> {
     /// the bytes unmapped. Durable like writes: across a process crash once persisted, across a
     /// power cut after the next flush or sync.
     pub fn trim(&mut self, id: VolumeId, offset: u64, len: u64) -> Result<u64> {
-        self.check_usable()?;
+        self.check_writable()?;
         let cs = u64::from(self.cluster_size());
         check_range(offset, len, self.state.volume(id)?.spec.size)?;
         let (first, end) = (offset.div_ceil(cs), (offset + len) / cs);
@@ -524,10 +524,12 @@ impl<D: BlockDevice> Pool<D> {
     /// Makes every completed data write and every mapping change durable (NVMe Flush): device
     /// flush, then the pending mapping records in the journal, then another device flush (a hard
     /// commit, which also seals soft frames). Clusters freed since the last hard commit become
-    /// allocatable afterwards. Flushes the device even when nothing is pending.
+    /// allocatable afterwards. Flushes the device even when nothing is pending; on a pool
+    /// mounted read-only ([`Pool::read_only`]) that is all it does (nothing of this mount's is
+    /// pending, and replayed soft frames are left as found).
     pub fn flush(&mut self) -> Result<()> {
         self.check_usable()?;
-        if self.pending.is_empty() && !self.data_dirty && !self.unsealed() {
+        if self.read_only().is_some() || (self.pending.is_empty() && !self.data_dirty && !self.unsealed()) {
             return self
                 .dev
                 .flush()
@@ -554,7 +556,7 @@ impl<D: BlockDevice> Pool<D> {
     /// Whether anything is not durable across a power cut yet: data written since the last hard
     /// commit, records not in the journal, or soft frames not sealed.
     pub fn needs_sync(&self) -> bool {
-        self.data_dirty || self.unsealed() || !self.pending.is_empty()
+        self.read_only().is_none() && (self.data_dirty || self.unsealed() || !self.pending.is_empty())
     }
 
     /// The ticket covering every allocation and trim made so far. A write or trim takes it, under

@@ -7,11 +7,12 @@ use crate::checkpoint::{self, CheckpointHeader};
 use crate::cluster::Capacity;
 use crate::crc::crc32c;
 use crate::device::{BlockDevice, DeviceError, DeviceErrorKind};
-use crate::error::{Corruption, Error, Limit, Result};
+use crate::error::{Corruption, Error, Limit, Result, Unsupported};
+use crate::feature::{Feature, Features};
 use crate::journal::{self, encode_frame, frame_blocks, FrameHeader, FrameMeta, Kind};
 use crate::record::Record;
 use crate::state::{State, Tables};
-use crate::superblock::{self, Geometry, Superblock};
+use crate::superblock::{self, Access, Geometry, SbCopy, Superblock};
 
 /// How to lay out a new pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +84,11 @@ pub struct Pool<D: BlockDevice> {
     pub(crate) geo: Geometry,
     uuid: [u8; 16],
     salt: u32,
+    /// The superblock's generation and features (what [`Pool::enable_feature`] rewrites).
+    sb_generation: u64,
+    features: Features,
+    /// Mounted read-only: the pool has this read-only-compatible feature, which this build lacks.
+    read_only: Option<Feature>,
     pub(crate) state: State,
     /// Next journal sequence number.
     seq: u64,
@@ -156,6 +162,7 @@ impl<D: BlockDevice> Pool<D> {
             uuid: options.uuid,
             generation: 1,
             geo,
+            features: Features::NONE,
         };
         let mut block = vec![0u8; geo.block_usize()];
         sb.encode(&mut block);
@@ -186,8 +193,15 @@ impl<D: BlockDevice> Pool<D> {
     /// Before it returns, everything replayed is made durable: the journal past the tail is
     /// discarded and the device flushed, and soft frames it trusted are sealed by a hard commit, so
     /// a power cut right after a crash-and-reopen loses nothing the reopened pool has shown.
+    ///
+    /// Format features (the `feature` module): a pool of a format version this build does not
+    /// read, or with an incompatible feature it lacks, is refused with `Error::Unsupported`
+    /// before anything past the superblocks is read. A read-only-compatible feature it lacks
+    /// mounts the pool read-only ([`Pool::read_only`]): replayed in memory, nothing written, not
+    /// even the seal of the journal's tail, and every change refused with `Error::ReadOnly`.
     pub fn open_with(mut dev: D, options: OpenOptions) -> Result<Self> {
         let sb = read_superblock(&mut dev, true)?;
+        let access = sb.check()?;
         let geo = sb.geo;
         if geo.block_size != dev.block_size() || geo.block_count > dev.block_count() {
             return Err(Error::Corrupt(Corruption::Geometry));
@@ -212,6 +226,11 @@ impl<D: BlockDevice> Pool<D> {
                     let mut pool = Self::mounted(dev, sb, state, h.generation, h.seq + 1);
                     pool.epoch = options.epoch;
                     pool.replay()?;
+                    if let Access::ReadOnly(feature) = access {
+                        log::warn!("pool mounted read-only: {feature:?} is not supported by this build");
+                        pool.read_only = Some(feature);
+                        return Ok(pool);
+                    }
                     pool.discard_journal_tail()?;
                     pool.seal_after_open()?;
                     return Ok(pool);
@@ -234,6 +253,9 @@ impl<D: BlockDevice> Pool<D> {
             geo: sb.geo,
             uuid: sb.uuid,
             salt: crc32c(&sb.uuid),
+            sb_generation: sb.generation,
+            features: sb.features,
+            read_only: None,
             state,
             seq,
             journal_pos: 0,
@@ -399,6 +421,85 @@ impl<D: BlockDevice> Pool<D> {
         }
     }
 
+    /// As `check_usable`, and refuses every change to a pool mounted read-only.
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        self.check_usable()?;
+        match self.read_only {
+            Some(feature) => Err(Error::ReadOnly(feature)),
+            None => Ok(()),
+        }
+    }
+
+    /// `Some(feature)` when the pool is mounted read-only because it has that
+    /// read-only-compatible feature, which this build lacks: every change is refused with
+    /// `Error::ReadOnly`, reads work.
+    pub fn read_only(&self) -> Option<Feature> {
+        self.read_only
+    }
+
+    /// The pool's format features (all empty: a version-3 pool).
+    pub fn features(&self) -> Features {
+        self.features
+    }
+
+    /// The on-media format version of the pool's superblock: 3 without features, 4 with.
+    pub fn format_version(&self) -> u32 {
+        self.sb().version()
+    }
+
+    fn sb(&self) -> Superblock {
+        Superblock {
+            uuid: self.uuid,
+            generation: self.sb_generation,
+            geo: self.geo,
+            features: self.features,
+        }
+    }
+
+    /// Sets `feature` on the pool, for good: `Ok(false)` if it was set already. From now on
+    /// only builds that support it open the pool (read-write for a compatible one; an
+    /// incompatible one makes builds without it refuse the pool, a read-only-compatible one
+    /// makes them mount it read-only). Firmware that reads only format version 3 refuses the
+    /// pool after any feature is set: the caller decides when that is allowed (the appliance
+    /// does it only on a committed firmware slot, and logs it). Refused for a feature this
+    /// build does not support (`Error::Unsupported`).
+    ///
+    /// Rewrites both superblocks with the next generation, one at a time (erase, write, flush):
+    /// a power cut leaves either copy valid, and open takes the newer, so the pool has the
+    /// feature or does not, never half. Nothing that depends on the feature is written before
+    /// this returns.
+    pub fn enable_feature(&mut self, feature: Feature) -> Result<bool> {
+        self.check_writable()?;
+        if !feature.supported() {
+            return Err(Error::Unsupported(Unsupported::Feature(feature)));
+        }
+        if self.features.contains(feature) {
+            return Ok(false);
+        }
+        let mut sb = self.sb();
+        sb.generation += 1;
+        sb.features = sb.features.with(feature);
+        let mut block = vec![0u8; self.geo.block_usize()];
+        sb.encode(&mut block);
+        let result = (0..2).try_for_each(|copy| {
+            self.dev.discard(copy, 1).map_err(dev_err)?;
+            self.dev.write(copy, &block).map_err(dev_err)?;
+            self.dev.flush().map_err(dev_err)
+        });
+        if let Err(Error::Device(kind)) = result {
+            // Which copy reached the medium is unknown until reopened.
+            self.failed = Some(kind);
+        }
+        result?;
+        self.sb_generation = sb.generation;
+        self.features = sb.features;
+        log::info!(
+            "pool feature {feature:?} enabled (superblock generation {})",
+            sb.generation
+        );
+        Ok(true)
+    }
+
     /// Refuses operations that grow the tables once a checkpoint might no longer fit with room to
     /// spare: deletions must always remain possible.
     pub(crate) fn check_metadata_room(&self, growth: u64) -> Result<()> {
@@ -417,7 +518,7 @@ impl<D: BlockDevice> Pool<D> {
     /// `growth` estimates how much the tables grow beyond the record itself.
     /// In group-commit mode the record is staged instead (`group_commit` module).
     pub(crate) fn run(&mut self, rec: Record, growth: u64) -> Result<()> {
-        self.check_usable()?;
+        self.check_writable()?;
         self.state.validate(&rec)?;
         if rec.shares_volume_clusters() {
             self.quiesce_writes();
@@ -454,7 +555,8 @@ impl<D: BlockDevice> Pool<D> {
     }
 
     pub(crate) fn set_epoch_inner(&mut self, epoch: Epoch) -> Result<()> {
-        if self.unsealed && self.epoch != Some(epoch) {
+        // A read-only mount writes nothing: replayed soft frames stay as found.
+        if self.unsealed && self.epoch != Some(epoch) && self.read_only.is_none() {
             // Frames of the old epoch would be dropped after a crash in the new one.
             self.commit(None, 0, Commit::Hard)?;
             self.state.alloc.release_pending();
@@ -472,6 +574,8 @@ impl<D: BlockDevice> Pool<D> {
     /// medium is unknown until reopened. After a hard commit the caller releases pending clusters
     /// (once it has applied its op); a soft commit that turns hard does so itself.
     pub(crate) fn commit(&mut self, op: Option<&Record>, growth: u64, kind: Commit) -> Result<()> {
+        // Every write of a mounted pool goes through here: a read-only one never reaches it.
+        self.check_writable()?;
         let result = match kind {
             Commit::Hard => self.commit_hard(op, growth),
             Commit::Soft => self.commit_soft(),
@@ -690,25 +794,31 @@ fn data_clusters(geo: &Geometry) -> Result<usize> {
 
 /// The valid superblock copy with the highest generation. `warn`: log each invalid copy (on
 /// open a damaged copy is news; on a probe of a device that may be blank it is noise).
+///
+/// The newest copy decides even when this build cannot read it (a newer format version): an
+/// older copy is what the pool was before the newer one was written, so mounting it would
+/// misread the pool.
 pub(crate) fn read_superblock<D: BlockDevice>(dev: &mut D, warn: bool) -> Result<Superblock> {
     let bs = usize::try_from(dev.block_size()).map_err(|_| Error::Corrupt(Corruption::Geometry))?;
     if bs < superblock::LEN || dev.block_count() < 2 {
         return Err(Error::Corrupt(Corruption::NoSuperblock));
     }
     let mut block = vec![0u8; bs];
-    let mut best: Option<Superblock> = None;
-    let mut version_err = None;
+    let mut best: Option<SbCopy> = None;
     for copy in 0..2 {
         dev.read(copy, &mut block).map_err(dev_err)?;
         match Superblock::decode(&block) {
-            Ok(Some(sb)) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
-            Ok(Some(_)) => {}
-            Ok(None) if warn => log::warn!("superblock copy {copy} invalid"),
-            Ok(None) => {}
-            Err(e) => version_err = Some(e),
+            Some(sb) if best.is_none_or(|b| sb.generation() > b.generation()) => best = Some(sb),
+            Some(_) => {}
+            None if warn => log::warn!("superblock copy {copy} invalid"),
+            None => {}
         }
     }
-    best.ok_or(version_err.unwrap_or(Error::Corrupt(Corruption::NoSuperblock)))
+    match best {
+        Some(SbCopy::Readable(sb)) => Ok(sb),
+        Some(SbCopy::Unreadable { error, .. }) => Err(error),
+        None => Err(Error::Corrupt(Corruption::NoSuperblock)),
+    }
 }
 
 fn read_checkpoint<D: BlockDevice>(

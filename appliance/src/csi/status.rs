@@ -256,7 +256,13 @@ pub fn from_core(ids: Ids<'_>, e: CoreError) -> Status {
             ),
             Problem::Unsupported => format!("{} has an unsupported value", field(f)),
         }),
-        CoreError::Corrupt(c) => Status::data_loss(format!("pool metadata is damaged: {c:?}")),
+        CoreError::Corrupt(c) => Status::data_loss(format!(
+            "pool metadata is damaged: {}",
+            crate::pool_words::corruption(c)
+        )),
+        // The pool is fine; this firmware is not the one for it: the operator boots another.
+        CoreError::Unsupported(u) => Status::failed_precondition(crate::pool_words::unsupported(u)),
+        CoreError::ReadOnly(f) => Status::failed_precondition(crate::pool_words::read_only(f)),
         CoreError::Device(kind) => Status::internal(format!("storage device error: {kind}")),
     }
 }
@@ -264,8 +270,10 @@ pub fn from_core(ids: Ids<'_>, e: CoreError) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgevol_core::feature::TEST_FEATURE_X;
     use edgevol_core::{
-        Corruption, DeviceErrorKind, GroupId, GroupSnapshotId, SnapshotId, VolumeId,
+        Corruption, DeviceErrorKind, Feature, FeatureSet, GroupId, GroupSnapshotId, SnapshotId,
+        Unsupported, VolumeId,
     };
     use tonic::Code;
 
@@ -319,7 +327,28 @@ mod tests {
             (
                 CoreError::Corrupt(Corruption::JournalGap(9)),
                 Code::DataLoss,
-                "JournalGap(9)",
+                "journal record 9 is damaged",
+            ),
+            (
+                CoreError::Unsupported(Unsupported::VersionTooNew {
+                    found: 5,
+                    newest: 4,
+                }),
+                Code::FailedPrecondition,
+                "pool format version 5 is newer than this firmware supports (4)",
+            ),
+            (
+                CoreError::Unsupported(Unsupported::Feature(TEST_FEATURE_X)),
+                Code::FailedPrecondition,
+                "pool uses incompatible feature test-feature-x (bit 63), this firmware (version",
+            ),
+            (
+                CoreError::ReadOnly(Feature {
+                    set: FeatureSet::ReadOnlyCompatible,
+                    bit: 5,
+                }),
+                Code::FailedPrecondition,
+                "the pool is read-only: it uses read-only-compatible feature bit 5",
             ),
             (
                 CoreError::Device(DeviceErrorKind::Io),

@@ -61,3 +61,31 @@ async fn a_pool_that_cannot_open_ends_the_daemon_with_its_error() {
     assert!(matches!(e, DaemonError::Pool(_)), "want Pool, got {e:?}");
     assert_eq!(e.exit_code(), 1);
 }
+
+/// A pool written by firmware with a feature this one lacks: the daemon stops with the pool's
+/// words and exit status 78 (EX_CONFIG), which image/init reports instead of restarting.
+#[tokio::test]
+async fn a_pool_this_firmware_cannot_read_ends_the_daemon_with_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = dir.path().join("pool.img");
+    drop(crate::pool::open(std::slice::from_ref(&device), true).unwrap());
+    let feature = edgevol_core::Feature {
+        set: edgevol_core::FeatureSet::Incompatible,
+        bit: 5,
+    };
+    crate::pool::restamp(&device, 4, edgevol_core::Features::NONE.with(feature));
+    let e = ends(config(dir.path(), &device)).await;
+    assert!(
+        matches!(
+            e,
+            DaemonError::Pool(crate::pool::PoolError::Unsupported { .. })
+        ),
+        "want Unsupported, got {e:?}"
+    );
+    assert_eq!(e.exit_code(), 78);
+    assert!(
+        e.to_string()
+            .contains("pool uses incompatible feature bit 5"),
+        "{e}"
+    );
+}

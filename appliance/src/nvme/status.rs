@@ -104,6 +104,13 @@ pub fn from_core(e: &Error) -> TargetStatus {
         Error::AlreadyExists(_) | Error::InvalidArgument(..) => internal,
         // Damaged metadata: nothing the host can fix or retry into success soon.
         Error::Corrupt(_) => internal,
+        // A pool mounted read-only (a read-only-compatible feature this firmware lacks): the
+        // whole namespace is write protected until other firmware runs, as a read-only
+        // publication's is (NVMe base spec, Generic Command Status 20h, Namespace is Write
+        // Protected; Linux NVME_SC_NS_WRITE_PROTECTED, seen by the host as EROFS / BLK_STS_IOERR).
+        Error::ReadOnly(_) => TargetStatus::NamespaceWriteProtected,
+        // Only refused at open: a mounted pool never answers an I/O command with it.
+        Error::Unsupported(_) => internal,
         // Core reports device errors of its own metadata I/O (commits): not the host's data.
         Error::Device(_) => internal,
     }
@@ -220,6 +227,21 @@ mod tests {
     fn corrupt_metadata_is_internal() {
         let s = from_core(&Error::Corrupt(Corruption::JournalGap(9)));
         assert_eq!(wire(s), INTERNAL);
+    }
+
+    #[test]
+    fn a_read_only_pool_is_write_protected_and_unsupported_is_internal() {
+        let f = edgevol_core::Feature {
+            set: edgevol_core::FeatureSet::ReadOnlyCompatible,
+            bit: 5,
+        };
+        // Generic 0x20 (Namespace is Write Protected), do not retry.
+        assert_eq!(wire(from_core(&Error::ReadOnly(f))), (0, 0x20, true));
+        let u = edgevol_core::Unsupported::VersionTooNew {
+            found: 5,
+            newest: 4,
+        };
+        assert_eq!(wire(from_core(&Error::Unsupported(u))), INTERNAL);
     }
 
     #[test]
