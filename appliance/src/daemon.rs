@@ -233,16 +233,20 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let pool_open = {
         let state = state.clone();
         let (devices, dev, blank) = (config.devices.clone(), config.dev, config.format_blank);
+        let fw = firmware.as_ref().map(|(fw, _)| fw.clone());
         tokio::task::spawn_blocking(move || {
-            let pool = open_pool(&devices, dev, blank).map_err(DaemonError::Pool)?;
+            let mut pool = open_pool(&devices, dev, blank).map_err(DaemonError::Pool)?;
+            // Before the pool is installed: the firmware service refuses updates and rollbacks
+            // until this told it the pool in use.
+            crate::pool_features::after_open(&mut pool, fw.as_ref());
             let c = pool.capacity();
+            state.set_pool(pool);
             tracing::info!(
                 total = c.total,
                 free = c.free,
                 used = c.used,
                 "pool open: ready"
             );
-            state.set_pool(pool);
             Ok(())
         })
     };

@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod naming;
 pub mod nvme;
 pub mod pool;
+pub mod pool_features;
 pub mod pool_words;
 pub mod progress;
 pub mod qos;

@@ -53,10 +53,11 @@ pub async fn activate(channel: &Channel) -> Result<String, String> {
     Ok(answer.into_inner().slot)
 }
 
-/// Rolls back; returns the slot the next boot runs.
-pub async fn rollback(channel: &Channel) -> Result<String, String> {
+/// Rolls back; returns the slot the next boot runs. Without `force` the appliance refuses a
+/// slot whose firmware cannot read and write its pool (the error says what it would do).
+pub async fn rollback(channel: &Channel, force: bool) -> Result<String, String> {
     let answer = FirmwareClient::new(channel.clone())
-        .rollback(FirmwareRollbackRequest {})
+        .rollback(FirmwareRollbackRequest { force })
         .await
         .map_err(call_err("Firmware.Rollback"))?;
     Ok(answer.into_inner().slot)

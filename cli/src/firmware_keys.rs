@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use edgevol_firmware::bundle::{self, Manifest};
 use edgevol_firmware::key::{KeyId, SigningKey, VerifyingKey};
+use edgevol_firmware::pool_format::PoolFormat;
 use edgevol_pki::files::write_atomic;
 
 /// File name of the signing key in the PKI directory (PEM, mode 0600).
@@ -63,6 +64,11 @@ pub struct SignRequest<'a> {
     pub arch: &'a str,
     /// Where the bundle goes.
     pub out: &'a Path,
+    /// The pools the firmware reads (a `pool-format` line, as edgevold records it in its slot:
+    /// `edgevol-pool-format 1 versions 3-4 compatible 0x0 read-only-compatible 0x0
+    /// incompatible 0x0`), declared in a format-2 manifest. `None`: a format-1 manifest, read
+    /// as firmware that reads exactly pool format version 3, which every firmware accepts.
+    pub pool_format: Option<&'a str>,
 }
 
 /// Builds, signs and writes a bundle; returns its manifest.
@@ -73,8 +79,19 @@ pub fn sign(req: &SignRequest<'_>) -> Result<Manifest, String> {
     let key = SigningKey::from_pem(&pem).map_err(|e| format!("{}: {e}", req.key.display()))?;
     let kernel = read(req.kernel)?;
     let initramfs = read(req.initramfs)?;
-    let signed = bundle::build(&key, req.arch, req.version, &kernel, &initramfs)
-        .map_err(|e| e.to_string())?;
+    let signed = match req.pool_format {
+        Some(line) => {
+            let reads = PoolFormat::from_line(&format!("{}\n", line.trim_end())).ok_or_else(|| {
+                format!(
+                    "--pool-format {line:?}: expected \"edgevol-pool-format 1 versions OLDEST-NEWEST \
+                     compatible 0xHEX read-only-compatible 0xHEX incompatible 0xHEX\""
+                )
+            })?;
+            bundle::build_declaring(&key, req.arch, req.version, reads, &kernel, &initramfs)
+        }
+        None => bundle::build(&key, req.arch, req.version, &kernel, &initramfs),
+    }
+    .map_err(|e| e.to_string())?;
     write_atomic(req.out, &signed, 0o644).map_err(|e| e.to_string())?;
     bundle::inspect(&signed).map_err(|e| e.to_string())
 }
@@ -94,7 +111,7 @@ pub fn verify(bundle_path: &Path, public: &Path, arch: &str) -> Result<Manifest,
 pub fn render_manifest(m: &Manifest) -> String {
     let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
     format!(
-        "version    {}\narch       {}\nsigned by  key {}\nkernel     {} bytes sha256 {}\ninitramfs  {} bytes sha256 {}\n",
+        "version    {}\narch       {}\nsigned by  key {}\nkernel     {} bytes sha256 {}\ninitramfs  {} bytes sha256 {}\nreads      {}{}\n",
         m.version,
         m.arch,
         m.key_id,
@@ -102,6 +119,12 @@ pub fn render_manifest(m: &Manifest) -> String {
         hex(&m.kernel.sha256),
         m.initramfs.len,
         hex(&m.initramfs.sha256),
+        m.pool_format(),
+        if m.declared_pool_format.is_some() {
+            ""
+        } else {
+            " (not declared: a format-1 manifest)"
+        },
     )
 }
 
@@ -135,9 +158,46 @@ mod tests {
             version: "0.2.0",
             arch: "x86_64",
             out: &out,
+            pool_format: None,
         })
         .unwrap();
         assert_eq!(manifest.key_id, files.id);
+        assert_eq!(manifest.pool_format(), PoolFormat::V3_ONLY);
+        assert!(
+            render_manifest(&manifest).contains("reads      pool format version 3 (not declared")
+        );
+        // Declared: signed into the manifest, shown back.
+        let line = "edgevol-pool-format 1 versions 3-4 compatible 0x0 read-only-compatible 0x0 incompatible 0x8000000000000000";
+        let declared = sign(&SignRequest {
+            key: &files.private,
+            kernel: &kernel,
+            initramfs: &initramfs,
+            version: "0.3.0",
+            arch: "x86_64",
+            out: &dir.path().join("declared.bundle"),
+            pool_format: Some(line),
+        })
+        .unwrap();
+        assert_eq!(
+            verify(&dir.path().join("declared.bundle"), &files.public, "x86_64").unwrap(),
+            declared
+        );
+        assert_eq!(
+            declared.pool_format().to_line().trim_end(),
+            line,
+            "what the appliance compares with its pool"
+        );
+        let bad = sign(&SignRequest {
+            key: &files.private,
+            kernel: &kernel,
+            initramfs: &initramfs,
+            version: "0.4.0",
+            arch: "x86_64",
+            out: &dir.path().join("bad.bundle"),
+            pool_format: Some("versions 3-4"),
+        })
+        .unwrap_err();
+        assert!(bad.contains("--pool-format"), "{bad}");
         assert_eq!(verify(&out, &files.public, "x86_64").unwrap(), manifest);
         let wrong_arch = verify(&out, &files.public, "aarch64").unwrap_err();
         assert!(wrong_arch.contains("architecture"), "{wrong_arch}");
@@ -161,6 +221,7 @@ mod tests {
             version: "1",
             arch: "x86_64",
             out: &dir.path().join("out"),
+            pool_format: None,
         })
         .unwrap_err();
         assert!(err.contains("PEM"), "{err}");

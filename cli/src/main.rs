@@ -180,6 +180,11 @@ enum RemoteFirmware {
     Rollback {
         #[command(flatten)]
         appliance: Appliance,
+        /// Roll back even to a slot whose firmware cannot read (or write) the pool: it boots,
+        /// leaves the pool untouched and does not serve it, so the box is out of service until
+        /// it boots firmware that reads the pool (from its console).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -336,6 +341,14 @@ enum PkiCommand {
         /// The bundle to write.
         #[arg(long)]
         out: PathBuf,
+        /// The pools the firmware reads, as its edgevold records them in its slot
+        /// ("edgevol-pool-format 1 versions 3-4 compatible 0x0 read-only-compatible 0x0
+        /// incompatible 0x0"): declared, signed, in the manifest, so appliances refuse an update
+        /// that cannot read their pool. Without it the bundle declares nothing and is read as
+        /// firmware that reads exactly pool format version 3 (what firmware predating the
+        /// declaration accepts).
+        #[arg(long)]
+        pool_format: Option<String>,
     },
     /// Check a firmware bundle against a verification key, as the appliance does.
     VerifyFirmware {
@@ -432,6 +445,7 @@ fn run(command: Command) -> Result<(), String> {
                     version,
                     arch,
                     out,
+                    pool_format,
                 },
         } => {
             let manifest = firmware_keys::sign(&SignRequest {
@@ -441,6 +455,7 @@ fn run(command: Command) -> Result<(), String> {
                 version: &version,
                 arch: &arch,
                 out: &out,
+                pool_format: pool_format.as_deref(),
             })?;
             println!("bundle {}", out.display());
             print!("{}", firmware_keys::render_manifest(&manifest));
@@ -625,9 +640,9 @@ fn remote_firmware(command: RemoteFirmware) -> Result<(), String> {
                 let slot = firmware::activate(&channel).await?;
                 Ok(format!("rebooting into slot {slot}\n"))
             }
-            RemoteFirmware::Rollback { appliance } => {
+            RemoteFirmware::Rollback { appliance, force } => {
                 let channel = appliance.channel().await?;
-                let slot = firmware::rollback(&channel).await?;
+                let slot = firmware::rollback(&channel, force).await?;
                 Ok(format!(
                     "the next boot runs slot {slot} (`edgevol firmware activate` reboots now)\n"
                 ))

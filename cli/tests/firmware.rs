@@ -22,6 +22,8 @@ use common::ok;
 struct Box_ {
     dir: tempfile::TempDir,
     key: SigningKey,
+    /// The key as the operator keeps it (PKCS#8 PEM), for `edgevol pki sign-firmware`.
+    key_pem: String,
 }
 
 impl Box_ {
@@ -41,14 +43,14 @@ impl Box_ {
         std::fs::write(boot.join("ldlinux.sys"), ldlinux).unwrap();
         std::fs::write(boot.join("slot-a/vmlinuz"), b"kernel 1.0").unwrap();
         std::fs::write(boot.join("slot-a/initramfs.gz"), b"initramfs 1.0").unwrap();
-        let (key, _) = SigningKey::generate().unwrap();
+        let (key, key_pem) = SigningKey::generate().unwrap();
         std::fs::write(
             dir.path().join("firmware.pub"),
             key.verifying_key().to_hex(),
         )
         .unwrap();
         std::fs::write(dir.path().join("watchdog"), b"").unwrap();
-        Box_ { dir, key }
+        Box_ { dir, key, key_pem }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -263,4 +265,132 @@ async fn a_trial_that_never_confirms_rolls_back_and_says_why() {
         "{status}"
     );
     running.stop().await.unwrap();
+}
+
+/// Gives the dev pool at `path` (4 KiB blocks) format version 4 with an unknown *compatible*
+/// feature bit, as firmware that writes such a feature leaves it: this build still opens it
+/// read-write, firmware that reads only version 3 does not. The superblock layout of core's
+/// `superblock.rs`, spelled out.
+fn make_pool_version_4(path: &Path) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut head = vec![0u8; 8192];
+    file.read_exact_at(&mut head, 0).unwrap();
+    for copy in 0..2 {
+        let sb = &mut head[copy * 4096..copy * 4096 + 100];
+        sb[8..12].copy_from_slice(&4u32.to_le_bytes());
+        let crc = edgevol_core::crc32c(&sb[..68]);
+        sb[68..72].copy_from_slice(&crc.to_le_bytes());
+        sb[72..80].copy_from_slice(&(1u64 << 5).to_le_bytes());
+        sb[80..96].fill(0);
+        let crc = edgevol_core::crc32c(&sb[..96]);
+        sb[96..100].copy_from_slice(&crc.to_le_bytes());
+    }
+    file.write_all_at(&head, 0).unwrap();
+    file.sync_all().unwrap();
+}
+
+/// What a firmware that reads format versions 3-4 declares (this build, and the one written
+/// here as "2.0").
+const READS_3_TO_4: &str =
+    "edgevol-pool-format 1 versions 3-4 compatible 0x0 read-only-compatible 0x0 incompatible 0x0";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_and_rollbacks_that_cannot_read_the_pool_are_refused() {
+    let b = Box_::new();
+    let data = b.path("data");
+    // First boot formats the pool (version 3); then the pool becomes version 4.
+    b.boot(SlotId::A, "1.0").await.stop().await.unwrap();
+    make_pool_version_4(&data.join("pool.img"));
+    let running = b.boot(SlotId::A, "1.0").await;
+    assert_eq!(
+        std::fs::read_to_string(b.path("boot/slot-a/pool-format")).unwrap(),
+        format!("{READS_3_TO_4}\n"),
+        "the running slot records what it reads"
+    );
+
+    // A bundle declaring nothing reads exactly version 3: refused, nothing written.
+    let old = b.bundle(&b.key, "x86_64", "0.9");
+    let e = err(&firmware(&running, &data, "admin", &["update", old.to_str().unwrap()]).await);
+    assert!(
+        e.contains("firmware 0.9 cannot use the pool in use (the pool's format version 4 is newer than it supports (3): it would refuse the pool); bundle refused, nothing written"),
+        "{e}"
+    );
+    assert!(!b.path("boot/slot-b/vmlinuz").exists(), "nothing written");
+
+    // One declaring 3-4, signed by the CLI as an operator does, goes in; its slot records it.
+    let kernel = b.path("kernel-2.0");
+    let initramfs = b.path("initramfs-2.0");
+    std::fs::write(&kernel, b"kernel 2.0").unwrap();
+    std::fs::write(&initramfs, b"initramfs 2.0").unwrap();
+    let signing = b.path("firmware.key");
+    std::fs::write(&signing, &b.key_pem).unwrap();
+    let new = b.path("2.0.bundle");
+    let out = Command::new(env!("CARGO_BIN_EXE_edgevol"))
+        .args([
+            "pki",
+            "sign-firmware",
+            "--version",
+            "2.0",
+            "--pool-format",
+            READS_3_TO_4,
+        ])
+        .arg("--key")
+        .arg(&signing)
+        .arg("--kernel")
+        .arg(&kernel)
+        .arg("--initramfs")
+        .arg(&initramfs)
+        .arg("--out")
+        .arg(&new)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("reads      pool format versions 3-4"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    ok(&firmware(&running, &data, "admin", &["update", new.to_str().unwrap()]).await);
+    assert_eq!(
+        std::fs::read_to_string(b.path("boot/slot-b/pool-format")).unwrap(),
+        format!("{READS_3_TO_4}\n")
+    );
+    ok(&firmware(&running, &data, "admin", &["activate"]).await);
+    wait_for(&b.path("rebooted")).await;
+    running.stop().await.unwrap();
+    // Slot A is now taken for firmware that reads version 3 only (what a slot written before
+    // the record, or by such firmware, is).
+    std::fs::remove_file(b.path("boot/slot-a/pool-format")).unwrap();
+
+    assert_eq!(b.loader_pick(), SlotId::B);
+    let running = b.boot(SlotId::B, "2.0").await;
+    let mut status = String::new();
+    for _ in 0..100 {
+        status = ok(&firmware(&running, &data, "admin", &["status"]).await);
+        if status.contains("slot B     good") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(status.contains("primary    slot B"), "{status}");
+    let e = err(&firmware(&running, &data, "admin", &["rollback"]).await);
+    assert!(
+        e.contains("slot A (version 1.0) cannot use the pool in use (the pool's format version 4 is newer than it supports (3): it would refuse the pool); rollback refused, nothing changed. With --force it boots anyway"),
+        "{e}"
+    );
+    let unchanged = ok(&firmware(&running, &data, "admin", &["status"]).await);
+    assert!(unchanged.contains("primary    slot B"), "{unchanged}");
+    let out = ok(&firmware(&running, &data, "admin", &["rollback", "--force"]).await);
+    assert!(out.contains("the next boot runs slot A"), "{out}");
+    running.stop().await.unwrap();
+    assert_eq!(b.loader_pick(), SlotId::A);
 }

@@ -15,12 +15,16 @@ use std::path::{Path, PathBuf};
 use ring::digest::{Context, SHA256};
 
 use crate::bootenv::{self, ADV_LEN, GRUBENV_LEN};
+use crate::pool_format::PoolFormat;
 use crate::slots::{BootEnv, SlotId};
 
 /// Kernel file name in a slot directory.
 pub const KERNEL: &str = "vmlinuz";
 /// Initramfs file name in a slot directory.
 pub const INITRAMFS: &str = "initramfs.gz";
+/// The pools the slot's firmware reads ([`PoolFormat::to_line`]); absent in slots written by
+/// firmware from before it, which read exactly format version 3.
+pub const POOL_FORMAT: &str = "pool-format";
 
 /// A boot-partition operation that failed.
 #[derive(Debug)]
@@ -100,6 +104,27 @@ impl BootDir {
             verify_from_device(&path, data)?;
         }
         sync_dir(&dir)
+    }
+
+    /// Records which pools the slot's firmware reads: written, synced, read back.
+    pub fn write_pool_format(&self, slot: SlotId, format: &PoolFormat) -> Result<(), BootDirError> {
+        let dir = self.root.join(bootenv::slot_dir(slot));
+        std::fs::create_dir_all(&dir).map_err(|e| BootDirError::Io(dir.clone(), e))?;
+        let path = dir.join(POOL_FORMAT);
+        let line = format.to_line();
+        write_synced(&path, line.as_bytes())?;
+        verify_from_device(&path, line.as_bytes())?;
+        sync_dir(&dir)
+    }
+
+    /// Which pools the slot's firmware reads. No file (a slot written by firmware from before
+    /// the file, or a factory image) or one that does not parse (a cut while it was written):
+    /// exactly format version 3, the least any slot reads, so a check never over-trusts a slot.
+    pub fn read_pool_format(&self, slot: SlotId) -> PoolFormat {
+        std::fs::read_to_string(self.slot_file(slot, POOL_FORMAT))
+            .ok()
+            .and_then(|text| PoolFormat::from_line(&text))
+            .unwrap_or(PoolFormat::V3_ONLY)
     }
 
     /// Makes the loaders do what `env` says: GRUB's `grubenv`, syslinux's `DEFAULT` and its

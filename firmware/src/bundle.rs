@@ -5,12 +5,16 @@
 //! 0             8     magic "EVFWBDL1"
 //! 8             4     manifest length M (u32 LE, at most MAX_MANIFEST_LEN)
 //! 12            M     manifest:
-//!                       u16 format (1)
+//!                       u16 format (1 or 2)
 //!                       u8 n, n bytes   architecture ("x86_64"; 1..=32 of [a-z0-9_])
 //!                       u8 n, n bytes   version (1..=64 printable ASCII, no space)
 //!                       8 bytes         key id of the signing key
 //!                       u64, 32 bytes   kernel length, SHA-256
 //!                       u64, 32 bytes   initramfs length, SHA-256
+//!                     format 2 only, the pools the firmware reads (`pool_format`):
+//!                       u32, u32        oldest and newest pool format version
+//!                       u64 x 3         compatible, read-only-compatible, incompatible
+//!                                       features it supports
 //! 12+M          64    Ed25519 signature over bytes [0, 12+M)
 //! 76+M          K     kernel
 //! 76+M+K        I     initramfs (end of file: nothing may follow)
@@ -21,17 +25,26 @@
 //! in order: framing and lengths (a truncated bundle is named as such), the key id, the
 //! signature, the architecture, then both digests. Only a bundle passing all of them yields a
 //! [`Verified`], the only way to reach the parts.
+//!
+//! A format-1 manifest declares no pool format: such a bundle is read as firmware that reads
+//! exactly pool format version 3 with no feature ([`PoolFormat::V3_ONLY`]), which is what every
+//! firmware before format 2 does. [`build`] still writes format 1 (firmware that predates format
+//! 2 refuses a format-2 bundle, so an update from it needs one); [`build_declaring`] writes
+//! format 2.
 
 use std::fmt;
 
 use ring::digest::{digest, SHA256};
 
 use crate::key::{KeyId, SigningKey, VerifyingKey, KEY_ID_LEN, SIGNATURE_LEN};
+use crate::pool_format::PoolFormat;
 
 /// First bytes of every bundle.
 pub const MAGIC: [u8; 8] = *b"EVFWBDL1";
-/// The manifest layout this crate reads and writes.
-pub const FORMAT: u16 = 1;
+/// The newest manifest layout this crate reads and writes: with the pool format.
+pub const FORMAT: u16 = 2;
+/// The manifest layout without the pool format (read as [`PoolFormat::V3_ONLY`]).
+pub const FORMAT_WITHOUT_POOL_FORMAT: u16 = 1;
 /// Bound on the manifest, checked before anything else is read.
 pub const MAX_MANIFEST_LEN: u32 = 1024;
 const PREFIX_LEN: usize = MAGIC.len() + 4;
@@ -143,6 +156,17 @@ pub struct Manifest {
     pub kernel: PartInfo,
     /// Initramfs length and SHA-256.
     pub initramfs: PartInfo,
+    /// The pools the firmware reads, as its manifest declares them (format 2); `None`: a
+    /// format-1 manifest, see [`Manifest::pool_format`].
+    pub declared_pool_format: Option<PoolFormat>,
+}
+
+impl Manifest {
+    /// The pools the firmware reads: as declared, or for a format-1 manifest exactly format
+    /// version 3 with no feature, all that firmware from before the declaration can read.
+    pub fn pool_format(&self) -> PoolFormat {
+        self.declared_pool_format.unwrap_or(PoolFormat::V3_ONLY)
+    }
 }
 
 /// Length and digest of one part.
@@ -219,7 +243,8 @@ pub fn inspect(bundle: &[u8]) -> Result<Manifest, BundleError> {
     frame(bundle).map(|f| f.manifest)
 }
 
-/// Builds and signs a bundle.
+/// Builds and signs a bundle with a format-1 manifest: it declares no pool format, so it is
+/// read as firmware that reads exactly pool format version 3, and every firmware accepts it.
 pub fn build(
     key: &SigningKey,
     arch: &str,
@@ -227,14 +252,44 @@ pub fn build(
     kernel: &[u8],
     initramfs: &[u8],
 ) -> Result<Vec<u8>, BundleError> {
+    build_manifest(key, arch, version, None, kernel, initramfs)
+}
+
+/// Builds and signs a bundle declaring the pools its firmware reads (a format-2 manifest).
+/// Firmware from before format 2 refuses it ("unsupported bundle format 2").
+pub fn build_declaring(
+    key: &SigningKey,
+    arch: &str,
+    version: &str,
+    pool_format: PoolFormat,
+    kernel: &[u8],
+    initramfs: &[u8],
+) -> Result<Vec<u8>, BundleError> {
+    build_manifest(key, arch, version, Some(pool_format), kernel, initramfs)
+}
+
+fn build_manifest(
+    key: &SigningKey,
+    arch: &str,
+    version: &str,
+    declared_pool_format: Option<PoolFormat>,
+    kernel: &[u8],
+    initramfs: &[u8],
+) -> Result<Vec<u8>, BundleError> {
     check_arch(arch)?;
     check_version(version)?;
+    if declared_pool_format.is_some_and(|f| f.oldest > f.newest) {
+        return Err(BundleError::Malformed(
+            "pool format: oldest version above newest",
+        ));
+    }
     let manifest = Manifest {
         arch: arch.to_owned(),
         version: version.to_owned(),
         key_id: key.verifying_key().id(),
         kernel: PartInfo::of(kernel),
         initramfs: PartInfo::of(initramfs),
+        declared_pool_format,
     };
     let encoded = encode_manifest(&manifest);
     let manifest_len = u32::try_from(encoded.len())
@@ -316,7 +371,11 @@ fn frame(bundle: &[u8]) -> Result<Framed<'_>, BundleError> {
 
 fn encode_manifest(m: &Manifest) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
-    out.extend_from_slice(&FORMAT.to_le_bytes());
+    let format = match m.declared_pool_format {
+        Some(_) => FORMAT,
+        None => FORMAT_WITHOUT_POOL_FORMAT,
+    };
+    out.extend_from_slice(&format.to_le_bytes());
     for text in [&m.arch, &m.version] {
         // Both were bounded by check_arch/check_version (at most 64 bytes).
         out.push(u8::try_from(text.len()).unwrap_or(u8::MAX));
@@ -327,13 +386,20 @@ fn encode_manifest(m: &Manifest) -> Vec<u8> {
         out.extend_from_slice(&part.len.to_le_bytes());
         out.extend_from_slice(&part.sha256);
     }
+    if let Some(p) = &m.declared_pool_format {
+        out.extend_from_slice(&p.oldest.to_le_bytes());
+        out.extend_from_slice(&p.newest.to_le_bytes());
+        for word in [p.compatible, p.read_only_compatible, p.incompatible] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+    }
     out
 }
 
 fn decode_manifest(bytes: &[u8]) -> Result<Manifest, BundleError> {
     let mut r = Reader(bytes);
     let format = u16::from_le_bytes(r.array()?);
-    if format != FORMAT {
+    if format != FORMAT && format != FORMAT_WITHOUT_POOL_FORMAT {
         return Err(BundleError::UnsupportedFormat(format));
     }
     let arch = r.text()?;
@@ -349,6 +415,23 @@ fn decode_manifest(bytes: &[u8]) -> Result<Manifest, BundleError> {
     };
     let kernel = part()?;
     let initramfs = part()?;
+    let declared_pool_format = if format == FORMAT {
+        let pool_format = PoolFormat {
+            oldest: u32::from_le_bytes(r.array()?),
+            newest: u32::from_le_bytes(r.array()?),
+            compatible: u64::from_le_bytes(r.array()?),
+            read_only_compatible: u64::from_le_bytes(r.array()?),
+            incompatible: u64::from_le_bytes(r.array()?),
+        };
+        if pool_format.oldest > pool_format.newest {
+            return Err(BundleError::Malformed(
+                "pool format: oldest version above newest",
+            ));
+        }
+        Some(pool_format)
+    } else {
+        None
+    };
     if !r.0.is_empty() {
         return Err(BundleError::Malformed("bytes after the manifest fields"));
     }
@@ -358,6 +441,7 @@ fn decode_manifest(bytes: &[u8]) -> Result<Manifest, BundleError> {
         key_id,
         kernel,
         initramfs,
+        declared_pool_format,
     })
 }
 
@@ -550,10 +634,10 @@ mod tests {
             BundleError::Malformed("manifest length out of bounds")
         );
         let mut bundle = sample(&key);
-        bundle[PREFIX_LEN] = 2;
+        bundle[PREFIX_LEN] = 3;
         assert_eq!(
             verify(&bundle, &public, "x86_64").unwrap_err(),
-            BundleError::UnsupportedFormat(2)
+            BundleError::UnsupportedFormat(3)
         );
     }
 
@@ -568,6 +652,66 @@ mod tests {
         assert_eq!(
             verify(&bundle, &key.verifying_key(), "x86_64").unwrap_err(),
             BundleError::Malformed("part lengths overflow")
+        );
+    }
+
+    const READS_V4: PoolFormat = PoolFormat {
+        oldest: 3,
+        newest: 4,
+        compatible: 1,
+        read_only_compatible: 0,
+        incompatible: 1 << 63,
+    };
+
+    #[test]
+    fn the_pool_format_is_signed_and_read_back() {
+        let key = key();
+        let bundle =
+            build_declaring(&key, "x86_64", "2.0", READS_V4, b"kernel", b"initramfs").unwrap();
+        let v = verify(&bundle, &key.verifying_key(), "x86_64").unwrap();
+        assert_eq!(v.manifest.declared_pool_format, Some(READS_V4));
+        assert_eq!(v.manifest.pool_format(), READS_V4);
+        // Manifest format 2, the five fields after the initramfs digest (12 + 2 + 1 + 6 + 1 + 3
+        // + 8 + 40 + 40 = 113): flipping the newest version byte breaks the signature.
+        assert_eq!(&bundle[12..14], &2u16.to_le_bytes());
+        let newest_at = 12 + 2 + 1 + 6 + 1 + 3 + 8 + 40 + 40 + 4;
+        assert_eq!(&bundle[newest_at..newest_at + 4], &4u32.to_le_bytes());
+        let mut altered = bundle.clone();
+        altered[newest_at] = 9;
+        assert_eq!(
+            verify(&altered, &key.verifying_key(), "x86_64").err(),
+            Some(BundleError::BadSignature)
+        );
+        // Re-signed, an inverted range is malformed, never read as a range.
+        altered[newest_at] = 2;
+        resign(&key, &mut altered);
+        assert_eq!(
+            verify(&altered, &key.verifying_key(), "x86_64").err(),
+            Some(BundleError::Malformed(
+                "pool format: oldest version above newest"
+            ))
+        );
+    }
+
+    #[test]
+    fn a_bundle_without_a_pool_format_reads_exactly_version_3() {
+        let key = key();
+        let bundle = sample(&key);
+        assert_eq!(
+            &bundle[12..14],
+            &1u16.to_le_bytes(),
+            "format 1: what older firmware accepts"
+        );
+        let v = verify(&bundle, &key.verifying_key(), "x86_64").unwrap();
+        assert_eq!(v.manifest.declared_pool_format, None);
+        assert_eq!(v.manifest.pool_format(), PoolFormat::V3_ONLY);
+        // A format-1 manifest with the pool fields appended is not format 2: refused.
+        let mut longer = build_declaring(&key, "x86_64", "1.2.3", READS_V4, b"k", b"i").unwrap();
+        longer[12..14].copy_from_slice(&1u16.to_le_bytes());
+        resign(&key, &mut longer);
+        assert_eq!(
+            verify(&longer, &key.verifying_key(), "x86_64").err(),
+            Some(BundleError::Malformed("bytes after the manifest fields"))
         );
     }
 

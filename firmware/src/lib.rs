@@ -12,6 +12,8 @@
 //! - [`boot_dir`]: the mounted boot partition: slots written, synced and read back from the
 //!   device; the loaders' files rewritten in place.
 //! - [`manager`]: the three kept in step for the daemon: update, confirm, fail, rollback, status.
+//! - [`pool_format`]: which pools a firmware reads (format versions, features), declared in its
+//!   bundle and kept per slot, so updates and rollbacks never strand the pool.
 //! - [`record`]: that state persisted as two checksummed, sequenced copies, so a power cut in the
 //!   middle of a write leaves the previous state.
 //!
@@ -25,5 +27,6 @@ pub mod bundle;
 pub mod dir_media;
 pub mod key;
 pub mod manager;
+pub mod pool_format;
 pub mod record;
 pub mod slots;

@@ -12,6 +12,7 @@ use std::fmt;
 use crate::boot_dir::{BootDir, BootDirError, LoaderView};
 use crate::bundle::{self, BundleError, Manifest};
 use crate::key::VerifyingKey;
+use crate::pool_format::{PoolFormat, PoolInUse, Readability};
 use crate::record::{Media, Store};
 use crate::slots::{BootOutcome, Reason, Rollback, SlotError, SlotId, Slots};
 
@@ -26,6 +27,38 @@ pub enum FirmwareError {
     Store(String),
     /// The boot partition failed.
     Boot(BootDirError),
+    /// The bundle's firmware cannot read (or could only read, not write) the pool in use;
+    /// nothing was written.
+    UpdateCannotReadPool {
+        /// The bundle's firmware version.
+        version: String,
+        /// What it would do with the pool.
+        readability: Readability,
+    },
+    /// The pool in use is not known yet (still opening): an update or rollback cannot be
+    /// checked against it.
+    PoolNotOpen,
+    /// The slot a rollback would boot cannot read (or write) the pool in use; nothing changed.
+    RollbackCannotReadPool {
+        /// The slot.
+        slot: SlotId,
+        /// Its firmware version.
+        version: String,
+        /// What it would do with the pool.
+        readability: Readability,
+    },
+}
+
+/// What a firmware that is not fully able to use the pool would do with it, in words.
+fn consequence(readability: &Readability) -> String {
+    match readability {
+        Readability::ReadWrite => "it reads and writes the pool".to_owned(),
+        Readability::ReadOnly { bit } => format!(
+            "it lacks read-only-compatible feature bit {bit}: it would open the pool read-only \
+             and refuse every write and change"
+        ),
+        Readability::No(why) => format!("{why}: it would refuse the pool"),
+    }
 }
 
 impl fmt::Display for FirmwareError {
@@ -35,6 +68,29 @@ impl fmt::Display for FirmwareError {
             FirmwareError::Slot(e) => write!(f, "{e}"),
             FirmwareError::Store(e) => write!(f, "{e}"),
             FirmwareError::Boot(e) => write!(f, "boot partition: {e}"),
+            FirmwareError::PoolNotOpen => f.write_str(
+                "the pool is still opening: updates and rollbacks are checked against it, retry once it is open",
+            ),
+            FirmwareError::UpdateCannotReadPool {
+                version,
+                readability,
+            } => write!(
+                f,
+                "firmware {version} cannot use the pool in use ({}); bundle refused, nothing written",
+                consequence(readability)
+            ),
+            FirmwareError::RollbackCannotReadPool {
+                slot,
+                version,
+                readability,
+            } => write!(
+                f,
+                "slot {slot} (version {version}) cannot use the pool in use ({}); rollback \
+                 refused, nothing changed. With --force it boots anyway: its edgevold leaves the \
+                 pool untouched but does not serve it (without a console, this box stays out of \
+                 service until it boots firmware that reads the pool)",
+                consequence(readability)
+            ),
         }
     }
 }
@@ -87,6 +143,8 @@ pub struct Firmware<M> {
     boot: BootDir,
     identity: Identity,
     outcome: BootOutcome,
+    /// The pool the appliance runs on, once open: updates and rollbacks are checked against it.
+    pool: Option<PoolInUse>,
 }
 
 impl<M: Media> Firmware<M> {
@@ -105,9 +163,45 @@ impl<M: Media> Firmware<M> {
             boot,
             identity,
             outcome,
+            pool: None,
         };
         firmware.adopt(slots)?;
         Ok(firmware)
+    }
+
+    /// The pool the appliance runs on (its format version and features, once open; again after
+    /// a feature is enabled): [`Firmware::update`] and [`Firmware::rollback`] refuse firmware
+    /// that cannot read and write it. `None` (no pool opened yet) checks nothing.
+    pub fn set_pool_in_use(&mut self, pool: Option<PoolInUse>) {
+        self.pool = pool;
+    }
+
+    /// Records in the running slot which pools its firmware reads (`reads`: this build's), if
+    /// the slot says otherwise: a slot written from a format-1 bundle, or by the factory image,
+    /// has no record and counts as reading format version 3 only until it has run once.
+    pub fn describe_running_slot(&mut self, reads: &PoolFormat) -> Result<(), FirmwareError> {
+        if self.boot.read_pool_format(self.identity.running) != *reads {
+            self.boot.write_pool_format(self.identity.running, reads)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the pool may be given a new format feature now: only once the running slot is
+    /// committed (good), never on a trial boot, so a failing trial rolls back to a slot that
+    /// still reads the pool.
+    pub fn may_enable_pool_features(&self) -> bool {
+        self.slots.slot(self.identity.running).status == crate::slots::Status::Good
+    }
+
+    /// The pool in use, once told ([`Firmware::set_pool_in_use`]).
+    pub fn pool_in_use(&self) -> Option<PoolInUse> {
+        self.pool
+    }
+
+    /// What the firmware of `slot` would do with the pool in use (`None`: no pool known).
+    pub fn slot_reads_pool(&self, slot: SlotId) -> Option<Readability> {
+        self.pool
+            .map(|pool| self.boot.read_pool_format(slot).reads(&pool))
     }
 
     /// The running firmware's version.
@@ -125,15 +219,29 @@ impl<M: Media> Firmware<M> {
         self.slots.trial() == Some(self.identity.running)
     }
 
-    /// Verifies `bundle` and writes it into the other slot, armed to boot once.
+    /// Verifies `bundle` and writes it into the other slot, armed to boot once. Refused, with
+    /// nothing written, when the bundle's firmware (by its signed pool format) could not read
+    /// and write the pool in use.
     pub fn update(&mut self, bundle: &[u8]) -> Result<Manifest, FirmwareError> {
         let verified = bundle::verify(bundle, &self.identity.key, &self.identity.arch)
             .map_err(FirmwareError::Bundle)?;
+        let reads = verified.manifest.pool_format();
+        if let Some(pool) = self.pool {
+            let readability = reads.reads(&pool);
+            if readability != Readability::ReadWrite {
+                return Err(FirmwareError::UpdateCannotReadPool {
+                    version: verified.manifest.version,
+                    readability,
+                });
+            }
+        }
         let mut next = self.slots.clone();
         let target = next.begin_write(self.identity.running)?;
         self.adopt(next)?;
         self.boot
             .write_slot(target, verified.kernel, verified.initramfs)?;
+        // Still `writing`: a cut before this leaves a slot that is never booted.
+        self.boot.write_pool_format(target, &reads)?;
         let mut next = self.slots.clone();
         next.finish_write(target, &verified.manifest.version)?;
         self.adopt(next)?;
@@ -155,10 +263,22 @@ impl<M: Media> Firmware<M> {
         Ok(rollback)
     }
 
-    /// An admin's rollback; returns the slot the next boot runs.
-    pub fn rollback(&mut self) -> Result<SlotId, FirmwareError> {
+    /// An admin's rollback; returns the slot the next boot runs. Refused, with nothing changed,
+    /// when that slot's firmware could not read and write the pool in use, unless `force`.
+    pub fn rollback(&mut self, force: bool) -> Result<SlotId, FirmwareError> {
         let mut next = self.slots.clone();
         let slot = next.rollback(self.identity.running)?;
+        if slot != self.identity.running && !force {
+            if let Some(readability) = self.slot_reads_pool(slot) {
+                if readability != Readability::ReadWrite {
+                    return Err(FirmwareError::RollbackCannotReadPool {
+                        slot,
+                        version: self.slots.slot(slot).version.clone(),
+                        readability,
+                    });
+                }
+            }
+        }
         self.adopt(next)?;
         Ok(slot)
     }
@@ -385,7 +505,7 @@ mod tests {
         let b = Box_::new();
         let mut fw = b.boot(versions);
         assert!(matches!(
-            fw.rollback(),
+            fw.rollback(false),
             Err(FirmwareError::Slot(SlotError::NothingToRollBackTo))
         ));
         fw.update(&b.bundle("2.0")).unwrap();
@@ -395,9 +515,133 @@ mod tests {
             fw.update(&b.bundle("3.0")),
             Err(FirmwareError::Slot(_))
         ));
-        assert_eq!(fw.rollback().unwrap(), SlotId::A);
+        assert_eq!(fw.rollback(false).unwrap(), SlotId::A);
         assert!(fw.reboot_changes_slot());
         let slot_b = std::fs::read(b.path().join("slot-b").join(INITRAMFS)).unwrap();
         assert_eq!(slot_b, b"initramfs");
+    }
+
+    /// The pool after test-feature-x (incompatible bit 63) was enabled: format version 4.
+    const POOL_V4: PoolInUse = PoolInUse {
+        version: 4,
+        compatible: 0,
+        read_only_compatible: 0,
+        incompatible: 1 << 63,
+    };
+    const POOL_V3: PoolInUse = PoolInUse {
+        version: 3,
+        compatible: 0,
+        read_only_compatible: 0,
+        incompatible: 0,
+    };
+    /// What a build with test-feature-x reads.
+    const READS_X: PoolFormat = PoolFormat {
+        oldest: 3,
+        newest: 4,
+        compatible: 0,
+        read_only_compatible: 0,
+        incompatible: 1 << 63,
+    };
+
+    fn declaring(b: &Box_, version: &str, reads: PoolFormat) -> Vec<u8> {
+        bundle::build_declaring(&b.key, "x86_64", version, reads, b"k", b"i").unwrap()
+    }
+
+    #[test]
+    fn an_update_that_cannot_read_the_pool_is_refused_before_anything_is_written() {
+        let b = Box_::new();
+        let mut fw = b.boot(versions);
+        fw.set_pool_in_use(Some(POOL_V4));
+        let before = fw.status();
+        // A format-1 bundle: firmware that reads exactly version 3.
+        let e = fw.update(&b.bundle("2.0")).unwrap_err();
+        assert!(
+            matches!(e, FirmwareError::UpdateCannotReadPool { .. }),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "firmware 2.0 cannot use the pool in use (the pool's format version 4 is newer than \
+             it supports (3): it would refuse the pool); bundle refused, nothing written"
+        );
+        let only_v4 = PoolFormat {
+            incompatible: 0,
+            ..READS_X
+        };
+        let e = fw.update(&declaring(&b, "2.1", only_v4)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("incompatible feature bit 63 (test-feature-x)"),
+            "{e}"
+        );
+        let ro = PoolInUse {
+            read_only_compatible: 1 << 4,
+            ..POOL_V4
+        };
+        fw.set_pool_in_use(Some(ro));
+        let e = fw.update(&declaring(&b, "2.2", READS_X)).unwrap_err();
+        assert!(e.to_string().contains("open the pool read-only"), "{e}");
+        assert_eq!(fw.status(), before, "state and loaders unchanged");
+        assert!(
+            !b.path().join("slot-b").join(KERNEL).exists(),
+            "nothing written"
+        );
+        // One that reads it is written, and its slot records what it reads.
+        fw.set_pool_in_use(Some(POOL_V4));
+        fw.update(&declaring(&b, "2.3", READS_X)).unwrap();
+        assert_eq!(fw.boot.read_pool_format(SlotId::B), READS_X);
+    }
+
+    #[test]
+    fn a_rollback_to_a_slot_that_cannot_read_the_pool_needs_force() {
+        let b = Box_::new();
+        let mut fw = b.boot(versions);
+        // Slot A runs 1.0 (factory: no pool-format record, so version 3 only); B gets 2.0,
+        // which reads test-feature-x, and is committed.
+        fw.update(&declaring(&b, "2.0", READS_X)).unwrap();
+        drop(fw);
+        let mut fw = b.boot(versions);
+        assert!(!fw.may_enable_pool_features(), "never on a trial boot");
+        fw.confirm().unwrap();
+        assert!(fw.may_enable_pool_features(), "once committed");
+        fw.describe_running_slot(&READS_X).unwrap();
+        // Before the feature is enabled, slot A reads the (version-3) pool.
+        fw.set_pool_in_use(Some(POOL_V3));
+        assert_eq!(fw.slot_reads_pool(SlotId::A), Some(Readability::ReadWrite));
+        // After: refused, nothing changed; forced, it goes through.
+        fw.set_pool_in_use(Some(POOL_V4));
+        let before = fw.status();
+        let e = fw.rollback(false).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FirmwareError::RollbackCannotReadPool {
+                    slot: SlotId::A,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("slot A (version 1.0) cannot use the pool in use (the pool's format version 4 is newer than it supports (3)"),
+            "{text}"
+        );
+        assert!(text.contains("With --force it boots anyway"), "{text}");
+        assert_eq!(fw.status(), before, "nothing changed");
+        assert_eq!(fw.rollback(true).unwrap(), SlotId::A);
+        assert_eq!(fw.status().slots.primary, SlotId::A);
+    }
+
+    #[test]
+    fn a_good_rollback_before_a_feature_is_enabled_works_as_before() {
+        let b = Box_::new();
+        let mut fw = b.boot(versions);
+        fw.update(&declaring(&b, "2.0", READS_X)).unwrap();
+        drop(fw);
+        let mut fw = b.boot(versions);
+        fw.confirm().unwrap();
+        fw.set_pool_in_use(Some(POOL_V3));
+        assert_eq!(fw.rollback(false).unwrap(), SlotId::A);
     }
 }

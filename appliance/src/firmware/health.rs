@@ -166,7 +166,15 @@ pub async fn supervise(
                 })
                 .await;
                 match confirmed {
-                    Ok(Ok(())) => tracing::info!("firmware: trial healthy, slot confirmed"),
+                    Ok(Ok(())) => {
+                        tracing::info!("firmware: trial healthy, slot confirmed");
+                        // Committed: the pool may now get the features this build writes.
+                        let (state, fw) = (probes.state.clone(), firmware.clone());
+                        let _ = tokio::task::spawn_blocking(move || {
+                            crate::pool_features::enable_wanted(&state, Some(&fw))
+                        })
+                        .await;
+                    }
                     Ok(Err(e)) => {
                         tracing::error!(error = ?e.map(|e| e.to_string()), "firmware: confirm failed")
                     }

@@ -32,7 +32,16 @@ pub fn status(e: &FirmwareError) -> Status {
         },
         // Disk full or an I/O error on the boot partition: may succeed later; the state saved
         // before the failure is consistent (a half-written slot stays "writing", never booted).
-        FirmwareError::Store(_) | FirmwareError::Boot(_) => Status::unavailable(e.to_string()),
+        // The pool still opening: retry shortly.
+        FirmwareError::Store(_) | FirmwareError::Boot(_) | FirmwareError::PoolNotOpen => {
+            Status::unavailable(e.to_string())
+        }
+        // The firmware asked for cannot use this box's pool: the operator decides (another
+        // bundle, or a forced rollback whose consequence the message spells out).
+        FirmwareError::UpdateCannotReadPool { .. }
+        | FirmwareError::RollbackCannotReadPool { .. } => {
+            Status::failed_precondition(e.to_string())
+        }
     }
 }
 
@@ -163,6 +172,9 @@ impl pb::firmware_server::Firmware for FirmwareService {
         );
         let (slot, manifest) = self
             .with(move |f| {
+                if f.pool_in_use().is_none() {
+                    return Err(FirmwareError::PoolNotOpen);
+                }
                 let manifest = f.update(&bundle)?;
                 Ok((f.status().slots.trial(), manifest))
             })
@@ -203,10 +215,22 @@ impl pb::firmware_server::Firmware for FirmwareService {
 
     async fn rollback(
         &self,
-        _request: Request<pb::FirmwareRollbackRequest>,
+        request: Request<pb::FirmwareRollbackRequest>,
     ) -> Result<Response<pb::FirmwareRollbackResponse>, Status> {
-        let slot = self.with(|f| f.rollback()).await?;
-        tracing::warn!(next = %slot, "firmware: rollback requested");
+        let force = request.into_inner().force;
+        let (slot, reads) = self
+            .with(move |f| {
+                if f.pool_in_use().is_none() {
+                    return Err(FirmwareError::PoolNotOpen);
+                }
+                let slot = f.rollback(force)?;
+                Ok((slot, f.slot_reads_pool(slot)))
+            })
+            .await?;
+        tracing::warn!(next = %slot, force, "firmware: rollback requested");
+        if reads.is_some_and(|r| r != edgevol_firmware::pool_format::Readability::ReadWrite) {
+            tracing::warn!(next = %slot, "firmware: forced rollback to a slot that cannot use the pool: it will not serve it");
+        }
         Ok(Response::new(pb::FirmwareRollbackResponse {
             slot: slot.to_string(),
         }))
@@ -217,6 +241,7 @@ impl pb::firmware_server::Firmware for FirmwareService {
 mod tests {
     use super::*;
     use edgevol_firmware::bundle::BundleError;
+    use edgevol_firmware::pool_format::{Readability, Unreadable};
     use edgevol_firmware::slots::{SlotId, Slots};
     use tonic::Code;
 
@@ -255,6 +280,22 @@ mod tests {
                 Code::Internal,
             ),
             (FirmwareError::Store("disk full".into()), Code::Unavailable),
+            (FirmwareError::PoolNotOpen, Code::Unavailable),
+            (
+                FirmwareError::UpdateCannotReadPool {
+                    version: "0.9".into(),
+                    readability: Readability::No(Unreadable::VersionTooNew { pool: 4, newest: 3 }),
+                },
+                Code::FailedPrecondition,
+            ),
+            (
+                FirmwareError::RollbackCannotReadPool {
+                    slot: SlotId::A,
+                    version: "1.0".into(),
+                    readability: Readability::ReadOnly { bit: 2 },
+                },
+                Code::FailedPrecondition,
+            ),
         ];
         for (e, code) in cases {
             let s = status(&e);
