@@ -147,4 +147,105 @@ mod tests {
             edgevol_firmware::pool_format::Readability::ReadWrite
         );
     }
+
+    /// The firmware manager of a box whose boot partition is `dir` (laid out as image/build.sh
+    /// lays it out), booted on whatever the loader picks.
+    #[cfg(feature = "test-feature-x")]
+    fn boot_box(dir: &std::path::Path, key: &edgevol_firmware::key::SigningKey) -> Shared {
+        use edgevol_firmware::bootenv;
+        use edgevol_firmware::manager::{Firmware, Identity};
+        use edgevol_firmware::slots::{BootEnv, SlotId};
+        if !dir.join("grubenv").exists() {
+            let env = BootEnv {
+                primary: SlotId::A,
+                trial: None,
+            };
+            std::fs::write(dir.join("grubenv"), bootenv::grubenv(&env)).unwrap();
+            std::fs::write(dir.join("syslinux.cfg"), bootenv::syslinux_cfg(SlotId::A)).unwrap();
+            let mut ldlinux = vec![0x90u8; 4096];
+            ldlinux.extend_from_slice(&bootenv::adv(None));
+            std::fs::write(dir.join("ldlinux.sys"), ldlinux).unwrap();
+        }
+        let boot = edgevol_firmware::boot_dir::BootDir::new(dir);
+        let mut env = boot.read_env().grub.unwrap();
+        let running = env.trial.take().unwrap_or(env.primary);
+        std::fs::write(dir.join("grubenv"), bootenv::grubenv(&env)).unwrap();
+        let fw = Firmware::start(
+            edgevol_firmware::dir_media::DirMedia::new(dir),
+            boot,
+            Identity {
+                key: key.verifying_key(),
+                arch: std::env::consts::ARCH.into(),
+                running,
+                version: format!("slot-{running}"),
+            },
+        )
+        .unwrap();
+        std::sync::Arc::new(std::sync::Mutex::new(fw))
+    }
+
+    /// The unit form of the firmware suite's check: an update that supports test-feature-x
+    /// does not enable it on its trial boot, and does once committed; then a rollback to the
+    /// version-3-only slot is refused.
+    #[cfg(feature = "test-feature-x")]
+    #[test]
+    fn a_feature_is_enabled_only_once_the_slot_is_committed() {
+        use edgevol_firmware::slots::SlotId;
+        let x = edgevol_core::feature::TEST_FEATURE_X;
+        let dir = tempfile::tempdir().unwrap();
+        let boot = dir.path().join("boot");
+        std::fs::create_dir_all(&boot).unwrap();
+        let (key, _) = edgevol_firmware::key::SigningKey::generate().unwrap();
+        let pool_path = dir.path().join("pool.img");
+        // Slot A: version-3-only firmware (its slot has no pool-format record), on the pool.
+        let fw = boot_box(&boot, &key);
+        let pool = crate::pool::open(std::slice::from_ref(&pool_path), true).unwrap();
+        fw.lock().unwrap().set_pool_in_use(Some(in_use(&pool)));
+        let bundle = edgevol_firmware::bundle::build_declaring(
+            &key,
+            std::env::consts::ARCH,
+            "2.0",
+            this_build_reads(),
+            b"k",
+            b"i",
+        )
+        .unwrap();
+        fw.lock().unwrap().update(&bundle).unwrap();
+        drop((fw, pool));
+        // The trial boot of slot B (this build): the pool stays version 3.
+        let fw = boot_box(&boot, &key);
+        assert!(fw.lock().unwrap().on_trial());
+        let mut pool = crate::pool::open(std::slice::from_ref(&pool_path), false).unwrap();
+        after_open(&mut pool, Some(&fw));
+        assert_eq!(
+            (pool.format_version(), pool.features().contains(x)),
+            (3, false)
+        );
+        assert_eq!(
+            fw.lock().unwrap().rollback(false).unwrap(),
+            SlotId::A,
+            "A still reads it"
+        );
+        drop((fw, pool));
+        // Rolled back to A, updated again, trial again, and this time committed.
+        let fw = boot_box(&boot, &key);
+        let pool = crate::pool::open(std::slice::from_ref(&pool_path), false).unwrap();
+        fw.lock().unwrap().set_pool_in_use(Some(in_use(&pool)));
+        fw.lock().unwrap().update(&bundle).unwrap();
+        drop((fw, pool));
+        let fw = boot_box(&boot, &key);
+        let mut pool = crate::pool::open(std::slice::from_ref(&pool_path), false).unwrap();
+        after_open(&mut pool, Some(&fw));
+        assert!(!pool.features().contains(x));
+        fw.lock().unwrap().confirm().unwrap();
+        assert_eq!(enable_on(&mut pool, Some(&fw)), [x]);
+        assert_eq!(pool.format_version(), 4);
+        assert_eq!(fw.lock().unwrap().pool_in_use(), Some(in_use(&pool)));
+        let e = fw.lock().unwrap().rollback(false).unwrap_err();
+        assert!(
+            e.to_string().starts_with("slot A (version slot-A) cannot use the pool in use (the pool's format version 4 is newer than it supports (3)"),
+            "{e}"
+        );
+        assert_eq!(enable_on(&mut pool, Some(&fw)), [], "once");
+    }
 }

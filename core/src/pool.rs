@@ -227,7 +227,11 @@ impl<D: BlockDevice> Pool<D> {
                     pool.epoch = options.epoch;
                     pool.replay()?;
                     if let Access::ReadOnly(feature) = access {
-                        log::warn!("pool mounted read-only: {feature:?} is not supported by this build");
+                        log::warn!(
+                            "pool mounted read-only: it has {} feature bit {}, which this build does not support",
+                            feature.set.name(),
+                            feature.bit
+                        );
                         pool.read_only = Some(feature);
                         return Ok(pool);
                     }
@@ -494,7 +498,9 @@ impl<D: BlockDevice> Pool<D> {
         self.sb_generation = sb.generation;
         self.features = sb.features;
         log::info!(
-            "pool feature {feature:?} enabled (superblock generation {})",
+            "pool {} feature bit {} enabled (superblock generation {})",
+            feature.set.name(),
+            feature.bit,
             sb.generation
         );
         Ok(true)
