@@ -36,6 +36,8 @@ step 300 "core builds for thumbv7em-none-eabihf (no_std)" \
 step 60 "one rustls crypto provider (ring, no aws-lc-rs)" \
     bash -c '! cargo tree --workspace -e normal,build,dev -i aws-lc-rs >/dev/null 2>&1'
 step 1800 "cargo test --workspace" cargo test --workspace --locked
+step 900 "pool format features, test-feature-x build: its golden image read back, enabled only once the firmware slot is committed" \
+    bash -c 'cargo test --locked -p edgevol-core --features test-feature-x --test golden_features && cargo test --locked -p edgevol-appliance --features test-feature-x --lib pool_features'
 # Every benchmark in its short mode, so none can rot: built with the test profile (no release
 # build in CI), never asserting timings.
 step 600 "benchmarks, short mode" ./scripts/bench.sh --quick
