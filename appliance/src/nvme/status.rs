@@ -107,7 +107,8 @@ pub fn from_core(e: &Error) -> TargetStatus {
         // A pool mounted read-only (a read-only-compatible feature this firmware lacks): the
         // whole namespace is write protected until other firmware runs, as a read-only
         // publication's is (NVMe base spec, Generic Command Status 20h, Namespace is Write
-        // Protected; Linux NVME_SC_NS_WRITE_PROTECTED, seen by the host as EROFS / BLK_STS_IOERR).
+        // Protected, DNR: Linux nvmet's nvmet_io_cmd_check_access answers it for every I/O
+        // command but Read and Flush; core's flush of a read-only pool succeeds likewise).
         Error::ReadOnly(_) => TargetStatus::NamespaceWriteProtected,
         // Only refused at open: a mounted pool never answers an I/O command with it.
         Error::Unsupported(_) => internal,
