@@ -262,6 +262,11 @@ fn a_block_volume_publishes_its_mapping() {
     e.volumes.publish(&p).unwrap();
     let bind = e.host.commands_of("mount");
     assert!(bind[0][1].ends_with("/dm-0"), "{bind:?}");
+    // The bind shows as /mapper/NAME (mount(8) canonicalises /dev/dm-N): still this volume's.
+    assert!(matches!(
+        e.volumes.unstage("vol2", &s.staging_path),
+        Err(Error::FailedPrecondition(_))
+    ));
     let stats = e.volumes.stats("vol2", &target).unwrap();
     assert_eq!(
         stats.usage,

@@ -431,9 +431,16 @@ impl FakeHost {
                 }
                 let mut st = self.st();
                 let entry = if Path::new(src).starts_with(&self.dev) {
+                    // libmount binds a device-mapper node by its /dev/mapper name.
+                    let node = arg_basename(src);
+                    let dm_name = self.sys.join("block").join(&node).join("dm/name");
+                    let root = match fs::read_to_string(dm_name) {
+                        Ok(name) => format!("/mapper/{}", name.trim()),
+                        Err(_) => format!("/{node}"),
+                    };
                     FakeMount {
                         dev: "0:5".into(),
-                        root: format!("/{}", arg_basename(src)),
+                        root,
                         mount_point: PathBuf::from(tgt),
                         read_only: false,
                         fs_type: "devtmpfs".into(),

@@ -533,6 +533,17 @@ impl Volumes {
         )
     }
 
+    /// The roots in the mount table of a bind of block volume `rec`'s device node (`disk` in
+    /// /dev): `/nvme1n1`, `/md127`, `/dm-3`; for an encrypted volume also `/mapper/<mapping>`,
+    /// as mount(8) (libmount) canonicalises `/dev/dm-N` to `/dev/mapper/NAME` before it binds.
+    fn block_roots(rec: &StagedVolume, disk: &str) -> Vec<String> {
+        let mut roots = vec![format!("/{disk}")];
+        if let Some(e) = &rec.encrypted {
+            roots.push(format!("/mapper/{}", e.mapping));
+        }
+        roots
+    }
+
     /// A stage of a staged volume must ask for the same encryption (or none) as the first.
     fn check_same_encryption(rec: &StagedVolume, asked: Option<&EncryptedStage>) -> Result<()> {
         if rec.encrypted.as_ref() == asked.map(|e| &e.encryption) {
@@ -684,13 +695,13 @@ impl Volumes {
         ns: &Namespace,
         except: &[&Path],
     ) -> Vec<&'a MountEntry> {
-        let block_root = format!("/{}", ns.disk);
+        let block_roots = Self::block_roots(rec, &ns.disk);
         table
             .iter()
             .filter(|m| !except.contains(&m.mount_point.as_path()))
             .filter(|m| match rec.capability.access {
                 Access::Mount { .. } => m.dev == ns.dev,
-                Access::Block => m.root == block_root,
+                Access::Block => block_roots.contains(&m.root),
             })
             .collect()
     }
@@ -926,7 +937,7 @@ impl Volumes {
             Access::Block => ns
                 .map(|n| n.disk.as_str())
                 .or(rec.disk.as_deref())
-                .is_some_and(|disk| m.root == format!("/{disk}")),
+                .is_some_and(|disk| Self::block_roots(rec, disk).contains(&m.root)),
         }
     }
 
