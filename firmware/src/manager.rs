@@ -49,6 +49,19 @@ pub enum FirmwareError {
     },
 }
 
+/// What booting such a slot anyway leads to.
+fn forced(readability: &Readability) -> &'static str {
+    match readability {
+        Readability::ReadOnly { .. } => {
+            "it serves the pool read-only (hosts' writes fail) until firmware that writes it runs"
+        }
+        _ => {
+            "its edgevold leaves the pool untouched but does not serve it (without a console, \
+             this box stays out of service until it boots firmware that reads the pool)"
+        }
+    }
+}
+
 /// What a firmware that is not fully able to use the pool would do with it, in words.
 fn consequence(readability: &Readability) -> String {
     match readability {
@@ -86,10 +99,9 @@ impl fmt::Display for FirmwareError {
             } => write!(
                 f,
                 "slot {slot} (version {version}) cannot use the pool in use ({}); rollback \
-                 refused, nothing changed. With --force it boots anyway: its edgevold leaves the \
-                 pool untouched but does not serve it (without a console, this box stays out of \
-                 service until it boots firmware that reads the pool)",
-                consequence(readability)
+                 refused, nothing changed. With --force it boots anyway: {}",
+                consequence(readability),
+                forced(readability)
             ),
         }
     }
