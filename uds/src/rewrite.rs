@@ -22,7 +22,8 @@ pub const MAX_FRAME_SIZE: usize = 16_384;
 /// The server's SETTINGS_HEADER_TABLE_SIZE (the default; neither hyper nor tonic changes it):
 /// the largest dynamic table the client's encoder may use.
 const HEADER_TABLE_SIZE: usize = 4_096;
-/// Largest header block accepted (all its fragments): well above any CSI request's headers.
+/// Largest header block accepted (all its fragments) and written (the literals it expands to):
+/// well above any CSI request's headers, and above the 16 KiB header list hyper's server takes.
 pub const MAX_HEADER_BLOCK: usize = 256 * 1024;
 /// The authority a unix socket stands for (what grpc-go sends there).
 const LOCAL_AUTHORITY: &[u8] = b"localhost";
@@ -45,7 +46,8 @@ pub enum Error {
     ExpectedContinuation,
     /// A CONTINUATION frame outside a header block.
     UnexpectedContinuation,
-    /// A header block larger than [`MAX_HEADER_BLOCK`].
+    /// A header block larger than [`MAX_HEADER_BLOCK`], as received or once rewritten (its
+    /// indexes expanded into literals).
     HeaderBlockTooLarge,
     /// The header block does not decode (HPACK).
     Hpack(String),
@@ -195,16 +197,26 @@ impl AuthorityFix {
     /// CONTINUATION frames when the literal encoding outgrows a frame).
     fn rewrite(&mut self, block: &Block, out: &mut Vec<u8>) -> Result<(), Error> {
         let mut encoded = Vec::with_capacity(block.fragment.len() * 2);
+        // An index of one byte can name a 4 KiB table entry: without this bound a 256 KiB block
+        // would be written out as a gigabyte of literals.
+        let mut too_large = false;
         self.decoder
             .decode_with_cb(&block.fragment, |name, value| {
+                if too_large {
+                    return;
+                }
                 let value: &[u8] = if &*name == b":authority" && !valid_authority(&value) {
                     LOCAL_AUTHORITY
                 } else {
                     &value
                 };
                 encode_literal(&name, value, &mut encoded);
+                too_large = encoded.len() > MAX_HEADER_BLOCK;
             })
             .map_err(|e: DecoderError| Error::Hpack(e.to_string()))?;
+        if too_large {
+            return Err(Error::HeaderBlockTooLarge);
+        }
 
         let mut head = Vec::new();
         let mut flags = FLAG_END_HEADERS;
@@ -488,6 +500,41 @@ mod tests {
             AuthorityFix::new().feed(&input, &mut out),
             Err(Error::Hpack(_))
         ));
+    }
+
+    #[test]
+    fn indexes_expanding_past_the_block_limit_are_refused() {
+        // One 4000-byte value into the client's dynamic table, then blocks of one-byte indexes
+        // of it (62: the first dynamic entry): each index is 4 KiB of literal once rewritten.
+        let mut entry = vec![0x40];
+        encode_string(b"x-big", &mut entry);
+        encode_string(&[b'a'; 4000], &mut entry);
+        let within = vec![0x80 | 62; MAX_HEADER_BLOCK / 4100];
+        let beyond = vec![0x80 | 62; MAX_HEADER_BLOCK / 4000 + 1];
+        let mut input = PREFACE.to_vec();
+        input.extend(headers_frame(FLAG_END_HEADERS, 1, &entry));
+        input.extend(headers_frame(FLAG_END_HEADERS, 3, &within));
+        let mut fix = AuthorityFix::new();
+        let mut out = Vec::new();
+        fix.feed(&input, &mut out).unwrap();
+        // Stream 3's block, HEADERS and CONTINUATIONs, literals only: a fresh decoder reads it.
+        let block: Vec<u8> = frames(&out[PREFACE.len()..])
+            .into_iter()
+            .filter(|f| f.2 == 3)
+            .flat_map(|f| f.3)
+            .collect();
+        let fields = Decoder::new().decode(&block).unwrap();
+        assert_eq!(
+            fields.len(),
+            within.len(),
+            "below the limit: every field written"
+        );
+        assert_eq!(fields[0].1.len(), 4000);
+
+        let before = out.len();
+        let input = headers_frame(FLAG_END_HEADERS, 5, &beyond);
+        assert_eq!(fix.feed(&input, &mut out), Err(Error::HeaderBlockTooLarge));
+        assert_eq!(out.len(), before, "nothing of the refused block is written");
     }
 
     #[test]
