@@ -40,7 +40,10 @@ pub fn execute(pool: &mut Pool<Dev>, req: &Request, out: &mut ReadBuf) -> Result
             | IoCommand::WriteZeroes { .. }
             | IoCommand::DatasetManagement { .. }
     );
-    if writes && req.readonly {
+    // A read-only publication, or a pool mounted read-only (a read-only-compatible feature
+    // this firmware lacks): refused whether or not the command would change a byte (a Write
+    // Zeroes over unmapped blocks changes none), as Linux nvmet refuses a read-only namespace.
+    if writes && (req.readonly || pool.read_only().is_some()) {
         return Err(TargetStatus::NamespaceWriteProtected);
     }
     match req.cmd {
