@@ -74,6 +74,16 @@
 //! CRC is checked, and every decoded table is cross-checked before use. Frame layout and rules:
 //! the `journal` module.
 //!
+//! # Format version and features
+//!
+//! A pool without features is on-media version 3 ([`VERSION`]); one with any of the
+//! [`feature`] sets' bits is version 4 ([`VERSION_FEATURES`]), which version-3 builds refuse by its
+//! version. [`Pool::open_with`] refuses a version outside [`OLDEST_VERSION`]..=[`VERSION_FEATURES`]
+//! or an incompatible feature this build lacks (`Error::Unsupported`, nothing written), and mounts
+//! the pool read-only for a read-only-compatible one it lacks ([`Pool::read_only`],
+//! `Error::ReadOnly` for every change). Only [`Pool::enable_feature`] sets a feature; when a
+//! caller may do so (never while older firmware may still need to read the pool) is its call.
+//!
 //! # Limits
 //!
 //! See [`limits`]: hitting a count limit is `Error::ResourceExhausted`. The metadata area is sized
