@@ -11,7 +11,10 @@
 //! failed queue takes no more AUTH commands, and the queue is authenticated only after an
 //! `Authenticated` outcome.
 //!
-//! Run from the repository root: `cargo +nightly fuzz run auth_decode -- -max_total_time=20`
+//! Seeds (fuzz/corpus/auth_decode/): the test host's Negotiate, Reply and Success2 messages for
+//! each step and DH group, so the mutations start from well-formed messages.
+//!
+//! Run from the repository root: `scripts/fuzz.sh auth_decode 60`
 #![no_main]
 
 use core::time::Duration;

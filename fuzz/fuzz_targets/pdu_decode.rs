@@ -5,28 +5,24 @@
 //! installs the queue) so R2T, C2HData and response paths run too. Oracle: nothing panics, the
 //! queue consumes input or is closed/budget-limited, and every byte the target transmits decodes
 //! as a valid controller-to-host PDU stream.
+//!
+//! Seeds (fuzz/corpus/pdu_decode/): what the test initiator sends on a real connection to this
+//! queue (ICReq, Connect, Property Get/Set, writes in capsule and through R2T, reads), with and
+//! without digests.
+//!
+//! Run from the repository root: `scripts/fuzz.sh pdu_decode 60`
 #![no_main]
 
 use core::time::Duration;
 
+use edgevol_fuzz::pdu_queue_config;
 use edgevol_nvmeof::decoder::{Decoder, DecoderConfig};
 use edgevol_nvmeof::fabrics_cmd::{fctype, ConnectCmd};
 use edgevol_nvmeof::pdu::{Digests, Direction, EncodeOptions, IcReq, Pdu, PFV_1_0};
-use edgevol_nvmeof::queue::{Completion, Event, HostError, Queue, QueueConfig};
+use edgevol_nvmeof::queue::{Completion, Event, HostError, Queue};
 use edgevol_nvmeof::sqe::FABRICS_OPCODE;
 use edgevol_nvmeof::status::Status;
 use libfuzzer_sys::fuzz_target;
-
-fn config() -> QueueConfig {
-    QueueConfig {
-        maxh2cdata: 8192,
-        max_c2h_data: 4096,
-        io_in_capsule: 8192,
-        max_transfer: 64 * 1024,
-        max_queue_size: 16,
-        ..QueueConfig::default()
-    }
-}
 
 fuzz_target!(|input: &[u8]| {
     let Some((&mode, rest)) = input.split_first() else {
@@ -68,8 +64,11 @@ fuzz_target!(|input: &[u8]| {
         .expect("ICReq encodes");
     }
     stream.extend_from_slice(body);
-    let mut q = Queue::new(config(), Duration::ZERO).expect("valid config");
+    let mut q = Queue::new(pdu_queue_config(), Duration::ZERO).expect("valid config");
     let mut out = Vec::new();
+    // The HPDA of the ICReq the queue accepted (the stream's first PDU, prepended or not): the
+    // target aligns C2HData to it, so the oracle's decoder must too.
+    let mut hpda = None;
     let mut at = 0;
     let mut chunk = usize::from(seed) + 1;
     while at < stream.len() && !q.is_closed() {
@@ -78,6 +77,10 @@ fuzz_target!(|input: &[u8]| {
         at += used;
         chunk = chunk * 7 % 509 + 1;
         while let Some(event) = q.poll_event() {
+            if let Event::Initialized { .. } = event {
+                // ICReq: HPDA at byte 10 of its header.
+                hpda = Some(stream[10]);
+            }
             if let Event::Command(cmd) = event {
                 let sqe = cmd.sqe;
                 if sqe.opcode() == FABRICS_OPCODE && sqe.fctype() == fctype::CONNECT {
@@ -113,7 +116,7 @@ fuzz_target!(|input: &[u8]| {
     let mut host = Decoder::new(DecoderConfig {
         receiver: Direction::HostToController,
         digests: Digests::NONE,
-        pda: (mode >> 2) & 0x3,
+        pda: hpda.unwrap_or(0),
         max_data_pdu: 8192,
         max_in_capsule: 0,
     });
