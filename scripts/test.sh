@@ -41,9 +41,8 @@ step 900 "pool format features, test-feature-x build: its golden image read back
 # Every benchmark in its short mode, so none can rot: built with the test profile (no release
 # build in CI), never asserting timings.
 step 600 "benchmarks, short mode" ./scripts/bench.sh --quick
-step 900 "fuzz smoke: core metadata decoder" ./scripts/fuzz.sh metadata_decode 30
-step 900 "fuzz smoke: NVMe/TCP PDU decoder" ./scripts/fuzz.sh pdu_decode 30
-step 900 "fuzz smoke: DH-HMAC-CHAP message decoder" ./scripts/fuzz.sh auth_decode 30
+step 1800 "fuzz smoke: every target 15 s from its seed corpus (core metadata, NVMe/TCP PDUs, DH-HMAC-CHAP, firmware bundles, host-key file, :authority rewriter)" \
+    ./scripts/fuzz.sh --smoke 15
 step 300 "deploy: grpcio (gRPC C-core) over the unix sockets of edgevol proxy and edgevol-node; Kubernetes, Nomad and Swarm CreateVolume calls replayed" \
     ./scripts/test-deploy.sh grpcio
 step 120 "deploy: Kubernetes manifests strictly valid for every promised minor, the sidecars' rules, consistency with the code, Nomad and Swarm files" \
