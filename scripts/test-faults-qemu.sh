@@ -62,8 +62,40 @@ if ((do_kill)); then
         status=1
 fi
 
-# --- 3: power cut of the appliance VM under a node VM's fsynced writes --------------------------
+# --- 3: a daemon crash and a power cut of the appliance VM under a node VM's fsynced writes -----
 trap vms_stop EXIT
+# crash_wrapper INITRAMFS RUN: slot A of RUN/disk.img gets INITRAMFS with edgevold behind a
+# wrapper that SIGKILLs it once it has logged the creation of a volume of 7 MiB (the test's
+# trigger: the host has no other way into the VM), as a panic or an OOM kill would end it. The
+# image's init must start it again in the same boot.
+crash_wrapper() {
+    local d="$2/crash.rootfs"
+    rm -rf "$d"
+    mkdir -p "$d"
+    (cd "$d" && gzip -dc "$1" | cpio -idm --quiet) || return 1
+    mv "$d/bin/edgevold" "$d/bin/edgevold.real"
+    cat >"$d/bin/edgevold" <<'WRAPPER'
+#!/bin/sh
+# Test build (scripts/test-faults-qemu.sh): edgevold, SIGKILLed when it creates a 7 MiB volume.
+from=$(($(wc -c </run/edgevold.log) + 1))
+/bin/edgevold.real "$@" &
+p=$!
+(
+    until tail -c +"$from" /run/edgevold.log | grep -q "volume created.*bytes=7340032"; do
+        kill -0 $p 2>/dev/null || exit 0
+        sleep 0.1
+    done
+    echo "edgevold (test build): SIGKILL on the trigger" >&2
+    kill -KILL $p
+) &
+wait $p
+WRAPPER
+    chmod 0755 "$d/bin/edgevold"
+    (cd "$d" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) |
+        gzip -1 -n >"$2/crash-initramfs.gz" || return 1
+    rm -rf "$d"
+    mcopy -o -i "$2/disk.img@@1M" "$2/crash-initramfs.gz" ::/slot-a/initramfs.gz
+}
 power_cut() {
     local run="$CACHE/faults-pc" image="$CACHE/faults-image"
     rm -rf "$run"
@@ -81,6 +113,7 @@ power_cut() {
     csi_port=$(free_port SOCK_STREAM) node_csi=$(free_port SOCK_STREAM) node_exec=$(free_port SOCK_STREAM)
     link_a=$(free_port SOCK_DGRAM) link_n=$(free_port SOCK_DGRAM)
     cp "$image/edgevol.img" "$run/disk.img"
+    crash_wrapper "$image/initramfs.gz" "$run" || return 1
     truncate -s 1G "$run/nvme0.img"
     local apid="$CACHE/run/faults-pc-appliance.pid" npid="$CACHE/run/faults-pc-node.pid"
     vm_track "$apid"
@@ -104,8 +137,16 @@ power_cut() {
     EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/pki" \
         EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
         EDGEVOL_PC_APPLIANCE_PIDFILE="$apid" EDGEVOL_PC_REBOOT="$reboot" \
+        EDGEVOL_PC_APPLIANCE_LOG="$CACHE/logs/faults-pc-appliance.log" \
+        step 600 "check 3a: edgevold SIGKILLed on the appliance image under acknowledged writes" \
+        cargo test --locked -p edgevol-e2e --test powercut -- --ignored --nocapture --exact \
+        a_daemon_crash_on_the_appliance_loses_no_acknowledged_write || return 1
+    EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/pki" \
+        EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
+        EDGEVOL_PC_APPLIANCE_PIDFILE="$apid" EDGEVOL_PC_REBOOT="$reboot" \
         step 720 "check 3: power cut of the appliance VM under fsynced writes (ext4 files, raw)" \
-        cargo test --locked -p edgevol-e2e --test powercut -- --ignored --nocapture
+        cargo test --locked -p edgevol-e2e --test powercut -- --ignored --nocapture --exact \
+        power_cut_of_the_appliance_under_fsynced_writes
 }
 if ((do_cut)); then
     if power_cut; then

@@ -468,3 +468,205 @@ async fn power_cut_of_the_appliance_under_fsynced_writes() {
         failures.join("\n---\n")
     );
 }
+
+/// The test image's trigger (scripts/test-faults-qemu.sh): its edgevold is SIGKILLed once it
+/// has logged the creation of a volume of this size.
+const CRASH_TRIGGER_BYTES: i64 = 7 * MIB;
+/// Held writes (acknowledged, not flushed) when the daemon is killed.
+const HELD_BEFORE_CRASH: u64 = 10;
+
+/// edgevold killed on the appliance image (SIGKILL, as a panic or an OOM kill ends it) while a
+/// node holds writes it acknowledged and never flushed: the image's init starts it again in the
+/// same boot (no reboot, which would drop this boot's journal frames), every held write and every
+/// fsynced batch reads back, and the node resumes without an I/O error. Runs before the power cut
+/// on the same VMs; leaves nothing behind.
+#[tokio::test]
+#[ignore = "needs the VMs of scripts/test-faults-qemu.sh and its test image"]
+async fn a_daemon_crash_on_the_appliance_loses_no_acknowledged_write() {
+    let log =
+        PathBuf::from(std::env::var("EDGEVOL_PC_APPLIANCE_LOG").expect("EDGEVOL_PC_APPLIANCE_LOG"));
+    let mut rig = edgevol_e2e::rig::Rig::new().await;
+    let agent = rig.agent;
+    agent
+        .ok(
+            20,
+            &format!("cat >/tmp/pc.sh <<'EDGEVOL-PC-EOF'\n{NODE_SCRIPT}EDGEVOL-PC-EOF\ndmesg -c >/dev/null"),
+        )
+        .await;
+    let raw_vol = rig.create("crash-raw", 256 * MIB, true, None).await;
+    let hold_vol = rig.create("crash-hold", 256 * MIB, true, None).await;
+    let raw = rig.attach(&raw_vol, true, "crash-raw").await;
+    let hold = rig.attach(&hold_vol, true, "crash-hold").await;
+    agent
+        .ok(
+            20,
+            &format!(
+                "sh /tmp/pc.sh raw {} </dev/null >/tmp/pc-raw.out 2>&1 &\n\
+                 echo $! >/tmp/pc.pids\n\
+                 sh /tmp/pc.sh hold {} </dev/null >/tmp/pc-hold.out 2>&1 &\n\
+                 echo $! >>/tmp/pc.pids",
+                raw.target, hold.target
+            ),
+        )
+        .await;
+    let before = wait_counts(&agent, WRITES_S, "durable batches before the crash", |c| {
+        c.raw >= BEFORE_CUT
+    })
+    .await;
+    // The raw writer pauses after an fsync; the held writes are acknowledged and stop; the
+    // trigger follows at once (within the appliance's 1 s sync interval when the machine
+    // allows: then only the journal frames of this boot hold them).
+    agent
+        .ok(
+            60,
+            "touch /tmp/pc-pause; while [ ! -e /tmp/pc-raw.paused ]; do sleep 0.1; done; \
+             touch /tmp/pc-hold-go",
+        )
+        .await;
+    let t = Instant::now();
+    loop {
+        let n: u64 = agent
+            .ok(10, "cat /tmp/pc-hold.state 2>/dev/null || echo 0")
+            .await
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        if n >= HELD_BEFORE_CRASH {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(WRITES_S),
+            "only {n} held writes acknowledged within {WRITES_S} s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    agent
+        .ok(
+            60,
+            "touch /tmp/pc-hold-stop; while [ ! -e /tmp/pc-hold.stopped ]; do sleep 0.1; done",
+        )
+        .await;
+    let held: u64 = agent
+        .ok(10, "cat /tmp/pc-hold.state")
+        .await
+        .trim()
+        .parse()
+        .expect("held count");
+    // The trigger. Its answer may be lost with the daemon: only the kill matters.
+    let trigger = rig.ctl.create_volume(CreateVolumeRequest {
+        name: "crash-trigger".into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: CRASH_TRIGGER_BYTES,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![capability(true)],
+        ..Default::default()
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(CALL_S), trigger).await;
+    let crashed = Instant::now();
+    let console = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("EDGEVOL-APPLIANCE RESTARTED") {
+            break text;
+        }
+        assert!(
+            crashed.elapsed() < Duration::from_secs(REBOOT_S),
+            "edgevold was not started again within {REBOOT_S} s (console {}):\n{}",
+            log.display(),
+            text.lines()
+                .filter(|l| l.contains("EDGEVOL-APPLIANCE") || l.contains("test build"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        console.contains("edgevold (test build): SIGKILL on the trigger"),
+        "the trigger did not kill edgevold"
+    );
+    assert_eq!(
+        console.matches("EDGEVOL-APPLIANCE BOOTED").count(),
+        1,
+        "the box rebooted instead of restarting its daemon in the same boot"
+    );
+    eprintln!(
+        "daemon crash: {held} held writes acknowledged; edgevold started again {:.0} s after \
+         the trigger: {}",
+        crashed.elapsed().as_secs_f64(),
+        console
+            .lines()
+            .filter(|l| l.contains("DAEMON-EXITED") || l.contains("RESTARTED"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+
+    agent
+        .ok(10, "rm -f /tmp/pc-pause; touch /tmp/pc-release")
+        .await;
+    let resumed = wait_counts(
+        &agent,
+        RESUME_S,
+        "the node resumes after the restart",
+        |c| c.raw >= before.raw + AFTER_CUT,
+    )
+    .await;
+    agent
+        .ok(
+            90,
+            "touch /tmp/pc-stop; for p in $(cat /tmp/pc.pids); do \
+             while kill -0 $p 2>/dev/null; do sleep 0.2; done; done",
+        )
+        .await;
+    let last = counts(&agent).await;
+    assert_eq!(
+        last.raw_errors,
+        0,
+        "failed writes or fsyncs:\n{}",
+        agent.ok(10, "cat /tmp/pc-raw.err").await
+    );
+    let (raw_ok, raw_bad) = verified(
+        &agent
+            .ok(180, &format!("sh /tmp/pc.sh verify-raw {}", raw.target))
+            .await,
+    );
+    let hold_out = agent
+        .ok(60, &format!("sh /tmp/pc.sh verify-hold {}", hold.target))
+        .await;
+    let (hold_ok, hold_bad) = verified(&hold_out);
+    eprintln!(
+        "daemon crash: resumed {resumed:?}; raw batches {raw_ok} verified, {raw_bad} bad; held \
+         writes {hold_ok} verified, {hold_bad} bad"
+    );
+    assert_eq!(
+        (raw_ok, raw_bad),
+        (last.raw, 0),
+        "fsynced batches read back"
+    );
+    assert_eq!(
+        (hold_ok, hold_bad),
+        (held, 0),
+        "every write acknowledged before the crash reads back:\n{hold_out}"
+    );
+    let dmesg = agent.ok(10, "dmesg").await;
+    let errors = edgevol_e2e::storage_errors(&dmesg);
+    assert!(
+        errors.is_empty(),
+        "I/O errors on the node:\n{}",
+        errors.join("\n")
+    );
+
+    // Nothing left, for the power cut that follows on the same VMs.
+    for a in [&raw, &hold] {
+        rig.detach_and_delete(a).await;
+    }
+    for v in rig.list_volumes().await {
+        let v = v.volume.expect("a volume");
+        assert_eq!(
+            v.capacity_bytes, CRASH_TRIGGER_BYTES,
+            "a volume left: {v:?}"
+        );
+        rig.delete(&v.volume_id).await;
+    }
+    rig.assert_nothing_left().await;
+    agent.ok(10, "rm -f /tmp/pc-* /tmp/pc.pids").await;
+}
