@@ -557,9 +557,10 @@ pub fn close<H: Host + ?Sized>(host: &H, name: &str) -> Result<()> {
     }
 }
 
-/// Grows mapping `name` to its device (`cryptsetup resize`), then returns it. The volume key
-/// is in the kernel's keyring since the open; `key` (NodeExpandVolume's secrets, when the CO
-/// sends them) is given too, for hosts whose cryptsetup cannot read it there.
+/// Grows mapping `name` to its device (`cryptsetup resize`), then returns it. cryptsetup needs
+/// the passphrase unless the kernel keyring holds the volume key (not the case on every host):
+/// `key` comes from NodeExpandVolume's secrets (the CO's node-expand secret). Without one, a
+/// resize that asks for it is FAILED_PRECONDITION naming what to configure.
 pub fn resize<H: Host + ?Sized>(
     host: &H,
     volume_id: &str,
@@ -575,6 +576,15 @@ pub fn resize<H: Host + ?Sized>(
     match out.code {
         Some(0) => {}
         Some(EXIT_WRONG_KEY) => return Err(wrong_key(volume_id)),
+        Some(_) if key.is_none() => {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {volume_id} is encrypted: growing its LUKS2 mapping needs the \
+                 passphrase, and NodeExpandVolume carried no {PASSPHRASE_KEY:?} in its secrets; \
+                 give the StorageClass csi.storage.k8s.io/node-expand-secret-name and \
+                 -namespace naming the same Secret as its node-stage secret ({})",
+                out.stderr.trim()
+            )))
+        }
         _ => {
             return Err(failed(
                 &format!("volume {volume_id}: growing the LUKS2 mapping"),

@@ -459,6 +459,16 @@ fn expansion_grows_the_mapping_then_the_filesystem() {
         ..Default::default()
     })
     .unwrap();
+    // Without the node-expand secret: FAILED_PRECONDITION saying what to configure.
+    let no_key = crate::volume::ExpandRequest {
+        key: None,
+        ..req.clone()
+    };
+    let err = e.volumes.expand(&no_key).unwrap_err();
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("node-expand-secret-name")),
+        "{err}"
+    );
     let from = e.host.ops().len();
     e.volumes.expand(&req).unwrap();
     let ops = e.host.ops()[from..].to_vec();

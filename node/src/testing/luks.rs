@@ -124,6 +124,14 @@ impl FakeHost {
                 let Some((dm, disk)) = self.st().luks.mappings.get(*name).cloned() else {
                     return fail(4, &format!("Device {name} is not active."));
                 };
+                // A host whose kernel keyring does not hold the volume key (the QEMU node's):
+                // cryptsetup asks for the passphrase.
+                if !a.contains(&"--key-file=-") {
+                    return fail(1, "Nothing to read on input.");
+                }
+                if !self.key_opens(&disk, input) {
+                    return fail(2, "No key available with this passphrase.");
+                }
                 let size = sectors(self, &disk).saturating_sub(HEADER_SECTORS);
                 write(
                     &self.sys.join("block").join(dm).join("size"),
