@@ -37,7 +37,8 @@
 # edgevol.io/appliance=ID (a comma-separated list: one --topology flag per appliance the node
 # reaches). --md: replicated volumes' needs on top of the default flavour: the raid1 module,
 # Debian's mdadm and fio (with their libraries), 1 GiB. --crypt: encrypted volumes' needs on top
-# of the default flavour: the dm-crypt module (and the XTS mode its default cipher uses) and
+# of the default flavour: the dm-crypt module (and xts, ecb: the modes its default cipher, aes-xts,
+# is built from; the pinned cloud kernel has aes built in) and
 # Debian's cryptsetup with its libraries. --reach-host: the management NIC may open
 # connections to the host (slirp 10.0.2.2), for appliances run as host processes.
 # Exit as run-guest.sh (0 once EDGEVOL-NODE READY).
@@ -93,7 +94,7 @@ else
     fi
     if ((crypt)); then
         apt_need cryptsetup-bin
-        flavour+=(--module dm-crypt --module xts --host-bin /usr/sbin/cryptsetup)
+        flavour+=(--module dm-crypt --module xts --module ecb --host-bin /usr/sbin/cryptsetup)
     fi
 fi
 restrict=on
