@@ -10,12 +10,24 @@
 # key reads the data; no passphrase in any log line, error or state file. Nothing is left.
 # Logs: qemu/.cache/logs/encrypted-node.log and qemu/.cache/encrypted/box-e.log. Exit 0 = PASS.
 #
-# usage: scripts/test-encrypted-qemu.sh
+# --bench instead runs the benchmark of the same set-up (on a quiet machine; the node VM also
+# carries fio): a plain and an encrypted raw block volume, 4k randread/randwrite QD16 and 128k
+# read/write QD8, interleaved, medians of --runs rounds of --secs each, with the node VM's CPU
+# busy per volume; it prints a markdown table (also in qemu/.cache/encrypted/bench.md).
+#
+# usage: scripts/test-encrypted-qemu.sh [--bench [--runs 3] [--secs 10]]
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
-opts_parse '' "$@"
+bench=0 runs=3 secs=10
+opts_parse 'bench! runs secs' "$@"
+test_name=encrypted_volumes_keep_the_box_blind
+flavour=(--crypt)
+if ((bench)); then
+    test_name=bench_encrypted_against_plain
+    flavour=(--crypt --md) # --md: fio (and 1 GiB of memory)
+fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 say() { echo "==> encrypted: $*" >&2; }
 t0=$SECONDS
@@ -44,12 +56,15 @@ say "booting the node VM"
 # The box is a host process reached through slirp; the dgram link leads nowhere.
 "$ROOT/qemu/node-vm.sh" --name encrypted-node --bin-dir "$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release" \
     --link "$link_n:$link_x" --csi-port "$node_csi" --exec-port "$node_exec" \
-    --appliance box-e --crypt --reach-host --timeout 150 --lifetime 1200
+    --appliance box-e "${flavour[@]}" --reach-host --timeout 150 --lifetime 1200
 
 export EDGEVOL_E2E_BIN="$CARGO_TARGET_DIR/debug" EDGEVOL_E2E_PKI="$run/pki" EDGEVOL_E2E_WORK="$run" \
     EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
-    EDGEVOL_E2E_NODE_LOG="$CACHE/logs/encrypted-node.log"
-say "encrypted_volumes_keep_the_box_blind"
-timeout --kill-after=10 900 cargo test --locked -p edgevol-e2e --test encrypted -- \
-    --ignored --exact encrypted_volumes_keep_the_box_blind --test-threads=1 --nocapture
+    EDGEVOL_E2E_NODE_LOG="$CACHE/logs/encrypted-node.log" \
+    EDGEVOL_BENCH_RUNS="$runs" EDGEVOL_BENCH_SECS="$secs" EDGEVOL_BENCH_OUT="$run/bench.md"
+say "$test_name"
+budget=900
+((bench)) && budget=$((1800 + runs * secs * 8 * 3))
+timeout --kill-after=10 "$budget" cargo test --locked -p edgevol-e2e --test encrypted -- \
+    --ignored --exact "$test_name" --test-threads=1 --nocapture
 say "PASS in $((SECONDS - t0)) s"
