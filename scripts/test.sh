@@ -59,6 +59,8 @@ step 1500 "QEMU end to end: appliance image + node VM, CSI life cycle, Node conf
     ./scripts/test-e2e-qemu.sh
 step 1500 "QEMU replicated volumes: two appliances, edgevol proxy, md RAID1 on a node VM; fio --verify through each box's outage and an appliance VM's power cut, resync, growth, snapshot restore" \
     ./scripts/test-replicated-qemu.sh
+step 900 "QEMU encrypted volumes: LUKS2 on a node VM with dm-crypt against an edgevold file pool; marker written, restaged and verified, no copy of it in the pool, wrong key refused, rotation, expansion, snapshot restore, no passphrase in logs, errors or state files" \
+    ./scripts/test-encrypted-qemu.sh
 # After the QEMU steps: the static binaries they built are the images' (cache hits).
 step 300 "deploy: OCI images built offline (umoci), edgevol and edgevol-node run inside them, the node image's mkfs/mount/blkid" \
     ./scripts/test-deploy.sh images
