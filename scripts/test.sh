@@ -64,7 +64,7 @@ step 900 "QEMU encrypted volumes: LUKS2 on a node VM with dm-crypt against an ed
 # After the QEMU steps: the static binaries they built are the images' (cache hits).
 step 300 "deploy: OCI images built offline (umoci), edgevol and edgevol-node run inside them, the node image's mkfs/mount/blkid" \
     ./scripts/test-deploy.sh images
-step 1200 "QEMU faults under live I/O: kill -9 under fio, unpublish during I/O, appliance power cut" \
+step 1200 "QEMU faults under live I/O: kill -9 under fio, unpublish during I/O, edgevold killed on the appliance image (restarted in the same boot), appliance power cut" \
     ./scripts/test-faults-qemu.sh
 step 420 "QEMU boot: the same disk image under SeaBIOS (syslinux) and OVMF (GRUB EFI), softdog or the i6300esb armed" \
     ./scripts/test-boot-qemu.sh
