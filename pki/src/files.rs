@@ -90,15 +90,7 @@ pub fn issue(
     validity: Validity,
     force: bool,
 ) -> Result<Pair, PkiError> {
-    let pair = Pair::in_dir(dir, name);
-    if !force {
-        refuse_existing(&pair)?;
-    }
-    let ca_pair = Pair::in_dir(dir, "ca");
-    let ca = Ca::load(&ca_pair.cert, &ca_pair.key)?;
-    let issued = ca.issue_client(role, name, validity)?;
-    write_pair(&pair, &issued)?;
-    Ok(pair)
+    issue_with(dir, name, force, |ca| ca.issue_client(role, name, validity))
 }
 
 /// `pki server`: another appliance's server certificate `name` for `sans`, signed by the CA in
@@ -110,14 +102,23 @@ pub fn issue_server(
     validity: Validity,
     force: bool,
 ) -> Result<Pair, PkiError> {
+    issue_with(dir, name, force, |ca| ca.issue_server(sans, validity))
+}
+
+/// The pair `name` in `dir`, issued by `dir`'s CA with `issue`.
+fn issue_with(
+    dir: &Path,
+    name: &str,
+    force: bool,
+    issue: impl FnOnce(&Ca) -> Result<Issued, PkiError>,
+) -> Result<Pair, PkiError> {
     let pair = Pair::in_dir(dir, name);
     if !force {
         refuse_existing(&pair)?;
     }
     let ca_pair = Pair::in_dir(dir, "ca");
     let ca = Ca::load(&ca_pair.cert, &ca_pair.key)?;
-    let issued = ca.issue_server(sans, validity)?;
-    write_pair(&pair, &issued)?;
+    write_pair(&pair, &issue(&ca)?)?;
     Ok(pair)
 }
 

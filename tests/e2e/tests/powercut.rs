@@ -169,6 +169,41 @@ async fn attach(
     target
 }
 
+/// Starts the held writes (`sh /tmp/pc.sh hold`), lets at least `at_least` of them be
+/// acknowledged, stops them; returns how many were.
+async fn held_writes(agent: &Agent, at_least: u64) -> u64 {
+    agent.ok(10, "touch /tmp/pc-hold-go").await;
+    let t = Instant::now();
+    loop {
+        let n: u64 = agent
+            .ok(10, "cat /tmp/pc-hold.state 2>/dev/null || echo 0")
+            .await
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        if n >= at_least {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(WRITES_S),
+            "only {n} held writes acknowledged within {WRITES_S} s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    agent
+        .ok(
+            60,
+            "touch /tmp/pc-hold-stop; while [ ! -e /tmp/pc-hold.stopped ]; do sleep 0.1; done",
+        )
+        .await;
+    agent
+        .ok(10, "cat /tmp/pc-hold.state")
+        .await
+        .trim()
+        .parse()
+        .expect("held count")
+}
+
 /// `verified N bad M` of a verify step.
 fn verified(out: &str) -> (u64, u64) {
     let line = out
@@ -276,30 +311,7 @@ async fn power_cut_of_the_appliance_under_fsynced_writes() {
              while [ ! -e /tmp/pc-fs.paused ] || [ ! -e /tmp/pc-raw.paused ]; do sleep 0.1; done",
         )
         .await;
-    agent.ok(10, "touch /tmp/pc-hold-go").await;
-    let t = Instant::now();
-    loop {
-        let n: u64 = agent
-            .ok(10, "cat /tmp/pc-hold.state 2>/dev/null || echo 0")
-            .await
-            .trim()
-            .parse()
-            .unwrap_or(0);
-        if n >= HELD_BEFORE_CUT {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(WRITES_S),
-            "only {n} held writes acknowledged within {WRITES_S} s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    agent
-        .ok(
-            60,
-            "touch /tmp/pc-hold-stop; while [ ! -e /tmp/pc-hold.stopped ]; do sleep 0.1; done",
-        )
-        .await;
+    held_writes(&agent, HELD_BEFORE_CUT).await;
     tokio::time::sleep(Duration::from_secs(SETTLED_S)).await;
 
     // The power cut: SIGKILL of the appliance VM's QEMU.
@@ -519,39 +531,10 @@ async fn a_daemon_crash_on_the_appliance_loses_no_acknowledged_write() {
     agent
         .ok(
             60,
-            "touch /tmp/pc-pause; while [ ! -e /tmp/pc-raw.paused ]; do sleep 0.1; done; \
-             touch /tmp/pc-hold-go",
+            "touch /tmp/pc-pause; while [ ! -e /tmp/pc-raw.paused ]; do sleep 0.1; done",
         )
         .await;
-    let t = Instant::now();
-    loop {
-        let n: u64 = agent
-            .ok(10, "cat /tmp/pc-hold.state 2>/dev/null || echo 0")
-            .await
-            .trim()
-            .parse()
-            .unwrap_or(0);
-        if n >= HELD_BEFORE_CRASH {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(WRITES_S),
-            "only {n} held writes acknowledged within {WRITES_S} s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    agent
-        .ok(
-            60,
-            "touch /tmp/pc-hold-stop; while [ ! -e /tmp/pc-hold.stopped ]; do sleep 0.1; done",
-        )
-        .await;
-    let held: u64 = agent
-        .ok(10, "cat /tmp/pc-hold.state")
-        .await
-        .trim()
-        .parse()
-        .expect("held count");
+    let held = held_writes(&agent, HELD_BEFORE_CRASH).await;
     // The trigger. Its answer may be lost with the daemon: only the kill matters.
     let trigger = rig.ctl.create_volume(CreateVolumeRequest {
         name: "crash-trigger".into(),
