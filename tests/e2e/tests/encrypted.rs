@@ -16,12 +16,10 @@
 //! Ignored by default: it needs the VM and the binaries the script builds.
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
+use edgevol_e2e::host_appliance::{env_path, HostAppliance as Appliance};
 use edgevol_e2e::rig::{capability, Attached, Rig};
 use edgevol_e2e::{appliance_channel, within};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
@@ -29,90 +27,18 @@ use edgevol_proto::csi::v1::{NodeExpandVolumeRequest, NodeStageVolumeRequest, Vo
 use tonic::Code;
 
 const MIB: i64 = 1 << 20;
-const READY_S: u64 = 60;
 /// A stage formats or opens LUKS2: argon2id under TCG takes seconds.
 const STAGE_S: u64 = 120;
 const KEY: &str = "e2e-correct-horse-7f3a91";
 const NEW_KEY: &str = "e2e-rotated-staple-9c1d44";
 const WRONG_KEY: &str = "e2e-wrong-battery-0b2e57";
 
-fn env_path(var: &str) -> PathBuf {
-    PathBuf::from(
-        std::env::var(var)
-            .unwrap_or_else(|_| panic!("{var} not set: run scripts/test-encrypted-qemu.sh")),
-    )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// The box: edgevold on a dev file pool in `dir`.
-struct Appliance {
-    csi: SocketAddr,
-    dir: PathBuf,
-    log: PathBuf,
-    child: Child,
-}
-
-impl Appliance {
-    async fn start(bin: &Path, pki: &Path, work: &Path) -> Appliance {
-        let (csi, nvme_port) = (SocketAddr::from(([127, 0, 0, 1], free_port())), free_port());
-        let (dir, log) = (work.join("box-e"), work.join("box-e.log"));
-        let out = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("box log");
-        let child = Command::new(bin.join("edgevold"))
-            .arg("--dev")
-            .arg("--data-dir")
-            .arg(&dir)
-            .args(["--appliance-id", "box-e"])
-            .args(["--listen", &csi.to_string()])
-            .args(["--nvme-listen", &format!("127.0.0.1:{nvme_port}")])
-            .args(["--nvme-advertise", "10.0.2.2"])
-            .args(["--metrics-listen", "off"])
-            .arg("--tls-ca")
-            .arg(pki.join("ca.pem"))
-            .arg("--tls-cert")
-            .arg(pki.join("server.pem"))
-            .arg("--tls-key")
-            .arg(pki.join("server.key"))
-            // The node VM's 6.1 kernel has no NVMe in-band authentication.
-            .args(["--nvme-allow-unauthenticated-hosts", "true"])
-            .env("RUST_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out)
-            .spawn()
-            .expect("spawn edgevold");
-        let t = Instant::now();
-        while std::net::TcpStream::connect(csi).is_err() {
-            assert!(
-                t.elapsed() < Duration::from_secs(READY_S),
-                "box-e does not listen on {csi} within {READY_S} s (log: {})",
-                log.display()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Appliance {
-            csi,
-            dir,
-            log,
-            child,
-        }
-    }
-}
-
-impl Drop for Appliance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The box: edgevold on a dev file pool, at debug level (the passphrase search reads its log).
+async fn box_e(bin: &Path, pki: &Path, work: &Path) -> Appliance {
+    let mut b = Appliance::new("box-e", work);
+    b.rust_log = "debug";
+    b.start(bin, pki).await;
+    b
 }
 
 /// Searches every file under a directory (argv 2) for a byte string (argv 1), reading only the
@@ -288,7 +214,7 @@ async fn encrypted_volumes_keep_the_box_blind() {
     let pki = env_path("EDGEVOL_E2E_PKI");
     let work = env_path("EDGEVOL_E2E_WORK");
     let node_log = env_path("EDGEVOL_E2E_NODE_LOG");
-    let box_e = Appliance::start(&bin, &pki, &work).await;
+    let box_e = box_e(&bin, &pki, &work).await;
     let ctl = ControllerClient::new(appliance_channel(box_e.csi, &pki, "controller").await);
     let mut rig = Rig::with_controller(ctl).await;
     let mut errors = Vec::new();
@@ -635,7 +561,7 @@ async fn bench_encrypted_against_plain() {
     let work = env_path("EDGEVOL_E2E_WORK");
     let runs = std::env::var("EDGEVOL_BENCH_RUNS").map_or(3, |v| v.parse().expect("runs"));
     let secs: u64 = std::env::var("EDGEVOL_BENCH_SECS").map_or(10, |v| v.parse().expect("secs"));
-    let box_e = Appliance::start(&bin, &pki, &work).await;
+    let box_e = box_e(&bin, &pki, &work).await;
     let ctl = ControllerClient::new(appliance_channel(box_e.csi, &pki, "controller").await);
     let mut rig = Rig::with_controller(ctl).await;
     // The header takes 16 MiB of the encrypted one: both offer at least the region.

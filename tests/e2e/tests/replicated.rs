@@ -20,17 +20,17 @@
 //! Ignored by default: they need the VMs and the binaries the script builds.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::net::{SocketAddr, TcpListener};
+use std::fs::File;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use edgevol_e2e::host_appliance::{env_path, wait_probe_ready, HostAppliance as Appliance};
 use edgevol_e2e::rig::{capability, Attached, Rig};
-use edgevol_e2e::{appliance_channel, within, Agent};
+use edgevol_e2e::{within, Agent};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
-use edgevol_proto::csi::v1::identity_client::IdentityClient;
-use edgevol_proto::csi::v1::{NodeGetVolumeStatsRequest, ProbeRequest, VolumeCondition};
+use edgevol_proto::csi::v1::{NodeGetVolumeStatsRequest, VolumeCondition};
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
@@ -38,124 +38,9 @@ use tonic::transport::{Channel, Endpoint};
 const MIB: i64 = 1 << 20;
 /// How long each box stays down, as the check asks.
 const DOWN_S: u64 = 30;
-/// Budget for a box to be ready, for a leg to be failed out, for a resync to finish.
-const READY_S: u64 = 60;
+/// Budget for a leg to be failed out, for a resync to finish.
 const DEGRADED_S: u64 = 60;
 const RESYNC_S: u64 = 120;
-
-fn env_path(var: &str) -> PathBuf {
-    PathBuf::from(
-        std::env::var(var)
-            .unwrap_or_else(|_| panic!("{var} not set: run scripts/test-replicated-qemu.sh")),
-    )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// One appliance as a child process, restarted on the same data dir and ports.
-struct Appliance {
-    id: &'static str,
-    csi: SocketAddr,
-    nvme_port: u16,
-    dir: PathBuf,
-    log: PathBuf,
-    child: Option<Child>,
-}
-
-impl Appliance {
-    fn new(id: &'static str, work: &Path) -> Appliance {
-        Appliance {
-            id,
-            csi: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            nvme_port: free_port(),
-            dir: work.join(id),
-            log: work.join(format!("{id}.log")),
-            child: None,
-        }
-    }
-
-    async fn start(&mut self, bin: &Path, pki: &Path) {
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("box log");
-        let child = Command::new(bin.join("edgevold"))
-            .arg("--dev")
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .args(["--appliance-id", self.id])
-            .args(["--listen", &self.csi.to_string()])
-            .args(["--nvme-listen", &format!("127.0.0.1:{}", self.nvme_port)])
-            .args(["--nvme-advertise", "10.0.2.2"])
-            .args(["--metrics-listen", "off"])
-            .arg("--tls-ca")
-            .arg(pki.join("ca.pem"))
-            .arg("--tls-cert")
-            .arg(pki.join("server.pem"))
-            .arg("--tls-key")
-            .arg(pki.join("server.key"))
-            // The node VM's 6.1 kernel has no NVMe in-band authentication.
-            .args(["--nvme-allow-unauthenticated-hosts", "true"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn edgevold");
-        self.child = Some(child);
-        let t = Instant::now();
-        while std::net::TcpStream::connect(self.csi).is_err() {
-            assert!(
-                t.elapsed() < Duration::from_secs(READY_S),
-                "{} does not listen on {} within {READY_S} s (log: {})",
-                self.id,
-                self.csi,
-                self.log.display()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        wait_probe_ready(self.id, self.csi, pki, &self.log.display().to_string()).await;
-    }
-
-    fn kill9(&mut self) {
-        let mut child = self.child.take().expect("a running edgevold");
-        child.kill().expect("SIGKILL edgevold");
-        child.wait().expect("reap edgevold");
-    }
-}
-
-impl Drop for Appliance {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Whether the appliance at `csi` answers Probe ready within [`READY_S`].
-async fn wait_probe_ready(id: &str, csi: SocketAddr, pki: &Path, log: &str) {
-    let t = Instant::now();
-    let mut identity = IdentityClient::new(appliance_channel(csi, pki, "controller").await);
-    loop {
-        if let Ok(r) = identity.probe(ProbeRequest {}).await {
-            if r.into_inner().ready == Some(true) {
-                return;
-            }
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(READY_S),
-            "{id} not ready within {READY_S} s (log: {log})"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// An appliance firmware image VM the script booted: its power is cut by SIGKILLing its QEMU,
 /// and the script's boot command (in the environment) boots it again from the same disks.
