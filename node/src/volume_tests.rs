@@ -1,5 +1,7 @@
 //! Stage/publish/unpublish/unstage/stats/expand flows against the fake host, including a retry
-//! after a failure at each step.
+//! after a failure at each step: the CSI spec's error-table rows and idempotency of the Node
+//! service. Each flow runs for a plain and for an encrypted volume ([`Flavour`]); what only an
+//! encrypted volume answers (a missing or wrong key, no dm-crypt) is in `crypt_tests`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,25 +13,86 @@ use edgevol_proto::csi::v1::volume_capability::{
 };
 use edgevol_proto::csi::v1::{NodeStageVolumeRequest, VolumeCapability};
 
+use crate::crypt::{Passphrase, ENCRYPTED_PARAM, PASSPHRASE_KEY};
 use crate::csi::request;
 use crate::error::Error;
 use crate::fabrics::{FabricsConfig, HostIdentity};
 use crate::host::Host;
 use crate::state::StateStore;
-use crate::testing::FakeHost;
+use crate::testing::{FakeHost, LUKS_HEADER_SECTORS};
 use crate::volume::{
     Access, ExpandRequest, PublishRequest, StageRequest, Usage, VolumeConfig, Volumes,
 };
 
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+const KEY: &str = "correct-horse-battery-staple";
+
+/// The volume a flow stages: plain, or encrypted (volume_context `encrypted: "true"`, the
+/// passphrase in NodeStageVolume's and NodeExpandVolume's secrets, LUKS2 on the namespace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavour {
+    Plain,
+    Encrypted,
+}
+
+/// Runs each named flow once per [`Flavour`], as the tests `NAME::plain` and `NAME::encrypted`.
+macro_rules! for_each_flavour {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::Flavour;
+
+            #[test]
+            fn plain() {
+                super::$name(Flavour::Plain)
+            }
+
+            #[test]
+            fn encrypted() {
+                super::$name(Flavour::Encrypted)
+            }
+        }
+    )*};
+}
+
+for_each_flavour!(
+    mount_volume_full_cycle,
+    block_volume_full_cycle,
+    reuses_a_live_controller_after_a_restart,
+    stage_retry_after_a_failure_at_each_step,
+    waits_for_udev_but_not_forever,
+    restage_with_other_capability_or_path_is_refused,
+    unstage_retry_after_a_failure_at_each_step,
+    publish_retry_after_failed_read_only_remount,
+    disconnect_only_when_no_other_staged_volume_uses_the_controller,
+    single_node_single_writer_refuses_a_second_writer,
+    error_rows_of_publish_stats_expand_unstage,
+    expand_rescans_and_grows,
+    stage_of_a_volume_the_target_refuses_is_not_found_and_leaves_nothing,
+    stage_without_the_tcp_transport_is_a_failed_precondition_unless_the_kernel_loads_it,
+    stage_loads_a_missing_nvme_fabrics_before_it_connects,
+    unpublish_touches_only_the_volumes_own_publication,
+    publish_again_at_the_same_target_with_other_arguments_is_already_exists,
+    expand_error_rows,
+);
+
+/// The host operations a flow injects a failure at, and for an encrypted volume cryptsetup
+/// too (its first run: luksFormat at a first stage, close at an unstage).
+fn with_crypt(flavour: Flavour, steps: &[&'static str]) -> Vec<&'static str> {
+    let mut steps = steps.to_vec();
+    if flavour == Flavour::Encrypted {
+        steps.push("cryptsetup");
+    }
+    steps
+}
 
 struct Env {
     host: Arc<FakeHost>,
     volumes: Volumes,
     store: StateStore,
+    flavour: Flavour,
 }
 
-fn env() -> Env {
+fn env(flavour: Flavour) -> Env {
     let host = Arc::new(FakeHost::new());
     let store = StateStore::open(host.work.join("state")).unwrap();
     let cfg = VolumeConfig {
@@ -46,6 +109,7 @@ fn env() -> Env {
         volumes: Volumes::new(dyn_host, store.clone(), cfg),
         store,
         host,
+        flavour,
     }
 }
 
@@ -55,17 +119,6 @@ fn nqn(n: u32) -> String {
 
 fn nguid(n: u32) -> String {
     format!("{n:032x}")
-}
-
-fn grow(volume_id: &str, path: &Path, required_bytes: u64) -> ExpandRequest {
-    ExpandRequest {
-        volume_id: volume_id.into(),
-        volume_path: path.to_owned(),
-        required_bytes,
-        limit_bytes: 0,
-        access: None,
-        key: None,
-    }
 }
 
 fn cap(block: bool, mode: Mode) -> VolumeCapability {
@@ -84,6 +137,44 @@ fn cap(block: bool, mode: Mode) -> VolumeCapability {
 }
 
 impl Env {
+    /// The disk a staged volume's filesystem or block device is (the first volume staged).
+    fn disk(&self) -> &'static str {
+        match self.flavour {
+            Flavour::Plain => "nvme0n1",
+            Flavour::Encrypted => "dm-0",
+        }
+    }
+
+    /// What unstage flushes, in order: the mapping (if any), then the namespace.
+    fn synced_on_unstage(&self) -> Vec<PathBuf> {
+        let dev = self.host.dev_root();
+        match self.flavour {
+            Flavour::Plain => vec![dev.join("nvme0n1")],
+            Flavour::Encrypted => vec![dev.join("dm-0"), dev.join("nvme0n1")],
+        }
+    }
+
+    /// The bytes the workload gets of a namespace of `sectors` (LUKS2 keeps its header).
+    fn usable(&self, sectors: u64) -> u64 {
+        match self.flavour {
+            Flavour::Plain => sectors * 512,
+            Flavour::Encrypted => (sectors - LUKS_HEADER_SECTORS) * 512,
+        }
+    }
+
+    /// NodeExpandVolume of `volume_id` at `path`, with the node-expand secret when encrypted.
+    fn grow(&self, volume_id: &str, path: &Path, required_bytes: u64) -> ExpandRequest {
+        ExpandRequest {
+            volume_id: volume_id.into(),
+            volume_path: path.to_owned(),
+            required_bytes,
+            limit_bytes: 0,
+            access: None,
+            key: (self.flavour == Flavour::Encrypted)
+                .then(|| Passphrase::parse(PASSPHRASE_KEY, KEY).unwrap()),
+        }
+    }
+
     fn staging(&self, n: u32) -> PathBuf {
         self.host.work.join(format!("staging/vol{n}"))
     }
@@ -104,7 +195,7 @@ impl Env {
     }
 
     fn stage_req_with(&self, n: u32, capability: VolumeCapability) -> StageRequest {
-        let req = NodeStageVolumeRequest {
+        let mut req = NodeStageVolumeRequest {
             volume_id: format!("vol{n}"),
             publish_context: HashMap::from([
                 ("transport".into(), "tcp".into()),
@@ -118,6 +209,11 @@ impl Env {
             secrets: HashMap::from([("password".into(), "hunter2".into())]),
             volume_context: HashMap::new(),
         };
+        if self.flavour == Flavour::Encrypted {
+            req.volume_context
+                .insert(ENCRYPTED_PARAM.into(), "true".into());
+            req.secrets.insert(PASSPHRASE_KEY.into(), KEY.into());
+        }
         request::stage(&req).unwrap()
     }
 
@@ -141,9 +237,8 @@ impl Env {
     }
 }
 
-#[test]
-fn mount_volume_full_cycle() {
-    let e = env();
+fn mount_volume_full_cycle(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     e.volumes.stage(&s).unwrap();
     assert_eq!(e.host.fabrics_writes().len(), 1);
@@ -188,39 +283,49 @@ fn mount_volume_full_cycle() {
     );
     e.volumes.unstage("vol1", &s.staging_path).unwrap();
     assert_eq!(e.mounted(&s.staging_path), None);
-    assert_eq!(e.host.synced(), vec![e.host.dev_root().join("nvme0n1")]);
+    assert_eq!(e.host.synced(), e.synced_on_unstage());
     assert!(e.host.controller_names().is_empty(), "disconnected");
     assert_eq!(e.store.get("vol1").unwrap(), None);
     // Unstage again: OK.
     e.volumes.unstage("vol1", &s.staging_path).unwrap();
 }
 
-#[test]
-fn block_volume_full_cycle() {
-    let e = env();
+fn block_volume_full_cycle(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(2, true);
     e.volumes.stage(&s).unwrap();
-    assert!(e.host.commands_of("mkfs.ext4").is_empty() && e.host.commands_of("blkid").is_empty());
+    assert!(e.host.commands_of("mkfs.ext4").is_empty());
+    // A raw block volume's data is never probed (an encrypted one's namespace is, for its
+    // LUKS2 header).
+    let probed = e.host.commands_of("blkid");
+    match e.flavour {
+        Flavour::Plain => assert!(probed.is_empty(), "{probed:?}"),
+        Flavour::Encrypted => assert!(
+            probed
+                .iter()
+                .all(|a| a.last().unwrap().ends_with("/nvme0n1")),
+            "{probed:?}"
+        ),
+    }
     let rec = e.store.get("vol2").unwrap().unwrap();
-    assert_eq!(rec.disk.as_deref(), Some("nvme0n1"));
+    assert_eq!(rec.disk.as_deref(), Some(e.disk()));
     assert_eq!(rec.controller.as_deref(), Some("nvme0"));
     let p = e.publish_req(&s, "b", false);
     e.volumes.publish(&p).unwrap();
     assert!(p.target_path.is_file(), "target file created");
     let bind = &e.host.commands_of("mount")[0];
-    assert_eq!(bind[1], e.host.dev_root().join("nvme0n1").to_string_lossy());
+    assert_eq!(bind[1], e.host.dev_root().join(e.disk()).to_string_lossy());
     assert_eq!(e.mounted(&p.target_path), Some(false));
     let stats = e.volumes.stats("vol2", &p.target_path).unwrap();
-    assert_eq!(stats.usage, Usage::Block(2048 * 512));
+    assert_eq!(stats.usage, Usage::Block(e.usable(2048)));
     e.volumes.unpublish("vol2", &p.target_path).unwrap();
     assert!(!p.target_path.exists());
     e.volumes.unstage("vol2", &s.staging_path).unwrap();
     assert!(e.host.controller_names().is_empty());
 }
 
-#[test]
-fn reuses_a_live_controller_after_a_restart() {
-    let e = env();
+fn reuses_a_live_controller_after_a_restart(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     e.volumes.stage(&s).unwrap();
     // The plugin restarts and the CO retries: the state file and the kernel agree.
@@ -230,10 +335,9 @@ fn reuses_a_live_controller_after_a_restart() {
     assert_eq!(e.host.commands_of("mount").len(), 1, "no second mount");
 }
 
-#[test]
-fn stage_retry_after_a_failure_at_each_step() {
-    for step in ["connect", "blkid", "mkfs.ext4", "mount"] {
-        let e = env();
+fn stage_retry_after_a_failure_at_each_step(f: Flavour) {
+    for step in with_crypt(f, &["connect", "blkid", "mkfs.ext4", "mount"]) {
+        let e = env(f);
         let s = e.stage_req(1, false);
         e.host.fail_next(step);
         let err = e.volumes.stage(&s).unwrap_err();
@@ -253,15 +357,14 @@ fn stage_retry_after_a_failure_at_each_step() {
     }
 }
 
-#[test]
-fn waits_for_udev_but_not_forever() {
-    let e = env();
+fn waits_for_udev_but_not_forever(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, true);
     e.host.set_udev_delay(3);
     e.volumes.stage(&s).unwrap();
     assert!(e.host.dev_root().join("nvme0n1").exists());
 
-    let e = env();
+    let e = env(f);
     let s = e.stage_req(1, true);
     e.host.set_udev_delay(50); // beyond the 1 s / 100 ms budget
     let err = e.volumes.stage(&s).unwrap_err();
@@ -275,9 +378,8 @@ fn waits_for_udev_but_not_forever() {
     assert_eq!(e.host.fabrics_writes().len(), 1);
 }
 
-#[test]
-fn restage_with_other_capability_or_path_is_refused() {
-    let e = env();
+fn restage_with_other_capability_or_path_is_refused(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     e.volumes.stage(&s).unwrap();
     let other = e.stage_req_with(1, cap(true, Mode::SingleNodeWriter));
@@ -299,10 +401,9 @@ fn restage_with_other_capability_or_path_is_refused() {
     ));
 }
 
-#[test]
-fn unstage_retry_after_a_failure_at_each_step() {
-    for step in ["umount", "sync", "delete_controller"] {
-        let e = env();
+fn unstage_retry_after_a_failure_at_each_step(f: Flavour) {
+    for step in with_crypt(f, &["umount", "sync", "delete_controller"]) {
+        let e = env(f);
         let s = e.stage_req(1, false);
         e.volumes.stage(&s).unwrap();
         e.host.fail_next(step);
@@ -319,9 +420,8 @@ fn unstage_retry_after_a_failure_at_each_step() {
     }
 }
 
-#[test]
-fn publish_retry_after_failed_read_only_remount() {
-    let e = env();
+fn publish_retry_after_failed_read_only_remount(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     e.volumes.stage(&s).unwrap();
     let p = e.publish_req(&s, "a", true);
@@ -343,9 +443,8 @@ fn publish_retry_after_failed_read_only_remount() {
     ));
 }
 
-#[test]
-fn disconnect_only_when_no_other_staged_volume_uses_the_controller() {
-    let e = env();
+fn disconnect_only_when_no_other_staged_volume_uses_the_controller(f: Flavour) {
+    let e = env(f);
     // Two namespaces in one subsystem (a shared controller).
     e.host.add_subsystem(
         &nqn(7),
@@ -379,9 +478,8 @@ fn disconnect_only_when_no_other_staged_volume_uses_the_controller() {
     assert!(e.host.controller_names().is_empty());
 }
 
-#[test]
-fn single_node_single_writer_refuses_a_second_writer() {
-    let e = env();
+fn single_node_single_writer_refuses_a_second_writer(f: Flavour) {
+    let e = env(f);
     e.host.add_subsystem(
         &nqn(4),
         &nguid(4),
@@ -400,9 +498,8 @@ fn single_node_single_writer_refuses_a_second_writer() {
     e.volumes.publish(&e.publish_req(&s, "c", true)).unwrap();
 }
 
-#[test]
-fn error_rows_of_publish_stats_expand_unstage() {
-    let e = env();
+fn error_rows_of_publish_stats_expand_unstage(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     let p = e.publish_req(&s, "a", false);
     // Unknown volume.
@@ -412,7 +509,7 @@ fn error_rows_of_publish_stats_expand_unstage() {
         Err(Error::NotFound(_))
     ));
     assert!(matches!(
-        e.volumes.expand(&grow("vol1", &p.target_path, 0)),
+        e.volumes.expand(&e.grow("vol1", &p.target_path, 0)),
         Err(Error::NotFound(_))
     ));
     // Unknown volume, nothing mounted: unstage/unpublish are idempotent successes.
@@ -426,7 +523,7 @@ fn error_rows_of_publish_stats_expand_unstage() {
         Err(Error::NotFound(_))
     ));
 
-    let e = env();
+    let e = env(f);
     let s = e.stage_req(1, false);
     e.volumes.stage(&s).unwrap();
     // Wrong staging path at publish; block publish of a mount volume; a path not of the volume.
@@ -453,20 +550,19 @@ fn error_rows_of_publish_stats_expand_unstage() {
     let stats = e.volumes.stats("vol1", &s.staging_path).unwrap();
     assert!(stats.abnormal.unwrap().contains("connecting"));
     assert!(matches!(
-        e.volumes.expand(&grow("vol1", &s.staging_path, 0)),
+        e.volumes.expand(&e.grow("vol1", &s.staging_path, 0)),
         Err(Error::Unavailable(_))
     ));
 }
 
-#[test]
-fn expand_rescans_and_grows() {
-    let e = env();
+fn expand_rescans_and_grows(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     e.volumes.stage(&s).unwrap();
     e.host.grow_subsystem(&nqn(1), 4096);
     let size = e
         .volumes
-        .expand(&grow("vol1", &s.staging_path, 4096 * 512))
+        .expand(&e.grow("vol1", &s.staging_path, 4096 * 512))
         .unwrap();
     assert_eq!(size, 4096 * 512);
     assert!(e
@@ -478,7 +574,7 @@ fn expand_rescans_and_grows() {
     // Asking beyond what the controller gave: an error, not a silent success.
     let err = e
         .volumes
-        .expand(&grow("vol1", &s.staging_path, 8192 * 512))
+        .expand(&e.grow("vol1", &s.staging_path, 8192 * 512))
         .unwrap_err();
     assert!(matches!(err, Error::OutOfRange(_)), "{err}");
     assert_eq!(e.host.commands_of("resize2fs").len(), 1);
@@ -545,9 +641,8 @@ fn publish_without_a_staging_path_is_a_failed_precondition() {
     ));
 }
 
-#[test]
-fn stage_of_a_volume_the_target_refuses_is_not_found_and_leaves_nothing() {
-    let e = env();
+fn stage_of_a_volume_the_target_refuses_is_not_found_and_leaves_nothing(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     e.host.fail_next_connect(5); // EIO: the target answered the Connect with an error
     let err = e.volumes.stage(&s).unwrap_err();
@@ -564,9 +659,8 @@ fn stage_of_a_volume_the_target_refuses_is_not_found_and_leaves_nothing() {
     e.volumes.stage(&s).unwrap();
 }
 
-#[test]
-fn stage_without_the_tcp_transport_is_a_failed_precondition_unless_the_kernel_loads_it() {
-    let e = env();
+fn stage_without_the_tcp_transport_is_a_failed_precondition_unless_the_kernel_loads_it(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     // nvme-fabrics is there, nvme-tcp is not and cannot be loaded: the kernel answers the
     // connect EINVAL ("no handler found for transport tcp").
@@ -587,9 +681,8 @@ fn stage_without_the_tcp_transport_is_a_failed_precondition_unless_the_kernel_lo
     assert_eq!(e.host.controller_names(), vec!["nvme0".to_owned()]);
 }
 
-#[test]
-fn stage_loads_a_missing_nvme_fabrics_before_it_connects() {
-    let e = env();
+fn stage_loads_a_missing_nvme_fabrics_before_it_connects(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, true);
     e.host.remove_initiator();
     e.host.set_loadable(&["nvme-fabrics", "nvme-tcp"]);
@@ -601,9 +694,8 @@ fn stage_loads_a_missing_nvme_fabrics_before_it_connects() {
     assert_eq!(e.host.controller_names(), vec!["nvme0".to_owned()]);
 }
 
-#[test]
-fn unpublish_touches_only_the_volumes_own_publication() {
-    let e = env();
+fn unpublish_touches_only_the_volumes_own_publication(f: Flavour) {
+    let e = env(f);
     let a = e.stage_req(1, false);
     let b = e.stage_req(2, true);
     e.volumes.stage(&a).unwrap();
@@ -640,9 +732,8 @@ fn unpublish_touches_only_the_volumes_own_publication() {
     assert!(!pa.target_path.exists() && !pb.target_path.exists());
 }
 
-#[test]
-fn publish_again_at_the_same_target_with_other_arguments_is_already_exists() {
-    let e = env();
+fn publish_again_at_the_same_target_with_other_arguments_is_already_exists(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     e.volumes.stage(&s).unwrap();
     let p = e.publish_req(&s, "a", false);
@@ -700,13 +791,12 @@ fn publish_again_at_the_same_target_with_other_arguments_is_already_exists() {
     assert_eq!(e.mounted(&p.target_path), Some(true));
 }
 
-#[test]
-fn expand_error_rows() {
-    let e = env();
+fn expand_error_rows(f: Flavour) {
+    let e = env(f);
     let s = e.stage_req(1, false);
     e.volumes.stage(&s).unwrap();
     // The capability must be the staged one (INVALID_ARGUMENT "exceeds capabilities").
-    let mut req = grow("vol1", &s.staging_path, 0);
+    let mut req = e.grow("vol1", &s.staging_path, 0);
     req.access = Some(Access::Block);
     assert!(matches!(
         e.volumes.expand(&req),
@@ -730,7 +820,7 @@ fn expand_error_rows() {
     }
     // A limit below the current size: OUT_OF_RANGE at once (no rescan).
     let rescans = e.host.attr_writes().len();
-    let mut req = grow("vol1", &s.staging_path, 0);
+    let mut req = e.grow("vol1", &s.staging_path, 0);
     req.limit_bytes = 1024 * 512;
     assert!(matches!(
         e.volumes.expand(&req),
@@ -744,7 +834,7 @@ fn expand_error_rows() {
     assert_eq!(e.mounted(&ro.staging_path), Some(true));
     let err = e
         .volumes
-        .expand(&grow("vol1", &ro.staging_path, 0))
+        .expand(&e.grow("vol1", &ro.staging_path, 0))
         .unwrap_err();
     assert!(
         matches!(&err, Error::FailedPrecondition(m) if m.contains("read-only")),
