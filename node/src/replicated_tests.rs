@@ -418,6 +418,38 @@ fn no_leg_at_all_is_an_error_naming_each_leg_and_leaves_nothing() {
 }
 
 #[test]
+fn no_initiator_is_failed_precondition_naming_the_module_before_anything_is_touched() {
+    let e = env();
+    // No /dev/nvme-fabrics, and modprobe cannot load nvme-tcp: refused before a record, a
+    // connect or an mdadm, as a single volume's stage is.
+    e.host.remove_initiator();
+    let err = e
+        .volumes
+        .stage_replicated(&e.stage_req(false, Mode::SingleNodeWriter))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains(ID)
+            && m.contains("no /dev/nvme-fabrics (module nvme-fabrics not loaded)")
+            && m.contains("modprobe nvme-tcp")
+            && m.contains("CONFIG_NVME_TCP")),
+        "{err}"
+    );
+    assert!(e.store.get(ID).unwrap().is_none(), "no record");
+    assert!(e.host.fabrics_writes().is_empty(), "no connect");
+    assert!(e.mdadm().is_empty());
+    assert_eq!(
+        e.host.commands_of("modprobe"),
+        vec![vec!["nvme-tcp".to_owned()]],
+        "one more try to load it"
+    );
+    // Once the module can be loaded, the retry loads it and stages.
+    e.host.set_loadable(&["nvme-fabrics", "nvme-tcp"]);
+    e.stage(false);
+    assert_eq!(e.host.fabrics_writes().len(), 2);
+    assert_eq!(e.host.commands_of("modprobe").len(), 2);
+}
+
+#[test]
 fn a_restarted_node_assembles_the_array_from_its_legs_degraded_if_one_is_missing() {
     let e = env();
     e.stage(true);

@@ -275,6 +275,11 @@ impl Volumes {
         if let Access::Mount { fs_type, .. } = &req.capability.access {
             filesystem::check_supported(fs_type)?;
         }
+        // Nothing connects without the kernel's initiator: say which module and the fix before
+        // a record, a connect or an array (a leg's live controller means the initiator is there).
+        if !self.any_leg_connected(&req.legs)? {
+            crate::initiator::require_fabrics(&*self.host, id)?;
+        }
         let rep = Replicated {
             array: raid::array_name(id),
             legs: req.legs.clone(),
@@ -373,15 +378,17 @@ impl Volumes {
         let Some(rep) = &rec.replicated else {
             return Err(e);
         };
-        let any_controller = rep.legs.iter().try_fold(false, |any, l| {
-            Ok::<_, Error>(
-                any || fabrics::find_controller(&*self.host, &l.target, &self.cfg.host)?.is_some(),
-            )
-        })?;
-        if rec.disk.is_none() && !any_controller {
+        if rec.disk.is_none() && !self.any_leg_connected(&rep.legs)? {
             self.store.remove(&rec.volume_id)?;
         }
         Err(e)
+    }
+
+    /// Whether the kernel holds a controller of any of `legs`.
+    fn any_leg_connected(&self, legs: &[Leg]) -> Result<bool> {
+        legs.iter().try_fold(false, |any, l| {
+            Ok(any || fabrics::find_controller(&*self.host, &l.target, &self.cfg.host)?.is_some())
+        })
     }
 
     /// Each leg's standing in `array`.
