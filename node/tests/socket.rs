@@ -1,6 +1,6 @@
 //! The plugin over its real unix socket with a tonic client: Identity, NodeGetInfo,
 //! NodeGetCapabilities, and the INVALID_ARGUMENT / NOT_FOUND rows that never reach the host
-//! (sysfs and /dev roots point at empty temp dirs).
+//! (sysfs and /dev roots point at empty temp dirs), for a plain and for an encrypted volume.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -124,15 +124,27 @@ fn publish_context() -> HashMap<String, String> {
     ])
 }
 
-fn stage(volume_id: &str, path: &str) -> NodeStageVolumeRequest {
-    NodeStageVolumeRequest {
+/// The secrets of a request to an encrypted volume: its passphrase (never echoed: see [`code`]).
+fn passphrase() -> HashMap<String, String> {
+    HashMap::from([("encryptionPassphrase".into(), "s3cr3t-passphrase".into())])
+}
+
+/// NodeStageVolume as the CO sends it, of an encrypted volume (its context and passphrase) or
+/// a plain one.
+fn stage(encrypted: bool, volume_id: &str, path: &str) -> NodeStageVolumeRequest {
+    let mut req = NodeStageVolumeRequest {
         volume_id: volume_id.into(),
         publish_context: publish_context(),
         staging_target_path: path.into(),
         volume_capability: Some(mount_cap()),
         secrets: HashMap::from([("token".into(), "s3cr3t".into())]),
         volume_context: HashMap::new(),
+    };
+    if encrypted {
+        req.volume_context.insert("encrypted".into(), "true".into());
+        req.secrets.extend(passphrase());
     }
+    req
 }
 
 #[tokio::test]
@@ -200,6 +212,17 @@ async fn identity_info_and_capabilities() {
 
 #[tokio::test]
 async fn invalid_argument_and_not_found_rows() {
+    invalid_argument_and_not_found_rows_of(false).await;
+}
+
+/// The same rows answer alike for an encrypted volume (what only it answers, such as a missing
+/// passphrase, is tested with the plugin's encryption).
+#[tokio::test]
+async fn invalid_argument_and_not_found_rows_of_an_encrypted_volume() {
+    invalid_argument_and_not_found_rows_of(true).await;
+}
+
+async fn invalid_argument_and_not_found_rows_of(encrypted: bool) {
     let r = start().await;
     let mut node = NodeClient::new(r.channel.clone());
     let check = |(c, m): (Code, String), want: Code, text: &str| {
@@ -208,21 +231,27 @@ async fn invalid_argument_and_not_found_rows() {
     };
 
     check(
-        code(node.node_stage_volume(stage("", "/stage/v1")).await),
+        code(
+            node.node_stage_volume(stage(encrypted, "", "/stage/v1"))
+                .await,
+        ),
         Code::InvalidArgument,
         "volume_id",
     );
     check(
-        code(node.node_stage_volume(stage("v1", "")).await),
+        code(node.node_stage_volume(stage(encrypted, "v1", "")).await),
         Code::InvalidArgument,
         "staging_target_path",
     );
     check(
-        code(node.node_stage_volume(stage("v1", "stage/v1")).await),
+        code(
+            node.node_stage_volume(stage(encrypted, "v1", "stage/v1"))
+                .await,
+        ),
         Code::InvalidArgument,
         "absolute",
     );
-    let mut no_cap = stage("v1", "/stage/v1");
+    let mut no_cap = stage(encrypted, "v1", "/stage/v1");
     no_cap.volume_capability = None;
     check(
         code(node.node_stage_volume(no_cap).await),
@@ -230,7 +259,7 @@ async fn invalid_argument_and_not_found_rows() {
         "volume_capability",
     );
     for key in ["transport", "targetAddress", "targetPort", "subsystemNqn"] {
-        let mut req = stage("v1", "/stage/v1");
+        let mut req = stage(encrypted, "v1", "/stage/v1");
         req.publish_context.remove(key);
         check(
             code(node.node_stage_volume(req).await),
@@ -238,7 +267,7 @@ async fn invalid_argument_and_not_found_rows() {
             key,
         );
     }
-    let mut no_ids = stage("v1", "/stage/v1");
+    let mut no_ids = stage(encrypted, "v1", "/stage/v1");
     no_ids.publish_context.remove("nguid");
     no_ids.publish_context.remove("uuid");
     check(
@@ -246,7 +275,7 @@ async fn invalid_argument_and_not_found_rows() {
         Code::InvalidArgument,
         "nguid",
     );
-    let mut bad_nguid = stage("v1", "/stage/v1");
+    let mut bad_nguid = stage(encrypted, "v1", "/stage/v1");
     bad_nguid
         .publish_context
         .insert("nguid".into(), "xyz".into());
@@ -255,7 +284,7 @@ async fn invalid_argument_and_not_found_rows() {
         Code::InvalidArgument,
         "nguid",
     );
-    let mut btrfs = stage("v1", "/stage/v1");
+    let mut btrfs = stage(encrypted, "v1", "/stage/v1");
     btrfs.volume_context.insert("fsType".into(), "btrfs".into());
     check(
         code(node.node_stage_volume(btrfs).await),
@@ -384,6 +413,11 @@ async fn invalid_argument_and_not_found_rows() {
             required_bytes: 10,
             limit_bytes: 5,
         }),
+        secrets: if encrypted {
+            passphrase()
+        } else {
+            HashMap::new()
+        },
         ..Default::default()
     };
     check(
