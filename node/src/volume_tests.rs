@@ -312,6 +312,10 @@ fn block_volume_full_cycle(f: Flavour) {
     assert_eq!(rec.controller.as_deref(), Some("nvme0"));
     let p = e.publish_req(&s, "b", false);
     e.volumes.publish(&p).unwrap();
+    // Publish again: the bind is found (nothing new happens), stage again likewise.
+    e.volumes.publish(&p).unwrap();
+    e.volumes.stage(&s).unwrap();
+    assert_eq!(e.host.commands_of("mount").len(), 1, "one bind");
     assert!(p.target_path.is_file(), "target file created");
     let bind = &e.host.commands_of("mount")[0];
     assert_eq!(bind[1], e.host.dev_root().join(e.disk()).to_string_lossy());
@@ -319,7 +323,9 @@ fn block_volume_full_cycle(f: Flavour) {
     let stats = e.volumes.stats("vol2", &p.target_path).unwrap();
     assert_eq!(stats.usage, Usage::Block(e.usable(2048)));
     e.volumes.unpublish("vol2", &p.target_path).unwrap();
+    e.volumes.unpublish("vol2", &p.target_path).unwrap();
     assert!(!p.target_path.exists());
+    e.volumes.unstage("vol2", &s.staging_path).unwrap();
     e.volumes.unstage("vol2", &s.staging_path).unwrap();
     assert!(e.host.controller_names().is_empty());
 }
