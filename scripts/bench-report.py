@@ -17,7 +17,7 @@ usage:
 EDGEVOL_BENCH_REPORT_DIR replaces target/bench-report.
 
 Areas: data-path, data-path-qemu, control-plane, qos, snapshot-metadata, auth, replicated,
-footprint, images, boot.
+encrypted, footprint, images, boot.
 """
 import datetime
 import json
@@ -110,6 +110,14 @@ AREAS = [
         "the same two appliances through edgevol proxy, rows interleaved, medians of 3 rounds; "
         "then the resync time of a leg per GiB changed while its appliance was away.",
         [(["scripts/test-replicated-qemu.sh", "--bench"], r"^(resync of a leg|medians of )")],
+    ),
+    (
+        "encrypted",
+        "Encrypted volumes",
+        "fio in a node VM (TCG, 1 vCPU, LUKS2 aes-xts in software) against a plain and an encrypted "
+        "raw block volume of one edgevold, rows interleaved, medians of 3 rounds, with how busy the "
+        "node's vCPU was: the cost of dm-crypt on the node.",
+        [(["scripts/test-encrypted-qemu.sh", "--bench"], True)],
     ),
     (
         "footprint",
