@@ -22,7 +22,12 @@
 #      B and status says the trial ended before its health check passed;
 #   5. power cut (QEMU killed) while the inactive slot is being written (the boot disk's writes
 #      throttled so the write lasts): the box boots slot B, the cut slot reads "interrupted",
-#      no trial is armed, and the loaders boot slot B.
+#      no trial is armed, and the loaders boot slot B;
+#   6. a build that writes the test-only incompatible pool feature "test-feature-x" (its bundle
+#      declares it): its trial boot leaves the pool at format version 3, and a rollback from the
+#      trial works as before; updated again and committed, it enables the feature (version 4);
+#      then a rollback to slot B (which cannot read it) is refused with the reason, and forced,
+#      slot B boots, reports the pool's feature (POOL-UNSUPPORTED) and leaves the pool untouched.
 # Every boot and wait has a time budget. Logs: qemu/.cache/logs/fw-*.log. Exit 0 = PASS.
 #
 # usage: scripts/test-firmware-qemu.sh
@@ -77,6 +82,23 @@ sleep 3
 echo "edgevold (test build): freezing" >&2
 kill -STOP $p
 wait $p'
+# test-feature-x: version 2's initramfs with an edgevold that supports (and, once its slot is
+# committed, enables) the test-only incompatible pool feature; its manifest declares it. Built in
+# a target directory of its own: the shared one's edgevold stays the plain build other tests copy.
+CARGO_TARGET_DIR="$CACHE/fw-target-x" CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
+    cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-appliance --features test-feature-x >&2
+cp "$CACHE/fw-target-x/$EDGEVOL_GUEST_TARGET/release/edgevold" "$run/edgevold-x"
+x_rootfs="$run/x.rootfs"
+mkdir -p "$x_rootfs"
+(cd "$x_rootfs" && gzip -dc "$run/v2/initramfs.gz" | cpio -idm --quiet)
+cp "$run/edgevold-x" "$x_rootfs/bin/edgevold"
+echo "1.0.0-fwtestx" >"$x_rootfs/etc/edgevol/firmware-version"
+(cd "$x_rootfs" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) |
+    gzip -9 -n >"$run/x.initramfs.gz"
+rm -rf "$x_rootfs"
+"$BIN/edgevol" pki sign-firmware --key "$KEY" --kernel "$run/v2/vmlinuz" --initramfs "$run/x.initramfs.gz" \
+    --version 1.0.0-fwtestx --out "$run/x.bundle" \
+    --pool-format "edgevol-pool-format 1 versions 3-4 compatible 0x0 read-only-compatible 0x0 incompatible 0x8000000000000000" >/dev/null
 head -c -1000 "$run/v2/edgevol.bundle" >"$run/truncated.bundle"
 "$BIN/edgevol" pki sign-firmware --key "$KEY" --kernel "$run/v2/vmlinuz" --initramfs "$run/v2/initramfs.gz" \
     --version 1.0.0-arm --arch aarch64 --out "$run/arm.bundle" >/dev/null
@@ -262,4 +284,52 @@ status_has "next boot  UEFI: slot B; BIOS: slot B" 5
 fw status | grep -q "once" && fail "a trial is armed after the cut: $(fw status)"
 say "ok: the cut update left slot A interrupted, no trial armed; slot B runs and boots next"
 step_done 5
+
+# --- 6. an update that writes a pool format feature, and the rollbacks around it ---------------
+# The pool's format version: bytes 8..12 of its first superblock (core's superblock.rs).
+pool_version() { od -An -tu4 -j8 -N4 "$nvme" | tr -d ' '; }
+[[ "$(pool_version)" == 3 ]] || fail "the pool is format version $(pool_version) before the feature update"
+feature_x_update() {
+    fw update "$run/x.bundle" >&2
+    fw activate >&2
+    wait_exit 60
+    boot "EDGEVOL-APPLIANCE READY"
+    booted a
+}
+feature_x_update
+# (The console shows edgevold's log through init's tail, which may lag behind READY.)
+wait_log "$LOG" "pool features not enabled on a trial boot" 30 ||
+    fail "the trial did not say it held the feature back (log $LOG)"
+[[ "$(pool_version)" == 3 ]] || fail "the trial changed the pool to format version $(pool_version)"
+fw rollback >&2
+fw activate >&2
+wait_exit 60
+boot "EDGEVOL-APPLIANCE READY"
+booted b
+status_has "rollback requested by an admin" 30
+say "ok: the trial of the feature build left the pool at version 3 and rolled back as before"
+feature_x_update
+status_has "slot A     good" 90
+wait_log "$LOG" "pool incompatible feature test-feature-x (bit 63) enabled" 30 ||
+    fail "the committed feature build did not enable test-feature-x (log $LOG)"
+[[ "$(pool_version)" == 4 ]] || fail "the pool is format version $(pool_version) after the feature was enabled"
+say "ok: committed, the feature build enabled test-feature-x (pool format version 4)"
+if out="$(fw rollback 2>&1)"; then fail "rollback to a slot that cannot read the pool accepted: $out"; fi
+[[ "$out" == *"slot B (version 1.0.0-fwtest2) cannot use the pool in use (the pool uses incompatible feature bit 63 (test-feature-x), which it does not support: it would refuse the pool); rollback refused, nothing changed. With --force"* ]] ||
+    fail "rollback refusal: $out"
+status_has "primary    slot A" 5
+say "ok: rollback refused: ${out##*error: }"
+fw rollback --force >&2
+fw activate >&2
+wait_exit 60
+pool_before="$(head -c 64M "$nvme" | sha256sum)"
+# Its edgevold refuses the pool (exit 78): init reports it and fails; the VM is stopped then.
+boot "EDGEVOL-APPLIANCE READY" 240 --expect-fail
+booted b
+grep -a "EDGEVOL-APPLIANCE POOL-UNSUPPORTED" "$LOG" | grep -q "pool uses incompatible feature test-feature-x (bit 63), this firmware (version 1.0.0-fwtest2) does not support it" ||
+    fail "the forced slot did not report the pool's feature (log $LOG)"
+wait_exit 10
+[[ "$(head -c 64M "$nvme" | sha256sum)" == "$pool_before" ]] || fail "the forced slot wrote to the pool"
+say "ok: forced, slot B booted, said: $(grep -a -m1 -o 'POOL-UNSUPPORTED.*' "$LOG" | cut -c1-160)..., and left the pool untouched"
+step_done 6
 say "PASS in $((SECONDS - t0)) s"
