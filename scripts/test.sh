@@ -68,7 +68,7 @@ step 1200 "QEMU faults under live I/O: kill -9 under fio, unpublish during I/O, 
     ./scripts/test-faults-qemu.sh
 step 420 "QEMU boot: the same disk image under SeaBIOS (syslinux) and OVMF (GRUB EFI), softdog or the i6300esb armed" \
     ./scripts/test-boot-qemu.sh
-step 900 "QEMU firmware updates: bad bundles refused, good update kept (UEFI trial, a node VM writing through it), exiting and hanging (i6300esb) updates roll back, power cut while writing a slot" \
+step 1500 "QEMU firmware updates: bad bundles refused, good update kept (UEFI trial, a node VM writing through it), exiting and hanging (i6300esb) updates roll back, power cut while writing a slot, a pool format feature enabled only once committed and the rollback it forbids" \
     ./scripts/test-firmware-qemu.sh
 
 log "all tests passed in $((SECONDS - started)) s"
