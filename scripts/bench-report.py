@@ -290,7 +290,8 @@ def run_area(name, commands):
 def tables(text, keep=None):
     """Only the markdown tables of an output, each with the line before it when that line is a
     title (ends with ':'), and the lines the regular expression `keep` matches."""
-    lines = text.splitlines()
+    # libtest prints "test NAME ... " and then the test's own output on the same line.
+    lines = [re.sub(r"^test \S+ \.\.\. (?=\|)", "", l) for l in text.splitlines()]
     kept = []
     for i, line in enumerate(lines):
         if not line.startswith("|"):
