@@ -209,20 +209,7 @@ impl KdfConfig {
 
 /// True when dm-crypt is loaded or built into the running kernel.
 fn dm_crypt_present<H: Host + ?Sized>(host: &H) -> bool {
-    if host.sys_root().join("module/dm_crypt").exists() {
-        return true;
-    }
-    let Ok(release) = host.kernel_release() else {
-        return false;
-    };
-    let builtin = host
-        .modules_root()
-        .join(release.trim())
-        .join("modules.builtin");
-    fs::read_to_string(builtin).is_ok_and(|list| {
-        list.lines()
-            .any(|l| l.trim().ends_with("/dm-crypt.ko") || l.trim() == "dm-crypt.ko")
-    })
+    crate::initiator::module_present(host, "dm_crypt", "dm-crypt.ko")
 }
 
 /// Before an encrypted volume is opened: dm-crypt must be in the kernel. When it is not, one

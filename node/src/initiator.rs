@@ -44,7 +44,13 @@ fn fabrics_present<H: Host + ?Sized>(host: &H) -> bool {
 }
 
 fn tcp_present<H: Host + ?Sized>(host: &H) -> bool {
-    if host.sys_root().join("module/nvme_tcp").exists() {
+    module_present(host, "nvme_tcp", "nvme-tcp.ko")
+}
+
+/// Whether the kernel module `name` (as /sys/module names it) is loaded, or `file` is built into
+/// the running kernel (its modules.builtin).
+pub(crate) fn module_present<H: Host + ?Sized>(host: &H, name: &str, file: &str) -> bool {
+    if host.sys_root().join("module").join(name).exists() {
         return true;
     }
     let Ok(release) = host.kernel_release() else {
@@ -55,8 +61,10 @@ fn tcp_present<H: Host + ?Sized>(host: &H) -> bool {
         .join(release.trim())
         .join("modules.builtin");
     std::fs::read_to_string(builtin).is_ok_and(|list| {
-        list.lines()
-            .any(|l| l.trim().ends_with("/nvme-tcp.ko") || l.trim() == "nvme-tcp.ko")
+        list.lines().any(|l| {
+            let l = l.trim();
+            l == file || l.strip_suffix(file).is_some_and(|dir| dir.ends_with('/'))
+        })
     })
 }
 
