@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::transport::{Channel, Endpoint};
 
+pub mod fio;
 pub mod host_appliance;
 pub mod rig;
 

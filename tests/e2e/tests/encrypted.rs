@@ -496,46 +496,9 @@ const BENCH_WORKLOADS: [Workload; 4] = [
 /// The region fio touches on both volumes (filled first, so reads hit written blocks).
 const BENCH_REGION_MIB: i64 = 256;
 
-/// IOPS or MiB/s of one terse-v3 fio line (read fields 7-8, write fields 48-49, 1-based).
+/// IOPS or MiB/s of `w`'s terse fio line in `output`.
 fn parse_fio(output: &str, w: &Workload) -> f64 {
-    let line = output
-        .lines()
-        .find(|l| l.starts_with("3;"))
-        .unwrap_or_else(|| panic!("no terse fio line in:\n{output}"));
-    let f: Vec<&str> = line.split(';').collect();
-    let (bw_kib, iops) = if w.rw.contains("write") {
-        (f[47], f[48])
-    } else {
-        (f[6], f[7])
-    };
-    if w.iops {
-        iops.parse().expect("iops")
-    } else {
-        bw_kib.parse::<f64>().expect("bw") / 1024.0
-    }
-}
-
-/// How busy the node VM's CPU was between the first and last `/proc/stat` "cpu" lines (0-1):
-/// dm-crypt's cost shows here, on the node, not at the box.
-fn node_busy(output: &str) -> f64 {
-    let stats: Vec<Vec<u64>> = output
-        .lines()
-        .filter(|l| l.starts_with("cpu "))
-        .map(|l| {
-            l.split_whitespace()
-                .skip(1)
-                .map_while(|x| x.parse().ok())
-                .collect()
-        })
-        .collect();
-    let (Some(a), Some(b)) = (stats.first(), stats.last()) else {
-        panic!("no /proc/stat lines in:\n{output}");
-    };
-    let d: Vec<u64> = b.iter().zip(a).map(|(y, x)| y.saturating_sub(*x)).collect();
-    let total: u64 = d.iter().sum();
-    let idle: u64 = d.iter().skip(3).take(2).sum();
-    assert!(total > 0, "no CPU time passed:\n{output}");
-    (total - idle) as f64 / total as f64
+    edgevol_e2e::fio::terse_figure(output, w.rw.contains("write"), w.iops)
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -607,7 +570,7 @@ async fn bench_encrypted_against_plain() {
                     a.target, w.rw, w.bs, w.qd
                 );
                 let output = rig.agent.ok(secs + 120, &cmd).await;
-                let (v, b) = (parse_fio(&output, w), node_busy(&output));
+                let (v, b) = (parse_fio(&output, w), edgevol_e2e::fio::node_busy(&output));
                 eprintln!(
                     "encrypted bench: {} round {round} {name}: {v:.1} (node CPU busy {b:.2})",
                     w.name
