@@ -19,6 +19,18 @@ die() {
     echo "$PROG: $*" >&2
     exit 2
 }
+
+# Real-time windows widen on a busy machine: EDGEVOL_TEST_TIME_SCALE (a whole number, default 1;
+# `scripts/test.sh --under-load` sets 3) multiplies the suite's step budgets, the VMs' timeouts
+# and the log waits here; the Rust tests and the guests (edgevol.time_scale=) read it too.
+# time_scale_load reads it into TIME_SCALE; `scaled SECS` prints SECS times it.
+time_scale_load() {
+    TIME_SCALE=${EDGEVOL_TEST_TIME_SCALE:-1}
+    [[ "$TIME_SCALE" =~ ^[1-9][0-9]?$ ]] ||
+        die "EDGEVOL_TEST_TIME_SCALE must be a whole number from 1 to 99, not '$TIME_SCALE'"
+}
+scaled() { echo $(($1 * TIME_SCALE)); }
+time_scale_load
 # The script's header comment (line 2 up to `set -euo pipefail`), as its --help.
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 

@@ -2,14 +2,54 @@
 # Set up and run the whole test suite: formatting, lints, the no_std build of core, unit,
 # integration and crash tests, fuzz smoke runs and the QEMU guest tests.
 # Every step has a time budget; the first failure stops the run.
+#
+# usage: scripts/test.sh [--under-load]
+#   --under-load  the same steps with a busy loop on every core beside them for the whole run (at
+#                 this script's priority: nice 0 when started plainly), as on a machine that is
+#                 also building something else; EDGEVOL_TEST_TIME_SCALE defaults to 3
+# EDGEVOL_TEST_TIME_SCALE=N (a whole number, default 1) multiplies every step's budget; the tests,
+# the QEMU scripts and the guests widen their real-time windows (keep-alive, waits) by it.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
+under_load=0
+opts_parse 'under-load!' "$@"
+
+# The load: one busy loop per core. Each also ends by itself once this script is gone (even
+# SIGKILLed); the EXIT trap ends them at once, whatever way the run ends.
+HOGS=()
+hogs_start() {
+    local n i
+    n=$(nproc)
+    for ((i = 0; i < n; i++)); do
+        # shellcheck disable=SC2016 # expanded by the loop's own sh
+        sh -c 'while kill -0 "$1" 2>/dev/null; do i=0; while [ $i -lt 100000 ]; do i=$((i + 1)); done; done' \
+            hog "$$" &
+        HOGS+=("$!")
+    done
+    log "under load: a busy loop on each of the $n cores at nice $(nice) (pids ${HOGS[*]}), for the whole run; budgets and real-time windows x$TIME_SCALE"
+}
+hogs_stop() {
+    if ((${#HOGS[@]})); then kill "${HOGS[@]}" 2>/dev/null || true; fi # gone is fine
+    HOGS=()
+}
+if ((under_load)); then
+    export EDGEVOL_TEST_TIME_SCALE=${EDGEVOL_TEST_TIME_SCALE:-3}
+    time_scale_load
+    trap hogs_stop EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    hogs_start
+elif [[ -n "${EDGEVOL_TEST_TIME_SCALE:-}" ]]; then
+    export EDGEVOL_TEST_TIME_SCALE
+    log "budgets and real-time windows x$TIME_SCALE (EDGEVOL_TEST_TIME_SCALE)"
+fi
 
 started=$SECONDS
 step() {
-    local budget=$1 name=$2
+    local budget name=$2
+    budget=$(scaled "$1")
     shift 2
     log "$name"
     local t0=$SECONDS
