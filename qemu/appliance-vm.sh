@@ -16,6 +16,7 @@
 #   --stop                stop the VM once the marker appeared (default: keep it running)
 #   --timeout SECS        budget to reach the marker (default 180)
 #   --lifetime SECS       hard limit of a detached VM's life, enforced by a watchdog (default 900)
+#                         (it and --timeout are multiplied by EDGEVOL_TEST_TIME_SCALE)
 #   --firmware bios|uefi  SeaBIOS (QEMU's default) or OVMF (default bios)
 #   --watchdog i6300esb|none  the board's hardware watchdog: QEMU's i6300esb, its expiry a reset
 #                         (under -no-reboot: the VM ends), or none (the image falls back to
@@ -36,6 +37,7 @@ mem=512 smp=1 log="" pidfile="" firmware=bios watchdog=i6300esb qmp_events="" di
 nvme=()
 opts_parse 'name disk nvme+ csi-port nvme-port link wait-for fail-marker expect-fail! stop! timeout
     lifetime mem smp log pidfile firmware watchdog qmp-events disk-write-bps' "$@"
+timeout=$(scaled "$timeout") lifetime=$(scaled "$lifetime")
 [[ -f "$disk" ]] || die "--disk: no such file '$disk' (build it with image/build.sh)"
 ((${#nvme[@]})) || die "at least one --nvme FILE"
 mkdir -p "$CACHE/logs" "$CACHE/run"

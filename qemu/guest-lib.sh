@@ -7,15 +7,17 @@
 #   arg NAME              the value of edgevol.NAME= on the kernel command line (empty if absent)
 #   iface_of MAC          the network interface with that MAC address
 #   disk_of SERIAL        the virtio-blk disk (/dev/vdX) with that serial
+#   time_scale            edgevol.time_scale= of the kernel command line (run-guest.sh passes
+#                         EDGEVOL_TEST_TIME_SCALE), 1 if absent: retry, ns_of and step widen by it
 #   retry TENTHS CMD...   runs CMD (output discarded) every 0.1 s until it succeeds, TENTHS times
-#                         at most; fails if it never did
+#                         (times time_scale) at most; fails if it never did
 #   net_up MAC ADDR/LEN   brings the interface with that MAC up with that address
 #   fail WHY              prints "$GUEST_MARKER FAILED WHY" (the script sets GUEST_MARKER), exits 1
 #   ns_of SUBNQN          the namespace block device (/dev/nvmeXnY: the multipath head, not a
-#                         nvmeXcYnZ path) of that subsystem, once it shows up (up to 15 s)
-#   step NAME SECS CMD... runs CMD under busybox timeout SECS, its output between the lines
-#                         "$STEP_TAG-BEGIN NAME" and "$STEP_TAG-END NAME rc=N" (the script sets
-#                         STEP_TAG), for a host test to judge each step
+#                         nvmeXcYnZ path) of that subsystem, once it shows up (up to 15 s, scaled)
+#   step NAME SECS CMD... runs CMD under busybox timeout SECS (times time_scale), its output
+#                         between the lines "$STEP_TAG-BEGIN NAME" and "$STEP_TAG-END NAME rc=N"
+#                         (the script sets STEP_TAG), for a host test to judge each step
 # shellcheck shell=sh
 
 guest_init() {
@@ -37,6 +39,11 @@ guest_init() {
 
 arg() { sed -n "s/.*edgevol\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 
+time_scale() {
+    _ts=$(arg time_scale)
+    echo "${_ts:-1}"
+}
+
 iface_of() {
     for n in /sys/class/net/*; do
         [ "$(cat "$n/address" 2>/dev/null)" = "$1" ] && { basename "$n"; return 0; }
@@ -52,7 +59,7 @@ disk_of() {
 }
 
 retry() {
-    _n=$1
+    _n=$(($1 * $(time_scale)))
     shift
     while ! "$@" >/dev/null 2>&1; do
         _n=$((_n - 1))
@@ -67,8 +74,8 @@ net_up() {
 }
 
 ns_of() {
-    _i=0
-    while [ $_i -lt 150 ]; do
+    _i=0 _tenths=$((150 * $(time_scale)))
+    while [ $_i -lt $_tenths ]; do
         for _b in /sys/block/nvme*; do
             _n=${_b##*/}
             case "$_n" in *c*) continue ;; esac
@@ -94,6 +101,6 @@ step() {
     _name=$1 _budget=$2
     shift 2
     echo "$STEP_TAG-BEGIN $_name"
-    timeout "$_budget" "$@" 2>&1
+    timeout "$((_budget * $(time_scale)))" "$@" 2>&1
     echo "$STEP_TAG-END $_name rc=$?"
 }

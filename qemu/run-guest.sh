@@ -15,7 +15,8 @@
 #   --module NAME        load a kernel module (and its dependencies, resolved from modules.dep)
 #                        before --cmd runs (repeatable), e.g. --module nvme-tcp --module virtio_net
 #   --timeout SECS       hard wall-clock budget for the whole VM (default 120); on expiry QEMU is
-#                        killed and the script exits 124
+#                        killed and the script exits 124. It and --lifetime are multiplied by
+#                        EDGEVOL_TEST_TIME_SCALE, which the guest gets as edgevol.time_scale=
 #   --log FILE           serial console log (default: qemu/.cache/logs/NAME.log)
 #   --pass-marker TEXT   also require this line fragment in the log for a pass
 #   --fail-marker TEXT   a log line containing this fails the run (default: 'Kernel panic')
@@ -50,6 +51,9 @@ opts_parse 'kernel name cmd bin+ file+ host-bin+ module+ timeout log pass-marker
     append accel detach-on pidfile lifetime' "$@"
 qemu_extra=("${OPTS_REST[@]}")
 kernel_select "$kernel"
+timeout=$(scaled "$timeout")
+[[ -z "$lifetime" ]] || lifetime=$(scaled "$lifetime")
+((TIME_SCALE == 1)) || append="edgevol.time_scale=$TIME_SCALE $append"
 
 [[ -f "$KERNEL" ]] || die "kernel $KERNEL missing: run scripts/setup-qemu.sh first"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run scripts/setup-qemu.sh"

@@ -230,11 +230,11 @@ free_port() {
     python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET, getattr(socket, sys.argv[1])); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' "$1"
 }
 
-# wait_log FILE TEXT [SECS]: waits up to SECS (default 15) for TEXT in a VM's log. The consoles
-# copy daemon logs with `tail -f`, so a line may land just after a marker.
+# wait_log FILE TEXT [SECS]: waits up to SECS (default 15; times TIME_SCALE) for TEXT in a VM's
+# log. The consoles copy daemon logs with `tail -f`, so a line may land just after a marker.
 wait_log() {
     local _
-    for _ in $(seq 1 $((2 * ${3:-15}))); do
+    for _ in $(seq 1 $((2 * ${3:-15} * TIME_SCALE))); do
         grep -q -- "$2" "$1" && return 0
         sleep 0.5
     done

@@ -25,5 +25,5 @@ apt_need nvme-cli fio
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export EDGEVOL_AUTH_QEMU_RUNS=$runs
 cd "$ROOT"
-exec timeout --kill-after=10 "$timeout" \
+exec timeout --kill-after=10 "$(scaled "$timeout")" \
     cargo test --locked -p edgevol-appliance --test nvme_auth_qemu -- --ignored --nocapture

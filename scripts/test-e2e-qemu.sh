@@ -83,7 +83,7 @@ appliance() { # NAME DISK NVME [appliance-vm args...]
 e2e_test() {
     local budget=$1 test=$2
     shift 2
-    timeout --kill-after=10 "$budget" cargo test --locked -p edgevol-e2e --test "$test" -- \
+    timeout --kill-after=10 "$(scaled "$budget")" cargo test --locked -p edgevol-e2e --test "$test" -- \
         --ignored --test-threads=1 --nocapture "$@"
 }
 

@@ -65,6 +65,6 @@ export EDGEVOL_E2E_BIN="$CARGO_TARGET_DIR/debug" EDGEVOL_E2E_PKI="$run/pki" EDGE
 say "$test_name"
 budget=900
 ((bench)) && budget=$((1800 + runs * secs * 8 * 3))
-timeout --kill-after=10 "$budget" cargo test --locked -p edgevol-e2e --test encrypted -- \
+timeout --kill-after=10 "$(scaled "$budget")" cargo test --locked -p edgevol-e2e --test encrypted -- \
     --ignored --exact "$test_name" --test-threads=1 --nocapture
 say "PASS in $((SECONDS - t0)) s"

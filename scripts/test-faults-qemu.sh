@@ -35,7 +35,8 @@ say() { echo "==> faults: $*" >&2; }
 t0=$SECONDS
 
 step() { # BUDGET NAME COMMAND...
-    local budget=$1 name=$2 t=$SECONDS
+    local budget name=$2 t=$SECONDS
+    budget=$(scaled "$1")
     shift 2
     say "$name"
     if ! timeout --foreground --kill-after=10 "$budget" "$@"; then

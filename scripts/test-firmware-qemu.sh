@@ -149,9 +149,9 @@ boot() {
     # Empty if it already ended (a fast reboot right after the marker).
     VM_PID="$(cat "$pidfile" 2>/dev/null || true)"
 }
-# Waits (up to SECS) for the VM to end by itself: a reboot under -no-reboot.
+# Waits (up to SECS, scaled) for the VM to end by itself: a reboot under -no-reboot.
 wait_exit() {
-    local deadline=$((SECONDS + $1))
+    local deadline=$((SECONDS + $(scaled "$1")))
     while [[ -n "$VM_PID" ]] && kill -0 "$VM_PID" 2>/dev/null; do
         ((SECONDS < deadline)) || fail "the VM did not reboot within $1 s (log $LOG)"
         sleep 1
@@ -178,13 +178,13 @@ node_test() {
     local t=$SECONDS
     EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/pki/pki" \
         EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
-        timeout --kill-after=10 "$1" cargo test --locked -p edgevol-e2e --test firmware_update -- \
+        timeout --kill-after=10 "$(scaled "$1")" cargo test --locked -p edgevol-e2e --test firmware_update -- \
         --ignored --exact --nocapture "$2" >&2 || fail "node: $2 (logs $CACHE/logs/fw-node.log)"
     say "ok: node: $2 in $((SECONDS - t)) s"
 }
-# Waits (up to SECS) until `firmware status` contains TEXT.
+# Waits (up to SECS, scaled) until `firmware status` contains TEXT.
 status_has() {
-    local deadline=$((SECONDS + $2)) out=""
+    local deadline=$((SECONDS + $(scaled "$2"))) out=""
     while ((SECONDS < deadline)); do
         out="$(fw status 2>&1)" && [[ "$out" == *"$1"* ]] && return 0
         sleep 2

@@ -32,7 +32,7 @@ rm -f "$vdisk"
 truncate -s 64M "$vdisk"
 
 cmd="for i in \$(seq 100); do [ -b /dev/vda ] && break; sleep 0.1; done;"
-cmd="$cmd timeout 30 hal-guest-check --scheduler /dev/vda && timeout 60 hal-guest-check /dev/nvme0n1 $SERIAL $EUI64 $UUID"
+cmd="$cmd timeout $(scaled 30) hal-guest-check --scheduler /dev/vda && timeout $(scaled 60) hal-guest-check /dev/nvme0n1 $SERIAL $EUI64 $UUID"
 marker="HAL-GUEST-CHECK PASS"
 if ((bench)); then
     cmd="$cmd && timeout 150 hal-bench /dev/nvme0n1 --size-mib 256 --secs ${HAL_BENCH_SECS:-1} && echo HAL-BENCH-DONE"

@@ -22,6 +22,6 @@ opts_parse 'timeout' "$@"
 apt_need nvme-cli fio e2fsprogs
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 cd "$ROOT"
-exec timeout --kill-after=10 "$timeout" \
+exec timeout --kill-after=10 "$(scaled "$timeout")" \
     cargo test --locked -p edgevol-appliance --test nvme_linux --test nvme_cli --test qos_qemu -- \
     --ignored --nocapture

@@ -71,7 +71,7 @@ export EDGEVOL_E2E_BIN="$CARGO_TARGET_DIR/debug" EDGEVOL_E2E_PKI="$run/pki" EDGE
 # replicated_test BUDGET NAME: one test of tests/e2e/tests/replicated.rs.
 replicated_test() {
     say "$2"
-    timeout --kill-after=10 "$1" cargo test --locked -p edgevol-e2e --test replicated -- \
+    timeout --kill-after=10 "$(scaled "$1")" cargo test --locked -p edgevol-e2e --test replicated -- \
         --ignored --exact "$2" --test-threads=1 --nocapture
 }
 replicated_test 900 "$test_name"
