@@ -12,6 +12,14 @@
 //! A copy that fails its magic or CRC is a torn write (or never written) and is ignored while the
 //! other copy is valid; if both exist and neither is valid, the state is corrupt and reported,
 //! never silently replaced by a factory state.
+//!
+//! The frame (magic, format, sequence, payload length, CRC over all before it, in one
+//! [`RECORD_LEN`] record) is the same in every format; only the payload's layout changes with
+//! the format byte. That is how this firmware tells a record of a newer format, written by newer
+//! firmware, from a torn one: its frame is whole. Such a record in either copy refuses the open
+//! with [`StoreError::TooNew`], and without a [`Store`] nothing can be saved: this firmware never
+//! reads around a record it cannot read, nor writes over it. A format that needs another frame
+//! must change the magic.
 
 use std::fmt;
 
@@ -47,6 +55,16 @@ pub enum StoreError<E> {
     Corrupt,
     /// The state does not fit a record (a health-check text too long).
     TooLarge,
+    /// A copy holds a whole record of a format newer than this firmware reads: newer firmware
+    /// wrote it. Nothing was read from it or written over it.
+    TooNew {
+        /// The copy (0 or 1; with both newer, the one of the newest format).
+        copy: usize,
+        /// Its format.
+        found: u8,
+        /// The newest format this firmware reads.
+        supported: u8,
+    },
 }
 
 impl<E: fmt::Display> fmt::Display for StoreError<E> {
@@ -57,6 +75,16 @@ impl<E: fmt::Display> fmt::Display for StoreError<E> {
                 f.write_str("firmware state: both copies are corrupt (not a torn write)")
             }
             StoreError::TooLarge => f.write_str("firmware state does not fit its record"),
+            StoreError::TooNew {
+                copy,
+                found,
+                supported,
+            } => write!(
+                f,
+                "firmware state record copy {copy} has format {found}, newer than this firmware \
+                 reads ({supported}): boot the slot that wrote it, or update; nothing was \
+                 written over it"
+            ),
         }
     }
 }
@@ -78,20 +106,36 @@ pub struct Store<M> {
 
 impl<M: Media> Store<M> {
     /// Reads both copies: the newest valid state, or `None` if neither copy was ever written
-    /// (or only a torn first save exists).
+    /// (or only a torn first save exists). A copy holding a whole record of a newer format refuses the open
+    /// ([`StoreError::TooNew`]), whatever the other copy holds.
     pub fn open(mut media: M) -> Result<Opened<M>, StoreError<M::Error>> {
         let mut best: Option<(u64, usize, Slots)> = None;
+        let mut newer: Option<(usize, u8)> = None;
         let mut present = 0;
         for copy in 0..2 {
             let Some(bytes) = media.read(copy).map_err(StoreError::Media)? else {
                 continue;
             };
             present += 1;
-            if let Some((seq, slots)) = decode(&bytes) {
+            let Some(frame) = Frame::read(&bytes) else {
+                continue;
+            };
+            if frame.format > FORMAT {
+                if newer.is_none_or(|(_, f)| frame.format > f) {
+                    newer = Some((copy, frame.format));
+                }
+            } else if let Some((seq, slots)) = frame.state() {
                 if best.as_ref().is_none_or(|(s, _, _)| seq > *s) {
                     best = Some((seq, copy, slots));
                 }
             }
+        }
+        if let Some((copy, found)) = newer {
+            return Err(StoreError::TooNew {
+                copy,
+                found,
+                supported: FORMAT,
+            });
         }
         match best {
             Some((seq, newest, slots)) => Ok((Store { media, seq, newest }, Some(slots))),
@@ -174,19 +218,50 @@ pub fn encode(seq: u64, slots: &Slots) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The sequence and state of a record; `None` if it is torn, foreign or malformed.
+/// The sequence and state of a record; `None` if it is torn, foreign, malformed or of another
+/// format ([`Store::open`] tells a newer one apart).
 pub fn decode(bytes: &[u8]) -> Option<(u64, Slots)> {
-    if bytes.get(..4)? != MAGIC || *bytes.get(4)? != FORMAT {
-        return None;
+    Frame::read(bytes)?.state()
+}
+
+/// A whole frame: the parts every format shares.
+struct Frame<'a> {
+    format: u8,
+    seq: u64,
+    payload: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    fn read(bytes: &'a [u8]) -> Option<Frame<'a>> {
+        if bytes.get(..4)? != MAGIC {
+            return None;
+        }
+        let format = *bytes.get(4)?;
+        let seq = u64::from_le_bytes(bytes.get(5..13)?.try_into().ok()?);
+        let payload_len = usize::from(u16::from_le_bytes(bytes.get(13..15)?.try_into().ok()?));
+        let crc_at = HEADER_LEN + payload_len;
+        let crc = u32::from_le_bytes(bytes.get(crc_at..crc_at + CRC_LEN)?.try_into().ok()?);
+        if crc32c::crc32c(&bytes[..crc_at]) != crc {
+            return None;
+        }
+        Some(Frame {
+            format,
+            seq,
+            payload: &bytes[HEADER_LEN..crc_at],
+        })
     }
-    let seq = u64::from_le_bytes(bytes.get(5..13)?.try_into().ok()?);
-    let payload_len = usize::from(u16::from_le_bytes(bytes.get(13..15)?.try_into().ok()?));
-    let crc_at = HEADER_LEN + payload_len;
-    let crc = u32::from_le_bytes(bytes.get(crc_at..crc_at + CRC_LEN)?.try_into().ok()?);
-    if crc32c::crc32c(&bytes[..crc_at]) != crc {
-        return None;
+
+    /// The state of a format-[`FORMAT`] frame. Format 0 was never written: `None`, as damage.
+    fn state(&self) -> Option<(u64, Slots)> {
+        if self.format != FORMAT {
+            return None;
+        }
+        Some((self.seq, decode_payload(self.payload)?))
     }
-    let mut r = Reader(&bytes[HEADER_LEN..crc_at]);
+}
+
+fn decode_payload(payload: &[u8]) -> Option<Slots> {
+    let mut r = Reader(payload);
     let primary = slot_of(r.byte()?)?;
     let mut slot = || -> Option<Slot> {
         Some(Slot {
@@ -218,14 +293,11 @@ pub fn decode(bytes: &[u8]) -> Option<(u64, Slots)> {
     if !r.0.is_empty() {
         return None;
     }
-    Some((
-        seq,
-        Slots {
-            primary,
-            slots,
-            last_rollback,
-        },
-    ))
+    Some(Slots {
+        primary,
+        slots,
+        last_rollback,
+    })
 }
 
 fn put_text(out: &mut Vec<u8>, text: &str, max: usize) -> Option<()> {
@@ -525,6 +597,90 @@ mod tests {
         }
         assert_eq!(decode(&[0u8; RECORD_LEN]), None);
         assert_eq!(decode(&record[..20]), None);
+    }
+
+    /// `record` in another format, its frame whole: what firmware of that format would write.
+    fn reframed(record: &[u8], format: u8) -> Vec<u8> {
+        let mut out = record.to_vec();
+        out[4] = format;
+        let crc_at = HEADER_LEN + usize::from(u16::from_le_bytes([out[13], out[14]]));
+        let crc = crc32c::crc32c(&out[..crc_at]);
+        out[crc_at..crc_at + CRC_LEN].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Newer firmware's record, in either copy (the newest or the older one) or as the only
+    /// copy: the open is refused in words, so there is no store to save over it with (the
+    /// files left as found: `tests/golden_record.rs`).
+    #[test]
+    fn a_record_of_a_newer_format_refuses_the_open_and_is_never_written_over() {
+        let states = history();
+        let mut store = Store::open(CutMedia::default()).unwrap().0;
+        store.save(&states[0]).unwrap();
+        store.save(&states[1]).unwrap();
+        let two = store.media().clone();
+        let mut one = CutMedia::default();
+        one.copies[0] = two.copies[0].clone();
+        for (media, copy) in [(&two, 0), (&two, 1), (&one, 0)] {
+            let mut media = media.clone();
+            let newer = reframed(media.copies[copy].as_ref().unwrap(), 2);
+            media.copies[copy] = Some(newer.clone());
+            let e = Store::open(media).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    StoreError::TooNew {
+                        copy: c,
+                        found: 2,
+                        supported: 1
+                    } if c == copy
+                ),
+                "{e:?}"
+            );
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "firmware state record copy {copy} has format 2, newer than this firmware \
+                     reads (1): boot the slot that wrote it, or update; nothing was written over it"
+                )
+            );
+            assert!(!e.to_string().contains("corrupt"), "{e}");
+        }
+        // Both newer: the newest format is named.
+        let mut media = two.clone();
+        media.copies[0] = Some(reframed(two.copies[0].as_ref().unwrap(), 3));
+        media.copies[1] = Some(reframed(two.copies[1].as_ref().unwrap(), 2));
+        assert!(matches!(
+            Store::open(media),
+            Err(StoreError::TooNew {
+                copy: 0,
+                found: 3,
+                ..
+            })
+        ));
+    }
+
+    /// A newer format byte is believed only behind a whole frame: torn over (the CRC fails), it
+    /// is a torn write like any other; format 0 was never written, so it is damage.
+    #[test]
+    fn a_newer_format_byte_in_a_broken_frame_is_a_torn_write_and_format_0_is_damage() {
+        let states = history();
+        let mut store = Store::open(CutMedia::default()).unwrap().0;
+        store.save(&states[0]).unwrap();
+        store.save(&states[1]).unwrap();
+        let newest = store.media().clone();
+        let older = usize::from(decode(newest.copies[0].as_ref().unwrap()).unwrap().0 == 2);
+        let mut torn = newest.clone();
+        torn.copies[1 - older].as_mut().unwrap()[4] = 2;
+        assert_eq!(reboot(&torn), Some(states[0].clone()), "the older copy");
+        let mut zero = newest.clone();
+        let copy = reframed(zero.copies[1 - older].as_ref().unwrap(), 0);
+        assert_eq!(decode(&copy), None);
+        zero.copies[1 - older] = Some(copy);
+        assert_eq!(reboot(&zero), Some(states[0].clone()));
+        let other = reframed(zero.copies[older].as_ref().unwrap(), 0);
+        zero.copies[older] = Some(other);
+        assert!(matches!(Store::open(zero), Err(StoreError::Corrupt)));
     }
 
     #[test]
