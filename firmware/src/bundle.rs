@@ -73,8 +73,16 @@ impl fmt::Display for Part {
 pub enum BundleError {
     /// Not a bundle: the magic is wrong.
     NotABundle,
-    /// A manifest layout this firmware does not know.
+    /// A manifest layout that never existed (format 0).
     UnsupportedFormat(u16),
+    /// A manifest layout newer than this firmware reads: the bundle is for newer firmware, whose
+    /// update path goes through a firmware that reads it.
+    FormatTooNew {
+        /// The bundle's format.
+        found: u16,
+        /// The newest format this firmware reads.
+        newest: u16,
+    },
     /// The bundle ends before the length its header declares.
     Truncated {
         /// Bytes the header declares.
@@ -116,6 +124,11 @@ impl fmt::Display for BundleError {
         match self {
             BundleError::NotABundle => f.write_str("not a firmware bundle (bad magic)"),
             BundleError::UnsupportedFormat(v) => write!(f, "unsupported bundle format {v}"),
+            BundleError::FormatTooNew { found, newest } => write!(
+                f,
+                "bundle format {found} is newer than this firmware reads ({newest}): update to \
+                 a firmware that reads it first"
+            ),
             BundleError::Truncated { expected, actual } => {
                 write!(f, "truncated bundle: {actual} of {expected} bytes")
             }
@@ -399,6 +412,12 @@ fn encode_manifest(m: &Manifest) -> Vec<u8> {
 fn decode_manifest(bytes: &[u8]) -> Result<Manifest, BundleError> {
     let mut r = Reader(bytes);
     let format = u16::from_le_bytes(r.array()?);
+    if format > FORMAT {
+        return Err(BundleError::FormatTooNew {
+            found: format,
+            newest: FORMAT,
+        });
+    }
     if format != FORMAT && format != FORMAT_WITHOUT_POOL_FORMAT {
         return Err(BundleError::UnsupportedFormat(format));
     }
@@ -634,11 +653,39 @@ mod tests {
             BundleError::Malformed("manifest length out of bounds")
         );
         let mut bundle = sample(&key);
-        bundle[PREFIX_LEN] = 3;
+        bundle[PREFIX_LEN] = 0;
         assert_eq!(
             verify(&bundle, &public, "x86_64").unwrap_err(),
-            BundleError::UnsupportedFormat(3)
+            BundleError::UnsupportedFormat(0)
         );
+    }
+
+    /// A bundle made for firmware with a newer manifest layout: refused in words, before its
+    /// unknown fields are read (the signature covers them, but this firmware cannot know where
+    /// they end), and never as "malformed".
+    #[test]
+    fn a_newer_manifest_format_is_named_as_such() {
+        let key = key();
+        for format in [3u16, 0x0100, u16::MAX] {
+            let mut bundle = sample(&key);
+            bundle[PREFIX_LEN..PREFIX_LEN + 2].copy_from_slice(&format.to_le_bytes());
+            resign(&key, &mut bundle);
+            let e = verify(&bundle, &key.verifying_key(), "x86_64").unwrap_err();
+            assert_eq!(
+                e,
+                BundleError::FormatTooNew {
+                    found: format,
+                    newest: 2
+                }
+            );
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "bundle format {format} is newer than this firmware reads (2): update to a \
+                     firmware that reads it first"
+                )
+            );
+        }
     }
 
     #[test]

@@ -106,8 +106,8 @@ pub struct Store<M> {
 
 impl<M: Media> Store<M> {
     /// Reads both copies: the newest valid state, or `None` if neither copy was ever written
-    /// (or only a torn first save exists). A copy holding a whole record of a newer format refuses the open
-    /// ([`StoreError::TooNew`]), whatever the other copy holds.
+    /// (or only a torn first save exists). A copy holding a whole record of a newer format
+    /// refuses the open ([`StoreError::TooNew`]), whatever the other copy holds.
     pub fn open(mut media: M) -> Result<Opened<M>, StoreError<M::Error>> {
         let mut best: Option<(u64, usize, Slots)> = None;
         let mut newer: Option<(usize, u8)> = None;
