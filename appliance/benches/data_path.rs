@@ -17,6 +17,11 @@
 //!
 //! The host side (test initiator, TCP baseline) runs on its own runtime; a counting allocator
 //! counts the heap allocations of every other thread, the target's, and prints them per command.
+//! The target's CPU time per command is printed the same way: the engine threads' alone
+//! (`edgevol-io-N`, where queues run) and every thread but the host's (engines, workers, the
+//! daemon's runtime), from each thread's `/proc/self/task/<tid>/schedstat` (nanoseconds; the
+//! `stat` file's utime + stime, in clock ticks, where there is no schedstat). The QD32 rows
+//! also give p99 / mean latency (how far the tail is from the average).
 // Host-only bench on 64-bit machines: byte counts fit in usize, rates are printed as floats.
 #![allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
 // The counting allocator below: a `GlobalAlloc` impl is unsafe by definition.
@@ -269,6 +274,68 @@ impl Offsets {
     }
 }
 
+/// Names the host runtime's threads, so that their CPU time is not counted as the target's.
+const HOST_THREAD: &str = "bench-host";
+/// The engine threads' name prefix (`edgevol-io-N`).
+const ENGINE_THREAD: &str = "edgevol-io-";
+
+/// CPU time of every thread of this process, by thread id: its name and nanoseconds on a CPU.
+struct ThreadCpu(std::collections::HashMap<u32, (String, u64)>);
+
+impl ThreadCpu {
+    fn now() -> Self {
+        let mut threads = std::collections::HashMap::new();
+        for entry in std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            let dir = entry.path();
+            let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if let Some(ns) = Self::cpu_ns(&dir) {
+                threads.insert(tid, (name.trim_end().to_owned(), ns));
+            }
+        }
+        ThreadCpu(threads)
+    }
+
+    /// A thread's time on a CPU: schedstat's first field, else stat's utime + stime.
+    fn cpu_ns(dir: &Path) -> Option<u64> {
+        if let Ok(s) = std::fs::read_to_string(dir.join("schedstat")) {
+            if let Some(ns) = s.split_whitespace().next().and_then(|n| n.parse().ok()) {
+                return Some(ns);
+            }
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        // Fields after the name (which may hold spaces) in parentheses; utime, stime are 14, 15.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let mut f = rest.split_whitespace().skip(11);
+        let ticks: u64 = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
+        // USER_HZ: /proc counts in hundredths of a second on every Linux architecture.
+        Some(ticks * 10_000_000)
+    }
+
+    /// Nanoseconds since `before`: (engine threads, every thread but the host's). A thread that
+    /// ended in between is not counted (the target's threads stay).
+    fn since(&self, before: &ThreadCpu) -> (u64, u64) {
+        let (mut engine, mut target) = (0, 0);
+        for (tid, (name, ns)) in &self.0 {
+            if name.starts_with(HOST_THREAD) {
+                continue;
+            }
+            let d = ns.saturating_sub(before.0.get(tid).map_or(0, |b| b.1));
+            target += d;
+            if name.starts_with(ENGINE_THREAD) {
+                engine += d;
+            }
+        }
+        (engine, target)
+    }
+}
+
 /// A cell: ops completed in `elapsed`, and the latency of each (submission to completion).
 struct Run {
     ops: u64,
@@ -297,6 +364,15 @@ impl Run {
         let rank = |p: usize| self.lat[(n * p).div_ceil(100).max(1) - 1];
         let mean = self.lat.iter().map(|&d| us(d)).sum::<f64>() / n as f64;
         [mean, us(rank(50)), us(rank(99))]
+    }
+
+    /// p99 over mean latency, printed for the deep-queue rows.
+    fn tail_ratio(&mut self, w: &Workload) -> String {
+        if w.qd < 32 {
+            return String::new();
+        }
+        let [mean, _, p99] = self.latency_us();
+        format!("{:.2}", p99 / mean)
     }
 }
 
@@ -543,6 +619,7 @@ async fn main() {
     // The host on its own threads, so that the allocation count is the target's alone.
     let host = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(HOST_THREAD)
         .on_thread_start(|| ON_HOST.with(|h| h.set(true)))
         .enable_all()
         .build()
@@ -598,8 +675,8 @@ async fn main() {
             fresh,
             cluster >> 10
         );
-        println!("| workload | unit | edgevol NVMe/TCP | raw loopback TCP | raw device | edgevol / TCP | edgevol / device | target allocations / command |");
-        println!("|---|---|---:|---:|---:|---:|---:|---:|");
+        println!("| workload | unit | edgevol NVMe/TCP | raw loopback TCP | raw device | edgevol / TCP | edgevol / device | target allocations / command | engine CPU-µs / command | target CPU-µs / command | p99 / mean latency |");
+        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let mut fresh_cell = 0;
         let mut first_fresh = None;
         // edgevol's rate per workload name, for the multi-queue scaling line.
@@ -639,6 +716,7 @@ async fn main() {
                 (budget, [target; 2], raw.clone())
             };
             let allocs = TARGET_ALLOCS.load(Ordering::Relaxed);
+            let cpu = ThreadCpu::now();
             let mut e = if w.queues == 2 {
                 // The second queue on its own host task, so both host threads drive one each.
                 let (mut other, wc, t) = (q2.take().expect("second queue"), *w, target[0]);
@@ -657,17 +735,29 @@ async fn main() {
                 edgevol(&mut q, w, target[0], budget).await
             };
             let allocs = (TARGET_ALLOCS.load(Ordering::Relaxed) - allocs) as f64 / e.ops as f64;
+            let (engine_ns, target_ns) = ThreadCpu::now().since(&cpu);
+            let per_op_us = |ns: u64| ns as f64 / 1e3 / e.ops as f64;
+            let cpu_cols = format!(
+                "{:.2} | {:.2} | {}",
+                per_op_us(engine_ns),
+                per_op_us(target_ns),
+                e.tail_ratio(w)
+            );
             let unit = if w.iops() { "IOPS" } else { "MiB/s" };
             rates.insert(w.name, e.per_sec(w));
             if target_only {
-                println!("| {} | {unit} | {:.0} | | | | | {allocs:.1} |", w.name, e.per_sec(w));
+                println!(
+                    "| {} | {unit} | {:.0} | | | | | {allocs:.1} | {cpu_cols} |",
+                    w.name,
+                    e.per_sec(w)
+                );
                 continue;
             }
             let mut t = tcp(echo, w, dur).await;
             let mut d = device(dev, w, target[1], budget).await;
             let (er, tr, dr) = (e.per_sec(w), t.per_sec(w), d.per_sec(w));
             println!(
-                "| {} | {unit} | {er:.0} | {tr:.0} | {dr:.0} | {:.2} | {:.2} | {allocs:.1} |",
+                "| {} | {unit} | {er:.0} | {tr:.0} | {dr:.0} | {:.2} | {:.2} | {allocs:.1} | {cpu_cols} |",
                 w.name,
                 er / tr,
                 er / dr
@@ -676,7 +766,7 @@ async fn main() {
                 let (el, tl, dl) = (e.latency_us(), t.latency_us(), d.latency_us());
                 for (i, what) in ["mean", "p50", "p99"].iter().enumerate() {
                     println!(
-                        "| {} latency {what} | µs | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | |",
+                        "| {} latency {what} | µs | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | | | | |",
                         w.name,
                         el[i],
                         tl[i],
