@@ -78,7 +78,7 @@ impl Daemon {
     }
 
     async fn wait_ready(&mut self, pki: &Path) {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + common::scaled(Duration::from_secs(60));
         loop {
             assert!(Instant::now() < deadline, "daemon never became ready");
             assert!(self.child.try_wait().unwrap().is_none(), "daemon exited");
@@ -117,7 +117,7 @@ fn pattern(round: u8, block: u64) -> Vec<u8> {
 }
 
 async fn connect(nvme: SocketAddr, nqn: &str) -> (Admin, Queue) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + common::scaled(Duration::from_secs(30));
     loop {
         match Admin::connect(nvme, nqn, HOST, 0).await {
             Ok(admin) => {

@@ -12,7 +12,7 @@
 //!    phase), and no Flush reached the target while fio wrote.
 //! 2. ControllerUnpublishVolume while the guest writes (connected through /dev/nvme-fabrics with
 //!    `fast_io_fail_tmo`, as the node plugin connects): fio must get an I/O error within
-//!    [`IO_FAIL_BOUND_S`] of the call's return, the kernel's reconnects must be refused by the
+//!    [`io_fail_bound_s`] of the call's return, the kernel's reconnects must be refused by the
 //!    target (dmesg: "is not allowed"), and the appliance log must show the revoke and a
 //!    refused Connect naming the host after it.
 //!
@@ -53,17 +53,30 @@ const KILLS: usize = 3;
 /// last restart: proof that the guest reconnected and fio was still in its write phase. At the
 /// guest's 100 IOPS this is ~1.5 s of writes, longer than the pool's 1 s periodic sync.
 const WRITES_BEFORE_KILL: u64 = 150;
-/// Budget for the writes above to arrive, for a restart to be ready, for a CSI call.
+/// Budget for the writes above to arrive, for a restart to be ready, for a CSI call (each
+/// times the load's scale, [`budget`]).
 const WAIT_WRITES_S: u64 = 60;
 const READY_S: u64 = 60;
 const CALL_S: u64 = 60;
 /// The guest's fast_io_fail_tmo in check 2.
 const FAST_IO_FAIL_TMO: u64 = 5;
-/// The documented bound: after ControllerUnpublishVolume returns, the host's I/O fails within
-/// fast_io_fail_tmo plus 10 s (the connection is closed at once; the rest is TCG slack).
-const IO_FAIL_BOUND_S: f64 = FAST_IO_FAIL_TMO as f64 + 10.0;
-/// Whole guest run: boot, both workloads with their kills, the unpublish check.
+/// The guest's slack beyond fast_io_fail_tmo in check 2, see [`io_fail_bound_s`].
+const IO_FAIL_SLACK_S: u32 = 10;
+/// Whole guest run: boot, both workloads with their kills, the unpublish check (run-guest.sh
+/// widens it by the load's scale).
 const GUEST_S: u64 = 540;
+
+/// `secs` times the load's scale (`EDGEVOL_TEST_TIME_SCALE`).
+fn budget(secs: u64) -> Duration {
+    common::scaled(Duration::from_secs(secs))
+}
+
+/// The documented bound: after ControllerUnpublishVolume returns, the host's I/O fails within
+/// fast_io_fail_tmo plus 10 s (the connection is closed at once; the rest is TCG slack, times
+/// the load's scale: a busy host's guest).
+fn io_fail_bound_s() -> f64 {
+    FAST_IO_FAIL_TMO as f64 + f64::from(IO_FAIL_SLACK_S * common::time_scale())
+}
 
 /// The daemon as a child process, restarted on the same data dir and ports.
 struct Daemon {
@@ -131,7 +144,7 @@ impl Daemon {
             let (head, body) = raw.split_once("\r\n\r\n")?;
             head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
         };
-        tokio::time::timeout(Duration::from_secs(5), exchange)
+        tokio::time::timeout(budget(5), exchange)
             .await
             .ok()
             .flatten()
@@ -140,7 +153,7 @@ impl Daemon {
     /// Waits until the pool is open (metrics `edgevol_pool_ready 1`).
     async fn wait_ready(&mut self) -> Result<Duration, String> {
         let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(READY_S) {
+        while t.elapsed() < budget(READY_S) {
             if let Some(status) = self
                 .child
                 .as_mut()
@@ -155,7 +168,7 @@ impl Daemon {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(format!("edgevold not ready within {READY_S} s"))
+        Err(format!("edgevold not ready within {:?}", budget(READY_S)))
     }
 
     /// Successful commands of `op` on `volume_id` in this incarnation (0 before the first).
@@ -176,7 +189,7 @@ impl Daemon {
     async fn wait_writes(&self, volume_id: &str, n: u64) -> Result<u64, String> {
         let t = Instant::now();
         let mut last = 0;
-        while t.elapsed() < Duration::from_secs(WAIT_WRITES_S) {
+        while t.elapsed() < budget(WAIT_WRITES_S) {
             last = self.ops(volume_id, "write").await.unwrap_or(last);
             if last >= n {
                 return Ok(last);
@@ -184,7 +197,8 @@ impl Daemon {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Err(format!(
-            "only {last} writes of {n} reached the target within {WAIT_WRITES_S} s"
+            "only {last} writes of {n} reached the target within {:?}",
+            budget(WAIT_WRITES_S)
         ))
     }
 }
@@ -247,11 +261,10 @@ impl Rig {
             &self.pki.join("controller.pem"),
             &self.pki.join("controller.key"),
         );
-        let channel =
-            tokio::time::timeout(Duration::from_secs(CALL_S), common::try_channel(csi, tls))
-                .await
-                .expect("mTLS connection to edgevold within the budget")
-                .expect("mTLS connection to edgevold");
+        let channel = tokio::time::timeout(budget(CALL_S), common::try_channel(csi, tls))
+            .await
+            .expect("mTLS connection to edgevold within the budget")
+            .expect("mTLS connection to edgevold");
         ControllerClient::new(channel)
     }
 
@@ -319,12 +332,13 @@ impl Rig {
             node_id: HOST.into(),
             ..Default::default()
         });
-        match tokio::time::timeout(Duration::from_secs(CALL_S), call).await {
+        match tokio::time::timeout(budget(CALL_S), call).await {
             Ok(Ok(_)) => run.call = Some(t.elapsed()),
             Ok(Err(status)) => run.error = Some(format!("ControllerUnpublishVolume: {status}")),
             Err(_) => {
                 run.error = Some(format!(
-                    "ControllerUnpublishVolume: no answer in {CALL_S} s"
+                    "ControllerUnpublishVolume: no answer in {:?}",
+                    budget(CALL_S)
                 ))
             }
         }
@@ -613,8 +627,9 @@ fn judge_unpublish(v: &mut Verdict, run: &UnpublishRun, step: Option<&Step>, dae
         .iter()
         .filter(|l| l.contains("is not allowed"))
         .count();
+    let bound = io_fail_bound_s();
     v.fact(format!(
-        "guest I/O failed {} s after the call returned (bound {IO_FAIL_BOUND_S} s, fast_io_fail_tmo {FAST_IO_FAIL_TMO}), fio rc={}, {} refused reconnects in dmesg",
+        "guest I/O failed {} s after the call returned (bound {bound} s, fast_io_fail_tmo {FAST_IO_FAIL_TMO}), fio rc={}, {} refused reconnects in dmesg",
         failed_after.map_or("?".into(), |s| format!("{s:.1}")),
         fio_rc.map_or("?".into(), |n| n.to_string()),
         refused
@@ -629,8 +644,8 @@ fn judge_unpublish(v: &mut Verdict, run: &UnpublishRun, step: Option<&Step>, dae
         step.fio_errs().contains(&5) || step.text().contains("Input/output error"),
         || format!("fio's error is not EIO:\n{}", step.text()),
     );
-    v.require(failed_after.is_some_and(|s| s <= IO_FAIL_BOUND_S), || {
-        format!("I/O failed {failed_after:?} s after the unpublish, bound {IO_FAIL_BOUND_S} s")
+    v.require(failed_after.is_some_and(|s| s <= bound), || {
+        format!("I/O failed {failed_after:?} s after the unpublish, bound {bound} s")
     });
     v.require(refused >= 1, || {
         format!(
@@ -794,8 +809,7 @@ async fn faults_under_live_io() {
             // SIGTERM: a clean stop, so the log's last lines are the daemon's own.
             let _ = Command::new("kill").arg(child.id().to_string()).status();
             let t = Instant::now();
-            while child.try_wait().ok().flatten().is_none() && t.elapsed() < Duration::from_secs(10)
-            {
+            while child.try_wait().ok().flatten().is_none() && t.elapsed() < budget(10) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let _ = child.kill();

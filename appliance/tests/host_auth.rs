@@ -116,7 +116,9 @@ fn random_secret() -> Secret {
 /// Connects an admin queue by hand (no enable): the completion.
 async fn raw_admin(addr: SocketAddr, subsys: &str, host_nqn: &str) -> (Queue, u64) {
     let mut q = Queue::open(addr, Digests::NONE, 8192).await;
-    let c = q.connect(0, CNTLID_DYNAMIC, subsys, host_nqn, 5000).await;
+    let c = q
+        .connect(0, CNTLID_DYNAMIC, subsys, host_nqn, common::scaled_ms(5000))
+        .await;
     ok(&c);
     (q, c.cqe.result)
 }
@@ -289,7 +291,9 @@ async fn rotation_keeps_the_old_key_until_the_new_one_is_used_and_revocation_dis
     keys.revoke("node").unwrap();
     expect_closed(&mut q).await;
     let mut again = Queue::open(f.addr, Digests::NONE, 8192).await;
-    let c = again.connect(0, CNTLID_DYNAMIC, &subsys, HOST, 5000).await;
+    let c = again
+        .connect(0, CNTLID_DYNAMIC, &subsys, HOST, common::scaled_ms(5000))
+        .await;
     assert_eq!(status(&c), (1, 0x84, true), "a revoked host is refused");
 }
 
@@ -309,7 +313,9 @@ async fn repeated_failures_turn_the_address_away() {
     }
     // Even the right key waits now: Connect Controller Busy, without DNR (a host retries).
     let mut q = Queue::open(f.addr, Digests::NONE, 8192).await;
-    let c = q.connect(0, CNTLID_DYNAMIC, &subsys, HOST, 5000).await;
+    let c = q
+        .connect(0, CNTLID_DYNAMIC, &subsys, HOST, common::scaled_ms(5000))
+        .await;
     assert_eq!(status(&c), (1, 0x81, false));
 }
 
@@ -436,15 +442,18 @@ async fn a_host_slower_than_its_kato_still_authenticates() {
     let (_, subsys) = f.volume(&[HOST]).await;
     let key = f.enrol("node", HOST);
     let mut q = Queue::open(f.addr, Digests::NONE, 8192).await;
-    let c = q.connect(0, CNTLID_DYNAMIC, &subsys, HOST, 1000).await;
+    // A 1 s KATO, times the load's scale: enable and Identify after the exchange come within it.
+    let c = q
+        .connect(0, CNTLID_DYNAMIC, &subsys, HOST, common::scaled_ms(1000))
+        .await;
     ok(&c);
     let cntlid = u16::try_from(c.cqe.result & 0xffff).unwrap();
     let mut h = host(HOST, &subsys, &key);
     let mut rng = edgevol_nvmeof::auth::host::TestRng::new(5);
     q.auth_send(h.negotiate(1)).await.expect("negotiate");
     let challenge = q.auth_receive().await.expect("challenge");
-    // The host's DH, slowly: well past the 1 s KATO.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The host's DH, slowly: well past the KATO (2.5 times it).
+    tokio::time::sleep(common::scaled(Duration::from_millis(2500))).await;
     let reply = h.handle_challenge(&challenge, &mut rng).expect("reply");
     q.auth_send(reply).await.expect("reply sent");
     let success1 = q.auth_receive().await.expect("success1");
@@ -457,6 +466,6 @@ async fn a_host_slower_than_its_kato_still_authenticates() {
     admin.enable().await;
     ok(&admin.identify(1, 0).await);
     assert_eq!(f.failures(), 0);
-    // Authenticated, the keep-alive timer runs again: 1 s without traffic ends the controller.
+    // Authenticated, the keep-alive timer runs again: a KATO without traffic ends the controller.
     expect_closed(&mut admin.q).await;
 }

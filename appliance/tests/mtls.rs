@@ -61,7 +61,7 @@ async fn controller_gets_plugin_info_and_probe_turns_ready() {
         "{services:?}"
     );
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + common::scaled(Duration::from_secs(30));
     loop {
         let ready = identity
             .probe(ProbeRequest {})

@@ -21,7 +21,8 @@ fn enroller(app: &DevAppliance, address: String, name: &str) -> GrpcEnroller {
         ca: app.pki().join("ca.pem"),
         cert: app.pki().join(format!("{name}.pem")),
         key: app.pki().join(format!("{name}.key")),
-        timeout: Duration::from_secs(5),
+        // The call's deadline; an unreachable appliance is refused at once, not by it.
+        timeout: common::scaled(Duration::from_secs(5)),
     })
     .unwrap()
 }

@@ -83,7 +83,8 @@ struct Snapped {
 }
 
 /// Serves the guest's one "snapshot" request: CreateSnapshot over CSI (mTLS, controller role)
-/// while the guest's fio keeps writing, then a second of writes before the answer.
+/// while the guest's fio keeps writing, then the answer once a write after the cut was counted
+/// (polled: a guest on a busy machine may take a while).
 async fn serve_snapshot(
     listener: tokio::net::TcpListener,
     channel: Channel,
@@ -113,7 +114,11 @@ async fn serve_snapshot(
         .into_inner()
         .snapshot
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let at_cut = writes();
+    let deadline = tokio::time::Instant::now() + common::scaled(Duration::from_secs(30));
+    while writes() == at_cut && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let writes_after = writes();
     write
         .write_all(format!("{} {writes_before} {writes_after}\n", snapshot.snapshot_id).as_bytes())

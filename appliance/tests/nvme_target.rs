@@ -398,13 +398,15 @@ async fn keep_alive_expiry_tears_the_controller_down() {
     let f = Fixture::start().await;
     let v = f.volume("v", 16 * MIB, HOST, false).await;
     let nqn = f.nqn(v);
-    let mut admin = Admin::connect(f.addr, &nqn, HOST, 1000).await.unwrap();
+    // A 1 s KATO (times the load's scale: the I/O queue and the Keep Alive come within it).
+    let kato = common::scaled_ms(1000);
+    let mut admin = Admin::connect(f.addr, &nqn, HOST, kato).await.unwrap();
     let mut q1 = admin
         .io_queue(f.addr, 1, &nqn, HOST, Digests::NONE)
         .await
         .unwrap();
     ok(&admin.keep_alive().await);
-    // No more traffic: both queues close once the 1 s KATO passes.
+    // No more traffic: both queues close once the KATO passes.
     assert!(matches!(admin.q.wait_closed().await, Ended::Eof));
     assert!(matches!(q1.wait_closed().await, Ended::Eof));
 }

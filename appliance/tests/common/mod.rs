@@ -17,12 +17,39 @@ use tonic::transport::Channel;
 /// Time a test client allows for TCP and the TLS handshake.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// How long a test gives a pool to open and recover: a debug build on a loaded 2-core machine.
+/// How long a test gives a pool to open and recover: a debug build on a loaded 2-core machine
+/// (times [`time_scale`]).
 pub const POOL_READY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How much wider real-time windows are on a busy machine: `EDGEVOL_TEST_TIME_SCALE`, a whole
+/// number from 1 to 99 (default 1; `scripts/test.sh --under-load` sets 3). A test that lets a
+/// timer fire (a keep-alive) or gives something a fixed time to happen widens it by this.
+pub fn time_scale() -> u32 {
+    match std::env::var("EDGEVOL_TEST_TIME_SCALE") {
+        Err(_) => 1,
+        Ok(v) => v
+            .parse()
+            .ok()
+            .filter(|n| (1..100).contains(n))
+            .unwrap_or_else(|| {
+                panic!("EDGEVOL_TEST_TIME_SCALE must be a whole number from 1 to 99, not {v:?}")
+            }),
+    }
+}
+
+/// `d` times [`time_scale`].
+pub fn scaled(d: std::time::Duration) -> std::time::Duration {
+    d * time_scale()
+}
+
+/// A keep-alive timeout of `ms` milliseconds (a Connect's KATO) times [`time_scale`].
+pub fn scaled_ms(ms: u32) -> u32 {
+    ms * time_scale()
+}
 
 /// Waits until `state`'s pool is open; after [`POOL_READY`] panics saying whose pool it awaited.
 pub async fn pool_ready(state: &edgevol_appliance::state::State) {
-    if let Err(e) = state.wait_ready(POOL_READY).await {
+    if let Err(e) = state.wait_ready(scaled(POOL_READY)).await {
         panic!("{e}");
     }
 }
