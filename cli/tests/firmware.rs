@@ -78,10 +78,7 @@ impl Box_ {
             reboot_command: vec!["touch".into(), self.path("rebooted").display().to_string()],
         });
         let running = start(config).await.unwrap();
-        // The pool opens in the background; the error names whose pool did not.
-        if let Err(e) = running.state.wait_ready(Duration::from_secs(60)).await {
-            panic!("{e}");
-        }
+        common::pool_ready(&running).await;
         running
     }
 
@@ -124,14 +121,33 @@ fn err(out: &Output) -> String {
     String::from_utf8(out.stderr.clone()).unwrap()
 }
 
+/// How long a test waits for the daemon to reboot or confirm a slot (times the load's scale).
+fn patience() -> Duration {
+    common::scaled(Duration::from_secs(20))
+}
+
 async fn wait_for(path: &Path) {
-    for _ in 0..100 {
-        if path.exists() {
-            return;
-        }
+    let deadline = tokio::time::Instant::now() + patience();
+    while !path.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("{} never appeared", path.display());
+}
+
+/// `firmware status` once it says `want` (its last answer when it never did).
+async fn status_saying(running: &Running, data: &Path, want: &str) -> String {
+    let deadline = tokio::time::Instant::now() + patience();
+    loop {
+        let status = ok(&firmware(running, data, "admin", &["status"]).await);
+        if status.contains(want) || tokio::time::Instant::now() >= deadline {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,14 +220,7 @@ async fn update_activate_confirm_and_roll_back() {
     // The trial boot: healthy for the hold, so it confirms itself.
     assert_eq!(b.loader_pick(), SlotId::B);
     let running = b.boot(SlotId::B, "2.0").await;
-    let mut confirmed = String::new();
-    for _ in 0..100 {
-        confirmed = ok(&firmware(&running, &data, "admin", &["status"]).await);
-        if confirmed.contains("slot B     good") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let confirmed = status_saying(&running, &data, "slot B     good").await;
     assert!(confirmed.contains("primary    slot B"), "{confirmed}");
     assert!(confirmed.contains("slot A     good"), "{confirmed}");
     assert!(
@@ -373,14 +382,7 @@ async fn updates_and_rollbacks_that_cannot_read_the_pool_are_refused() {
 
     assert_eq!(b.loader_pick(), SlotId::B);
     let running = b.boot(SlotId::B, "2.0").await;
-    let mut status = String::new();
-    for _ in 0..100 {
-        status = ok(&firmware(&running, &data, "admin", &["status"]).await);
-        if status.contains("slot B     good") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let status = status_saying(&running, &data, "slot B     good").await;
     assert!(status.contains("primary    slot B"), "{status}");
     let e = err(&firmware(&running, &data, "admin", &["rollback"]).await);
     assert!(

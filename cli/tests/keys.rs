@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::Duration;
 
 use edgevol_appliance::transport::certificate_sha256;
 use edgevol_appliance::{start, Args, Config, Running};
@@ -27,10 +26,7 @@ async fn appliance(dir: &Path) -> Running {
     })
     .unwrap();
     let running = start(config).await.unwrap();
-    // The pool opens in the background; the error names whose pool did not.
-    if let Err(e) = running.state.wait_ready(Duration::from_secs(60)).await {
-        panic!("{e}");
-    }
+    common::pool_ready(&running).await;
     running
 }
 

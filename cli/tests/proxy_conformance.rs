@@ -33,9 +33,7 @@ async fn controller_calls_through_the_proxy_behave_as_direct_ones() {
     let appliance = start(dev_config(&data, "127.0.0.1:0".parse().unwrap(), "proxied"))
         .await
         .unwrap();
-    while !appliance.state.is_ready() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    common::pool_ready(&appliance).await;
     let pki = data.join("pki");
     let tls = dev_tls(&pki, "controller");
     let socket: PathBuf = dir.path().join("csi.sock");
@@ -58,9 +56,7 @@ async fn snapshot_metadata_streams_through_the_proxy() {
     let appliance = start(dev_config(&data, "127.0.0.1:0".parse().unwrap(), "meta"))
         .await
         .unwrap();
-    while !appliance.state.is_ready() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    common::pool_ready(&appliance).await;
     let socket: PathBuf = dir.path().join("csi.sock");
     start_proxy(
         &socket,

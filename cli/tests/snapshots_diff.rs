@@ -42,10 +42,7 @@ async fn diff_prints_changed_and_allocated_ranges() {
     ))
     .await
     .unwrap();
-    app.state
-        .wait_ready(std::time::Duration::from_secs(60))
-        .await
-        .unwrap();
+    common::pool_ready(&app).await;
     let pki = data.join("pki");
     let channel = status::connect(
         &app.local_addr.to_string(),

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
+use std::time::Duration;
 
 use edgevol_appliance::{Args, Config};
 use edgevol_cli::proxy;
@@ -18,6 +19,38 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tokio_rustls::rustls::ClientConfig;
 use tonic::transport::{Channel, Endpoint};
+
+/// How much wider real-time windows are on a busy machine: `EDGEVOL_TEST_TIME_SCALE`, a whole
+/// number from 1 to 99 (default 1; `scripts/test.sh --under-load` sets 3).
+pub fn time_scale() -> u32 {
+    match std::env::var("EDGEVOL_TEST_TIME_SCALE") {
+        Err(_) => 1,
+        Ok(v) => v
+            .parse()
+            .ok()
+            .filter(|n| (1..100).contains(n))
+            .unwrap_or_else(|| {
+                panic!("EDGEVOL_TEST_TIME_SCALE must be a whole number from 1 to 99, not {v:?}")
+            }),
+    }
+}
+
+/// `d` times [`time_scale`]: the deadline of a wait for something a busy machine makes slower.
+pub fn scaled(d: Duration) -> Duration {
+    d * time_scale()
+}
+
+/// Waits until `running`'s pool is open (in the background: a debug build on a busy machine
+/// takes a while), a minute times [`time_scale`] at most; then panics saying whose pool.
+pub async fn pool_ready(running: &edgevol_appliance::Running) {
+    if let Err(e) = running
+        .state
+        .wait_ready(scaled(Duration::from_secs(60)))
+        .await
+    {
+        panic!("{e}");
+    }
+}
 
 /// A dev appliance in `dir` listening on `listen` (NVMe/TCP on an ephemeral port).
 pub fn dev_config(dir: &Path, listen: SocketAddr, appliance_id: &str) -> Config {

@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use edgevol_appliance::{start, Running};
 use edgevol_cli::proxy;
@@ -14,7 +13,7 @@ use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, MountVol
 use edgevol_proto::csi::v1::*;
 use tonic::transport::Channel;
 
-use super::common::{dev_config, dev_tls, unix_channel};
+use super::common::{dev_config, dev_tls, pool_ready, unix_channel};
 
 /// One dev appliance of a fleet.
 pub struct Box_ {
@@ -41,14 +40,8 @@ impl Box_ {
         let running = start(dev_config(&self.data, self.addr, &self.id))
             .await
             .unwrap();
-        wait_ready(&running).await;
+        pool_ready(&running).await;
         self.running = Some(running);
-    }
-}
-
-async fn wait_ready(r: &Running) {
-    while !r.state.is_ready() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -64,7 +57,7 @@ pub async fn start_fleet(dir: &Path, ids: &[&str]) -> Vec<Box_> {
         let running = start(dev_config(&data, "127.0.0.1:0".parse().unwrap(), id))
             .await
             .unwrap();
-        wait_ready(&running).await;
+        pool_ready(&running).await;
         boxes.push(Box_ {
             id: (*id).to_owned(),
             data,
