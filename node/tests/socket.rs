@@ -56,10 +56,14 @@ async fn start() -> Running {
     let server = tokio::spawn(serve(plugin, async {
         let _ = rx.await;
     }));
-    for _ in 0..100 {
-        if sock.exists() {
-            break;
-        }
+    // The server binds its socket soon; a generous deadline for a busy machine.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !sock.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the plugin never bound {}",
+            sock.display()
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let path = sock.clone();
