@@ -43,8 +43,9 @@ pub async fn wait_probe_ready(id: &str, csi: SocketAddr, pki: &Path, log: &str) 
             }
         }
         assert!(
-            t.elapsed() < Duration::from_secs(READY_S),
-            "{id} not ready within {READY_S} s (log: {log})"
+            t.elapsed() < crate::scaled_secs(READY_S),
+            "{id} not ready within {:?} (log: {log})",
+            crate::scaled_secs(READY_S)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -115,10 +116,11 @@ impl HostAppliance {
         let t = Instant::now();
         while std::net::TcpStream::connect(self.csi).is_err() {
             assert!(
-                t.elapsed() < Duration::from_secs(READY_S),
-                "{} does not listen on {} within {READY_S} s (log: {})",
+                t.elapsed() < crate::scaled_secs(READY_S),
+                "{} does not listen on {} within {:?} (log: {})",
                 self.id,
                 self.csi,
+                crate::scaled_secs(READY_S),
                 self.log.display()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -3,6 +3,7 @@
 //! test-only `e2e-agent` splice), and the agent's shell with a time budget per command.
 //!
 //! Every remote step has a budget: [`within`] fails the test with the step's name when it is spent.
+//! Budgets and real-time windows widen by [`time_scale`] on a busy machine.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,11 +20,34 @@ pub mod fio;
 pub mod host_appliance;
 pub mod rig;
 
-/// Awaits `fut` for at most `secs`, panicking with `what` when the budget is spent.
+/// How much wider budgets and real-time windows are on a busy machine:
+/// `EDGEVOL_TEST_TIME_SCALE`, a whole number from 1 to 99 (default 1; `scripts/test.sh
+/// --under-load` sets 3, and the QEMU scripts widen the VMs' own budgets by it too).
+pub fn time_scale() -> u32 {
+    match std::env::var("EDGEVOL_TEST_TIME_SCALE") {
+        Err(_) => 1,
+        Ok(v) => v
+            .parse()
+            .ok()
+            .filter(|n| (1..100).contains(n))
+            .unwrap_or_else(|| {
+                panic!("EDGEVOL_TEST_TIME_SCALE must be a whole number from 1 to 99, not {v:?}")
+            }),
+    }
+}
+
+/// `secs` seconds times [`time_scale`].
+pub fn scaled_secs(secs: u64) -> Duration {
+    Duration::from_secs(secs * u64::from(time_scale()))
+}
+
+/// Awaits `fut` for at most `secs` (times [`time_scale`]), panicking with `what` when the budget
+/// is spent.
 pub async fn within<T>(secs: u64, what: &str, fut: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(secs), fut).await {
+    let budget = scaled_secs(secs);
+    match tokio::time::timeout(budget, fut).await {
         Ok(v) => v,
-        Err(_) => panic!("{what}: no answer within {secs} s"),
+        Err(_) => panic!("{what}: no answer within {budget:?}"),
     }
 }
 
@@ -64,10 +88,11 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Runs `command` with `sh -c` in the VM; the agent kills it after `budget` seconds (124).
+    /// Runs `command` with `sh -c` in the VM; the agent kills it after `budget` seconds times
+    /// [`time_scale`] (124).
     pub async fn sh(&self, budget: u64, command: &str) -> (i32, String) {
         let addr = self.addr;
-        let request = format!("{budget}\n{command}");
+        let request = format!("{}\n{command}", scaled_secs(budget).as_secs());
         within(budget + 15, &format!("node VM: {command}"), async move {
             let mut conn = TcpStream::connect(addr).await.expect("agent connect");
             conn.write_all(request.as_bytes())

@@ -206,7 +206,8 @@ async fn node_with_keys_enrols_stages_writes_and_reads_back_authenticated() {
             .any(|l| l.contains("controller created") && l.contains(&rig.node_id))
     };
     let mut alog = console_log("EDGEVOL_E2E_APPLIANCE_LOG");
-    for _ in 0..30 {
+    let deadline = std::time::Instant::now() + edgevol_e2e::scaled_secs(30);
+    while std::time::Instant::now() < deadline {
         if created(&alog) {
             break;
         }

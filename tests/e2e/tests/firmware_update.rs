@@ -55,8 +55,9 @@ async fn wait_files(agent: &Agent, at_least: u64, secs: u64, what: &str) -> u64 
             return files;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "{what}: {files} durable files, not {at_least}, within {secs} s"
+            t.elapsed() < edgevol_e2e::scaled_secs(secs),
+            "{what}: {files} durable files, not {at_least}, within {:?}",
+            edgevol_e2e::scaled_secs(secs)
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

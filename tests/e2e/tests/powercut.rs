@@ -37,7 +37,7 @@ const HELD_BEFORE_CUT: u64 = 10;
 /// How long nothing may complete while the appliance is off.
 const DARK_S: u64 = 5;
 /// Seconds between the last held write and the cut: the appliance's sync interval (1 s) plus a
-/// margin for a loaded TCG guest.
+/// margin for a loaded TCG guest (times the load's scale).
 const SETTLED_S: u64 = 4;
 /// Budgets: writes before the cut, the reboot to READY, the node's resumption.
 const WRITES_S: u64 = 120;
@@ -96,8 +96,9 @@ async fn wait_counts(
             return c;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "{what}: not within {secs} s (writers at {c:?})"
+            t.elapsed() < edgevol_e2e::scaled_secs(secs),
+            "{what}: not within {:?} (writers at {c:?})",
+            edgevol_e2e::scaled_secs(secs)
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -185,8 +186,9 @@ async fn held_writes(agent: &Agent, at_least: u64) -> u64 {
             break;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(WRITES_S),
-            "only {n} held writes acknowledged within {WRITES_S} s"
+            t.elapsed() < edgevol_e2e::scaled_secs(WRITES_S),
+            "only {n} held writes acknowledged within {:?}",
+            edgevol_e2e::scaled_secs(WRITES_S)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -312,7 +314,7 @@ async fn power_cut_of_the_appliance_under_fsynced_writes() {
         )
         .await;
     held_writes(&agent, HELD_BEFORE_CUT).await;
-    tokio::time::sleep(Duration::from_secs(SETTLED_S)).await;
+    tokio::time::sleep(edgevol_e2e::scaled_secs(SETTLED_S)).await;
 
     // The power cut: SIGKILL of the appliance VM's QEMU.
     let pid = std::fs::read_to_string(&pidfile)
@@ -326,7 +328,7 @@ async fn power_cut_of_the_appliance_under_fsynced_writes() {
     assert!(status.success(), "kill -9 {pid}");
     let cut = Instant::now();
     // A writer may log a write that completed just before the cut a moment after it: settle.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(edgevol_e2e::scaled_secs(1)).await;
     let held_count = || async {
         agent
             .ok(10, "cat /tmp/pc-hold.state")
@@ -553,8 +555,9 @@ async fn a_daemon_crash_on_the_appliance_loses_no_acknowledged_write() {
             break text;
         }
         assert!(
-            crashed.elapsed() < Duration::from_secs(REBOOT_S),
-            "edgevold was not started again within {REBOOT_S} s (console {}):\n{}",
+            crashed.elapsed() < edgevol_e2e::scaled_secs(REBOOT_S),
+            "edgevold was not started again within {:?} (console {}):\n{}",
+            edgevol_e2e::scaled_secs(REBOOT_S),
             log.display(),
             text.lines()
                 .filter(|l| l.contains("EDGEVOL-APPLIANCE") || l.contains("test build"))

@@ -73,7 +73,7 @@ impl ApplianceVm {
         let t = Instant::now();
         while Path::new(&format!("/proc/{pid}")).exists() {
             assert!(
-                t.elapsed() < Duration::from_secs(10),
+                t.elapsed() < edgevol_e2e::scaled_secs(10),
                 "QEMU {pid} outlived SIGKILL"
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -185,7 +185,7 @@ async fn proxy(
     let t = Instant::now();
     while !socket.exists() {
         assert!(
-            t.elapsed() < Duration::from_secs(20),
+            t.elapsed() < edgevol_e2e::scaled_secs(20),
             "proxy socket missing"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -287,9 +287,10 @@ async fn wait_condition(
             return c;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "{}: {what} not seen within {secs} s; last condition {c:?}",
-            a.volume_id
+            t.elapsed() < edgevol_e2e::scaled_secs(secs),
+            "{}: {what} not seen within {:?}; last condition {c:?}",
+            a.volume_id,
+            edgevol_e2e::scaled_secs(secs)
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -493,7 +494,8 @@ async fn replicated_pair(rig: &mut Rig, tag: &str, boxes: [&str; 2]) -> Pair {
     rig.agent.ok(10, "rm -f /tmp/stop /tmp/fio-*").await;
     start_writer(&rig.agent, "fs", &format!("{}/fio.dat", fs.target), "32M").await;
     start_writer(&rig.agent, "blk", &blk.target, "64M").await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The writers get going (a busy machine's guest: longer).
+    tokio::time::sleep(edgevol_e2e::scaled_secs(5)).await;
     writers_alive(&rig.agent, &["fs", "blk"]).await;
     Pair {
         fs,
@@ -519,7 +521,7 @@ async fn writers_and_legs_check_out(rig: &mut Rig, pair: &Pair, partial: &[(u64,
             break;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(60),
+            t.elapsed() < edgevol_e2e::scaled_secs(60),
             "writers did not stop"
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -868,7 +870,7 @@ async fn bench_replicated_against_single() {
             break;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(RESYNC_S),
+            t.elapsed() < edgevol_e2e::scaled_secs(RESYNC_S),
             "{md}: not whole: {state}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
