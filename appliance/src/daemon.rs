@@ -59,7 +59,8 @@ pub enum DaemonError {
     },
     /// The pool could not be opened.
     Pool(pool::PoolError),
-    /// The host-key store could not be read (missing is fine; damaged is not).
+    /// The host-key store could not be read (missing is fine; damaged, or written by newer
+    /// firmware, is not).
     HostKeys(crate::hostkeys::StoreError),
     /// Firmware management could not start.
     Firmware(crate::firmware::StartError),
@@ -79,12 +80,16 @@ pub enum DaemonError {
 
 impl DaemonError {
     /// The exit status for this error: [`crate::nvme::workers::PANIC_EXIT`] (EX_SOFTWARE) for a
-    /// panic, [`pool::UNSUPPORTED_EXIT`] (EX_CONFIG) for a pool this firmware cannot read, 1
+    /// panic, [`pool::UNSUPPORTED_EXIT`] (EX_CONFIG) for a pool this firmware cannot read,
+    /// [`crate::hostkeys::file::TOO_NEW_EXIT`] for a host-key store newer firmware wrote, 1
     /// for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             DaemonError::Panicked { .. } => crate::nvme::workers::PANIC_EXIT,
             DaemonError::Pool(pool::PoolError::Unsupported { .. }) => pool::UNSUPPORTED_EXIT,
+            DaemonError::HostKeys(crate::hostkeys::StoreError::TooNew { .. }) => {
+                crate::hostkeys::file::TOO_NEW_EXIT
+            }
             _ => 1,
         }
     }

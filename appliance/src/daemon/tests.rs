@@ -1,4 +1,5 @@
-//! The daemon ends, non-zero, when the pool cannot open or its opening panics.
+//! The daemon ends, non-zero, when the pool cannot open or its opening panics, or its host-key
+//! store cannot be read.
 
 use std::path::Path;
 use std::time::Duration;
@@ -88,4 +89,58 @@ async fn a_pool_this_firmware_cannot_read_ends_the_daemon_with_78() {
             .contains("pool uses incompatible feature bit 5"),
         "{e}"
     );
+}
+
+/// A host-key store written by newer firmware (a whole file of format version 2): the daemon
+/// does not start, says so in words (never "damaged"), exits with 79, and leaves the file as
+/// found; a damaged store still exits with 1.
+#[tokio::test]
+async fn a_host_key_store_of_a_newer_version_ends_the_start_with_79() {
+    use crate::hostkeys::file::{encode, FILE_NAME};
+    use crate::hostkeys::table::Table;
+    use std::os::unix::fs::DirBuilderExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&data)
+        .unwrap();
+    let mut newer = encode(&Table::default()).to_vec();
+    newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let at = newer.len() - 32;
+    let sum = ring::digest::digest(&ring::digest::SHA256, &newer[..at]);
+    newer[at..].copy_from_slice(sum.as_ref());
+    let path = data.join(FILE_NAME);
+    std::fs::write(&path, &newer).unwrap();
+
+    let e = start(config(dir.path(), &dir.path().join("pool.img")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DaemonError::HostKeys(crate::hostkeys::StoreError::TooNew { .. })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.exit_code(), 79);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "host key store {} has format version 2, newer than this firmware reads (1): boot \
+             the slot that wrote it, or update",
+            path.display()
+        )
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), newer, "left as found");
+
+    // The same file with its checksum broken is damage: exit status 1.
+    newer[at] ^= 1;
+    std::fs::write(&path, &newer).unwrap();
+    let e = start(config(dir.path(), &dir.path().join("pool.img")))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("is damaged (checksum"), "{e}");
+    assert_eq!(e.exit_code(), 1);
 }

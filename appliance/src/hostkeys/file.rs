@@ -13,9 +13,16 @@
 //! The file is replaced, never edited: the new contents go to `host-keys.tmp` (mode 0600),
 //! which is fsynced, renamed over `host-keys`, and the directory fsynced, so a crash at any
 //! point leaves either the old or the new file whole. A file that does not read back exactly
-//! (short, long, another magic or version, a checksum or payload that does not match, a table
-//! that breaks its invariants) refuses the start: an appliance must never forget its nodes'
-//! keys quietly. A missing file is an appliance without enrolled nodes.
+//! (short, long, another magic, version 0, a checksum or payload that does not match, a table
+//! that breaks its invariants) is damaged and refuses the start: an appliance must never forget
+//! its nodes' keys quietly. A missing file is an appliance without enrolled nodes.
+//!
+//! The frame (magic, version, length, SHA-256 of all before it) is the same in every format
+//! version; only the payload's encoding changes with the version. So a whole frame of a newer
+//! version is a file newer firmware wrote, not damage: it refuses the start too, in those
+//! words ([`StoreError::TooNew`], exit status [`TOO_NEW_EXIT`]), and is left as found. A
+//! format that needs another frame must change the magic. `tests/golden/host-keys-v1` holds a
+//! version-1 file that every later build must read (`file/golden.rs`).
 
 use std::fmt;
 use std::fs;
@@ -37,6 +44,11 @@ const CHECKSUM_LEN: usize = 32;
 /// Largest payload accepted: far above any real table (a node takes about 250 bytes).
 const MAX_PAYLOAD: usize = 64 << 20;
 
+/// edgevold's exit status when the host-key store was written by newer firmware
+/// ([`StoreError::TooNew`]): next to the pool's 78 ([`crate::pool::UNSUPPORTED_EXIT`]), for the
+/// same situation. Nothing was written, and restarting the same firmware cannot help.
+pub const TOO_NEW_EXIT: u8 = 79;
+
 /// Why the key store could not be read or written. Names the file, never a secret.
 #[derive(Debug)]
 pub enum StoreError {
@@ -56,6 +68,16 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The file is whole but of a format version newer than this firmware reads: newer
+    /// firmware wrote it. Left as found.
+    TooNew {
+        /// The file.
+        path: PathBuf,
+        /// Its format version.
+        found: u32,
+        /// The newest this firmware reads.
+        supported: u32,
+    },
 }
 
 impl fmt::Display for StoreError {
@@ -69,11 +91,45 @@ impl fmt::Display for StoreError {
                 "host key store {} is damaged ({reason}); refusing to start without the nodes' keys: restore it from a backup, or move it away to start with no enrolled node",
                 path.display()
             ),
+            StoreError::TooNew {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "host key store {} has format version {found}, newer than this firmware reads \
+                 ({supported}): boot the slot that wrote it, or update",
+                path.display()
+            ),
         }
     }
 }
 
 impl std::error::Error for StoreError {}
+
+/// Why a file's bytes hold no table this build can use. Never quotes the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// A whole frame of a newer format version.
+    TooNew {
+        /// Its format version.
+        found: u32,
+    },
+    /// Anything else: what is wrong.
+    Damaged(String),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::TooNew { found } => write!(
+                f,
+                "format version {found}, newer than this firmware reads ({VERSION})"
+            ),
+            DecodeError::Damaged(reason) => f.write_str(reason),
+        }
+    }
+}
 
 /// Where the file and its temporary twin live.
 #[derive(Debug, Clone)]
@@ -140,9 +196,16 @@ impl StoreFile {
             fs::set_permissions(&self.path, fs::Permissions::from_mode(0o600))
                 .map_err(self.io(&self.path, "chmod"))?;
         }
-        decode(&bytes).map_err(|reason| StoreError::Corrupt {
-            path: self.path.clone(),
-            reason,
+        decode(&bytes).map_err(|e| match e {
+            DecodeError::TooNew { found } => StoreError::TooNew {
+                path: self.path.clone(),
+                found,
+                supported: VERSION,
+            },
+            DecodeError::Damaged(reason) => StoreError::Corrupt {
+                path: self.path.clone(),
+                reason,
+            },
         })
     }
 
@@ -198,8 +261,23 @@ pub fn encode(table: &Table) -> Zeroizing<Vec<u8>> {
     out
 }
 
-/// The table of a file's bytes, or what is wrong with them.
-pub fn decode(bytes: &[u8]) -> Result<Table, String> {
+/// The table of a file's bytes, or why there is none: the frame is checked first, so only a
+/// whole file of a newer version is [`DecodeError::TooNew`].
+pub fn decode(bytes: &[u8]) -> Result<Table, DecodeError> {
+    let (version, payload) = frame(bytes).map_err(DecodeError::Damaged)?;
+    if version > VERSION {
+        return Err(DecodeError::TooNew { found: version });
+    }
+    if version != VERSION {
+        return Err(DecodeError::Damaged(format!(
+            "format version {version} was never written"
+        )));
+    }
+    decode_table(payload).map_err(DecodeError::Damaged)
+}
+
+/// The version and payload of a whole frame, or what is wrong with it.
+fn frame(bytes: &[u8]) -> Result<(u32, &[u8]), String> {
     if bytes.len() < HEADER_LEN + CHECKSUM_LEN {
         return Err(format!(
             "{} bytes: shorter than any valid file",
@@ -210,12 +288,6 @@ pub fn decode(bytes: &[u8]) -> Result<Table, String> {
         return Err("not a host key store (bad magic)".into());
     }
     let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-    let version = word(8);
-    if version != VERSION {
-        return Err(format!(
-            "format version {version}, this edgevold reads {VERSION}"
-        ));
-    }
     let len = usize::try_from(word(12)).unwrap_or(usize::MAX);
     if len > MAX_PAYLOAD || HEADER_LEN + len + CHECKSUM_LEN != bytes.len() {
         return Err(format!(
@@ -227,14 +299,22 @@ pub fn decode(bytes: &[u8]) -> Result<Table, String> {
     if ring::digest::digest(&ring::digest::SHA256, body).as_ref() != sum {
         return Err("checksum mismatch".into());
     }
-    let (table, rest): (Table, &[u8]) = postcard::take_from_bytes(&body[HEADER_LEN..])
-        .map_err(|e| format!("payload does not decode: {e}"))?;
+    Ok((word(8), &body[HEADER_LEN..]))
+}
+
+/// The version-1 payload: a postcard [`Table`] that keeps its invariants.
+fn decode_table(payload: &[u8]) -> Result<Table, String> {
+    let (table, rest): (Table, &[u8]) =
+        postcard::take_from_bytes(payload).map_err(|e| format!("payload does not decode: {e}"))?;
     if !rest.is_empty() {
         return Err(format!("{} bytes after the table", rest.len()));
     }
     table.check()?;
     Ok(table)
 }
+
+#[cfg(test)]
+mod golden;
 
 #[cfg(test)]
 mod tests {
@@ -272,47 +352,172 @@ mod tests {
         assert!(decode(&encode(&Table::default())).is_ok());
     }
 
+    /// A whole frame of format `version` around `payload`: what firmware of that version
+    /// writes (or, with a bad payload, damage behind a valid checksum).
+    fn sealed(version: u32, payload: &[u8]) -> Vec<u8> {
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&version.to_le_bytes());
+        b.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
+        b.extend_from_slice(payload);
+        let sum = ring::digest::digest(&ring::digest::SHA256, &b);
+        b.extend_from_slice(sum.as_ref());
+        b
+    }
+
+    /// The reason of a damaged file; fails on any other refusal.
+    fn damage(bytes: &[u8]) -> String {
+        match decode(bytes) {
+            Err(DecodeError::Damaged(reason)) => reason,
+            other => panic!("want damage, got {other:?}"),
+        }
+    }
+
     #[test]
     fn every_damage_is_refused_with_its_reason() {
         let good = encode(&table());
         let damaged = |f: &dyn Fn(&mut Vec<u8>)| {
             let mut b = good.to_vec();
             f(&mut b);
-            decode(&b).unwrap_err()
+            damage(&b)
         };
         assert!(damaged(&|b| b.clear()).contains("shorter"));
         assert!(damaged(&|b| b.truncate(b.len() - 1)).contains("torn"));
         assert!(damaged(&|b| b.truncate(50)).contains("torn"));
         assert!(damaged(&|b| b.push(0)).contains("torn"));
         assert!(damaged(&|b| b[0] = b'X').contains("magic"));
-        assert!(damaged(&|b| b[8] = 2).contains("version 2"));
         assert!(damaged(&|b| b[12] ^= 1).contains("torn"));
-        // Every single flipped bit of the payload or checksum is caught.
-        for i in 16..good.len() {
+        // Every single flipped bit of the version, payload or checksum is caught: a version
+        // byte flipped to a newer version is damage, not a newer file.
+        for i in (8..12).chain(16..good.len()) {
             let e = damaged(&|b| b[i] ^= 0x10);
             assert!(e.contains("checksum"), "byte {i}: {e}");
         }
+        assert!(damaged(&|b| b[8] = 2).contains("checksum"));
         // A checksum that matches a payload that does not decode, or breaks the invariants.
-        let reseal = |payload: &[u8]| {
-            let mut b = MAGIC.to_vec();
-            b.extend_from_slice(&VERSION.to_le_bytes());
-            b.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
-            b.extend_from_slice(payload);
-            let sum = ring::digest::digest(&ring::digest::SHA256, &b);
-            b.extend_from_slice(sum.as_ref());
-            b
-        };
-        let e = decode(&reseal(&[0xff; 10])).unwrap_err();
+        let e = damage(&sealed(VERSION, &[0xff; 10]));
         assert!(e.contains("does not decode"), "{e}");
         let mut payload = postcard::to_allocvec(&table()).unwrap();
         payload.push(0);
-        assert!(decode(&reseal(&payload))
-            .unwrap_err()
-            .contains("after the table"));
+        assert!(damage(&sealed(VERSION, &payload)).contains("after the table"));
         let mut broken = table();
         broken.next_generation = 1;
-        let e = decode(&reseal(&postcard::to_allocvec(&broken).unwrap())).unwrap_err();
+        let e = damage(&sealed(VERSION, &postcard::to_allocvec(&broken).unwrap()));
         assert!(e.contains("out of range"), "{e}");
+        // Version 0 was never written: a whole frame of it is damage too.
+        let payload = postcard::to_allocvec(&table()).unwrap();
+        let e = damage(&sealed(0, &payload));
+        assert_eq!(e, "format version 0 was never written");
+    }
+
+    /// What a secret of the test table looks like in any text: its `DHHC-1` representation,
+    /// its base64 and its bytes.
+    fn secret_texts() -> Vec<String> {
+        let t = table();
+        let node = t.node("node-a").unwrap();
+        let mut out = vec!["DHHC".to_owned()];
+        for pair in [&node.current, node.pending.as_ref().unwrap()] {
+            for secret in [&pair.host, &pair.ctrl] {
+                let text = secret.encode();
+                out.push(text["DHHC-1:01:".len()..text.len() - 1].to_owned());
+                out.push(text.to_string());
+            }
+        }
+        // The raw key bytes: `known(n)` is 32 times n, as hex and as a Rust array would print.
+        for n in 1..=4u8 {
+            out.push(format!("{n:02x}").repeat(32));
+            out.push(format!("[{n}, {n}, {n}"));
+        }
+        out
+    }
+
+    /// A whole file of a newer version (what newer firmware writes): refused as such, in words
+    /// that never say damaged, and left as found.
+    #[test]
+    fn a_newer_version_is_refused_in_words_and_left_alone() {
+        let payload = postcard::to_allocvec(&table()).unwrap();
+        for found in [2, u32::MAX] {
+            assert_eq!(
+                decode(&sealed(found, &payload)).unwrap_err(),
+                DecodeError::TooNew { found }
+            );
+        }
+        // Whatever the payload of a newer version holds: its encoding is not this build's.
+        assert_eq!(
+            decode(&sealed(2, b"a table this build cannot parse")).unwrap_err(),
+            DecodeError::TooNew { found: 2 }
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = StoreFile::in_dir(dir.path());
+        let newer = sealed(2, &payload);
+        fs::write(file.path(), &newer).unwrap();
+        fs::set_permissions(file.path(), fs::Permissions::from_mode(0o600)).unwrap();
+        let e = file.load().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                StoreError::TooNew {
+                    found: 2,
+                    supported: 1,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert_eq!(
+            text,
+            format!(
+                "host key store {} has format version 2, newer than this firmware reads (1): \
+                 boot the slot that wrote it, or update",
+                file.path().display()
+            )
+        );
+        assert!(
+            !text.contains("damaged") && !text.contains("corrupt"),
+            "{text}"
+        );
+        assert_eq!(fs::read(file.path()).unwrap(), newer, "left as found");
+    }
+
+    /// Neither refusal, as the daemon prints it (`Display`) or a log would (`Debug`), holds a
+    /// secret of the file: not for a newer file, not for a damaged one (one whose secret text
+    /// was altered behind a valid checksum, so the secret decoder reports on it).
+    #[test]
+    fn no_refusal_prints_a_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StoreFile::in_dir(dir.path());
+        let payload = postcard::to_allocvec(&table()).unwrap();
+        let mut altered = payload.clone();
+        let at = altered
+            .windows(10)
+            .position(|w| w == b"DHHC-1:01:")
+            .unwrap()
+            + 12;
+        altered[at] = if altered[at] == b'A' { b'B' } else { b'A' };
+        let texts = secret_texts();
+        assert!(
+            payload
+                .windows(texts[1].len())
+                .any(|w| w == texts[1].as_bytes()),
+            "the texts looked for are the file's"
+        );
+        let mut flipped = encode(&table()).to_vec();
+        flipped[40] ^= 1;
+        for (bytes, why) in [
+            (sealed(2, &payload), "newer than this firmware"),
+            (sealed(VERSION, &altered), "payload does not decode"),
+            (sealed(0, &payload), "format version 0"),
+            (flipped, "checksum"),
+        ] {
+            fs::write(file.path(), &bytes).unwrap();
+            let e = file.load().unwrap_err();
+            let shown = format!("{e} {e:?}");
+            assert!(shown.contains(why), "{shown}");
+            for secret in &texts {
+                assert!(!shown.contains(secret.as_str()), "{secret:?} in {shown}");
+            }
+        }
     }
 
     #[test]
