@@ -5,6 +5,8 @@
 # targets serve the same kind of backing from the same VM and CPU.
 #   edgevold: CSI over mTLS on :9500 (host PKI in /etc/edgevol-pki), NVMe/TCP on :4420
 #   nvmet-tcp: NQN from edgevol.nvmet_nqn, port 4421, allow_any_host
+#   e2e-agent: shell commands on :7001 (the host reads this VM's /proc/stat around each fio run
+#              through it, as it does the node VM's); started last, idle between commands
 # Markers: EDGEVOL-BENCH-APPLIANCE READY | EDGEVOL-BENCH-APPLIANCE FAILED <why>
 # shellcheck shell=sh
 # shellcheck source=qemu/guest-lib.sh
@@ -70,6 +72,8 @@ for _ in $(seq 1 1200); do
     sleep 0.1
 done
 [ -n "$ready" ] || fail "edgevold did not become ready"
+# Only the exec port is used here: the CSI splice it also listens for has no socket behind it.
+e2e-agent --csi-port 7000 --socket /run/no-csi.sock --exec-port 7001 &
 echo "EDGEVOL-BENCH-APPLIANCE READY"
 wait "$pid"
 fail "edgevold exited"

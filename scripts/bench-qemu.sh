@@ -7,7 +7,12 @@
 #    A node VM (qemu/node-vm.sh --bench: edgevol-node, e2e-agent, the host's fio) on the dgram
 #    storage link. tests/e2e/tests/bench_qemu.rs creates and publishes a volume through CSI over
 #    mTLS from the host (PKI made on the host), connects both targets in the node VM and runs fio
-#    (4k randread/randwrite QD1 and QD16, 128k seq read/write QD8) RUNS times each per target.
+#    (4k randread/randwrite QD1 and QD16, 128k seq read/write QD8) RUNS times each per target,
+#    targets interleaved, in two passes per workload:
+#    a. unpaced: throughput, with how busy the node VM was (>= 70 %: the row is initiator-bound);
+#    b. paced at 60 % of the slower target's unpaced median, the same pace for both: the
+#       appliance VM's CPU time per I/O (its /proc/stat, read through an e2e-agent in it right
+#       before and after each fio run) and, for the QD1 4k rows, completion latency p50 / p99.
 # 2. Footprint: image/build.sh, then boot-to-ready (the `EDGEVOL-APPLIANCE READY boot_ms=` of
 #    image/init, guest uptime) of the image under qemu/appliance-vm.sh: one first boot (PKI
 #    generation + pool format) and 3 later boots; the median of the later boots is reported.
@@ -53,11 +58,13 @@ if ((do_data)); then
     "$BIN/edgevol" pki issue --dir "$run/pki" --role controller --name controller >/dev/null
     truncate -s 1G "$run/pool.img" "$run/nvmet.img"
     csi_port=$(free_port SOCK_STREAM) node_csi=$(free_port SOCK_STREAM) node_exec=$(free_port SOCK_STREAM)
+    app_exec=$(free_port SOCK_STREAM)
     link_a=$(free_port SOCK_DGRAM) link_n=$(free_port SOCK_DGRAM)
     nqn=nqn.2014-08.org.nvmexpress:bench-nvmet
-    # Budget of the whole fio matrix: 6 workloads x 2 targets x runs x (secs + ramp + start-up),
-    # the fill of both targets and the VMs' boots, with room for a slow shared machine.
-    budget=$((6 * 2 * runs * (secs + 30) + 900))
+    # Budget of the whole fio matrix: 6 workloads x 2 passes x 2 targets x runs x (secs + ramp +
+    # start-up), the fill of both targets, the appliance's idle sample and the VMs' boots, with
+    # room for a slow shared machine.
+    budget=$((6 * 2 * 2 * runs * (secs + 30) + secs + 900))
     pfiles=()
     for f in ca.pem server.pem server.key; do pfiles+=(--file "$run/pki/$f:/etc/edgevol-pki/$f"); done
 
@@ -66,12 +73,12 @@ if ((do_data)); then
     "$ROOT/qemu/run-guest.sh" --name bench-appliance --pidfile "$CACHE/run/bench-appliance.pid" \
         --timeout 180 --lifetime "$((budget + 300))" --mem 1024 --smp 1 \
         --append "edgevol.nvmet_nqn=$nqn" \
-        --bin "$BIN/edgevold" "${pfiles[@]}" \
+        --bin "$BIN/edgevold" --bin "$BIN/e2e-agent" "${pfiles[@]}" \
         --file "$ROOT/qemu/bench-appliance-guest.sh:/etc/edgevol-bench-appliance.sh" \
         --module virtio_pci --module virtio_net --module virtio_blk --module nvmet --module nvmet-tcp \
         --cmd 'sh /etc/edgevol-bench-appliance.sh' \
         --detach-on 'EDGEVOL-BENCH-APPLIANCE READY' --fail-marker 'EDGEVOL-BENCH-APPLIANCE FAILED' -- \
-        -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$csi_port-:9500" \
+        -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$csi_port-:9500,hostfwd=tcp:127.0.0.1:$app_exec-:7001" \
         -device virtio-net-pci,netdev=mgmt,mac=52:54:00:ed:00:01 \
         -netdev "$(link_netdev "$link_a:$link_n")" \
         -device virtio-net-pci,netdev=storage,mac=52:54:00:ed:01:01,event_idx=off,rx_queue_size=1024 \
@@ -85,15 +92,17 @@ if ((do_data)); then
     "$ROOT/qemu/node-vm.sh" --bench --name bench-node --bin-dir "$BIN" --link "$link_n:$link_a" \
         --csi-port "$node_csi" --exec-port "$node_exec" --timeout 240 --lifetime "$((budget + 300))"
 
-    say "fio: $runs runs x ${secs} s per workload and target (budget ${budget} s)"
+    say "fio: $runs runs x ${secs} s per workload, pass (unpaced, paced) and target (budget ${budget} s)"
     EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/pki" \
         EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
         EDGEVOL_BENCH_NVMET="192.168.77.1:4421:$nqn" EDGEVOL_BENCH_OUT="$run/data-path.md" \
+        EDGEVOL_BENCH_APPLIANCE_EXEC="127.0.0.1:$app_exec" \
         EDGEVOL_BENCH_SECS="$secs" EDGEVOL_BENCH_RUNS="$runs" EDGEVOL_BENCH_ONLY="$only" \
         timeout --kill-after=10 "$budget" cargo test -q --locked -p edgevol-e2e --test bench_qemu -- \
         --ignored --test-threads=1 --nocapture >&2 || { say "data path FAILED (per-run figures above)"; failed=1; }
     vms_stop
-    echo "Data path in QEMU: fio in the node VM, median of $runs runs of ${secs} s (TCG: compare the ratio)"
+    rm -f "$run/pool.img" "$run/nvmet.img" # 512 MiB written between them
+    echo "Data path in QEMU: fio in the node VM, medians of $runs interleaved runs of ${secs} s per target (TCG: compare the ratios)"
     echo
     cat "$run/data-path.md" 2>/dev/null || echo "(no table: the fio matrix did not complete; see the log)"
     echo

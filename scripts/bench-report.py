@@ -64,7 +64,10 @@ AREAS = [
         "data-path-qemu",
         "Data path in QEMU",
         "fio in a node VM (TCG, 1 vCPU) against edgevold and the kernel's nvmet-tcp in one appliance "
-        "VM, on identical virtio-blk backing; under TCG only the ratio means anything.",
+        "VM, on identical virtio-blk backing, runs of the two targets interleaved: unpaced throughput "
+        "(a row is initiator-bound when the node VM's vCPU was at least 70 % busy: it then measures "
+        "the node), then at one paced rate for both targets the appliance VM's CPU per I/O and the "
+        "QD1 completion latency. Under TCG only the ratios mean anything.",
         [(["scripts/bench-qemu.sh", "--skip-boot"], False)],
     ),
     (

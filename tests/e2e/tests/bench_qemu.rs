@@ -4,8 +4,15 @@
 //! published from the host through CSI over mTLS; the node VM connects both subsystems itself
 //! through /dev/nvme-fabrics with the same options (its host NQN, default queues), fills the
 //! measured region, then runs every workload `EDGEVOL_BENCH_RUNS` times per target, alternating
-//! targets, and writes a markdown table of medians and ratios to `EDGEVOL_BENCH_OUT`, with how
-//! busy the node VM's one vCPU was during each target's runs (`/proc/stat` around each fio).
+//! targets, in two passes, and writes markdown tables of medians and ratios to `EDGEVOL_BENCH_OUT`:
+//! * unpaced: throughput, with how busy the node VM's one vCPU was during each target's runs
+//!   (`/proc/stat` around each fio); at 70 % or more the row measures the initiator;
+//! * paced (fio `rate_iops`, or `rate` for the MiB/s rows) at 60 % of the slower target's unpaced
+//!   median, the same for both targets: the appliance VM's CPU time per I/O, its non-idle
+//!   `/proc/stat` ticks read through the e2e-agent in it (`EDGEVOL_BENCH_APPLIANCE_EXEC`) right
+//!   before and after each fio run, over the I/Os fio completed; for the QD1 4k workloads also
+//!   fio's completion latency p50 and p99.
+//!
 //! Ignored unless run by the script (needs its VMs and EDGEVOL_E2E_* / EDGEVOL_BENCH_* variables).
 
 use std::path::PathBuf;
@@ -21,6 +28,12 @@ const MIB: i64 = 1 << 20;
 const CALL_SECS: u64 = 120;
 /// The region fio touches on both targets (filled first, so reads hit written blocks).
 const REGION_MIB: i64 = 256;
+/// The paced pass runs at this share of the slower target's unpaced median: a load both sustain.
+const PACE: f64 = 0.6;
+/// From this share of busy ticks on, the node VM's one vCPU is what limits an unpaced run.
+const INITIATOR_BOUND: f64 = 0.70;
+/// `/proc/stat` ticks per second (USER_HZ: 100 on x86 whatever the kernel's HZ).
+const USER_HZ: f64 = 100.0;
 
 fn env_or(var: &str, default: u64) -> u64 {
     std::env::var(var)
@@ -106,9 +119,58 @@ exit 1"#
     )
 }
 
+/// `x` rounded down to a whole number (a rate well inside u64; a negative or NaN one gives 0).
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn whole(x: f64) -> u64 {
+    x.floor() as u64
+}
+
+impl Workload {
+    fn write(&self) -> bool {
+        self.rw.contains("write")
+    }
+
+    fn bs_kib(&self) -> u64 {
+        self.bs
+            .strip_suffix('k')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("block size {:?} is not <N>k", self.bs))
+    }
+
+    /// Whether the paced pass also reports completion latency (the QD1 4k rows).
+    fn latency_row(&self) -> bool {
+        self.iops && self.qd == 1
+    }
+
+    /// The fio option that paces it at `PACE` of `slower` (its unpaced median, in its unit), and
+    /// that pace as the tables print it.
+    fn pace(&self, slower: f64) -> (String, String) {
+        if self.iops {
+            let n = whole(slower * PACE).max(1);
+            (format!("--rate_iops={n}"), format!("{n} IOPS"))
+        } else {
+            let b = whole(slower * PACE * 1_048_576.0).max(self.bs_kib() * 1024);
+            (
+                format!("--rate={b}"),
+                format!("{:.1} MiB/s", b as f64 / 1_048_576.0),
+            )
+        }
+    }
+
+    /// fio against `dev` for `secs`, terse v3; `extra`: a ramp or a pace.
+    fn fio(&self, dev: &str, secs: u64, extra: &str) -> String {
+        format!(
+            "fio --name=b --filename={dev} --direct=1 --ioengine=libaio --rw={} --bs={} \
+             --iodepth={} --size={REGION_MIB}m --time_based --runtime={secs} {extra} \
+             --norandommap --randrepeat=0 --output-format=terse --terse-version=3",
+            self.rw, self.bs, self.qd
+        )
+    }
+}
+
 /// IOPS or MiB/s of `w`'s terse fio line in `output`.
 fn parse_fio(output: &str, w: &Workload) -> f64 {
-    edgevol_e2e::fio::terse_figure(output, w.rw.contains("write"), w.iops)
+    edgevol_e2e::fio::terse_figure(output, w.write(), w.iops)
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -127,6 +189,84 @@ fn fmt(x: f64, iops: bool) -> String {
         format!("{x:.0}")
     } else {
         format!("{x:.1}")
+    }
+}
+
+fn ratio(e: f64, n: f64) -> f64 {
+    if n > 0.0 {
+        e / n
+    } else {
+        f64::NAN
+    }
+}
+
+fn list(v: &[f64], decimals: usize) -> String {
+    v.iter()
+        .map(|x| format!("{x:.decimals$}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "initiator-bound" when the node VM's median busy share reached `INITIATOR_BOUND` during
+/// either target's runs (naming the target when only one did), else "-".
+fn bound_mark(busy: [f64; 2]) -> &'static str {
+    match (busy[0] >= INITIATOR_BOUND, busy[1] >= INITIATOR_BOUND) {
+        (true, true) => "initiator-bound",
+        (true, false) => "initiator-bound (edgevol)",
+        (false, true) => "initiator-bound (nvmet-tcp)",
+        (false, false) => "-",
+    }
+}
+
+/// The appliance VM's `/proc/stat` "cpu" line, read through its e2e-agent.
+async fn appliance_stat(appliance: &Agent) -> String {
+    appliance.ok(30, "head -1 /proc/stat").await
+}
+
+/// The tables so far (written after every workload: a matrix cut short by its budget still
+/// leaves the rows it finished).
+struct Tables {
+    throughput: String,
+    cpu: String,
+    latency: String,
+    /// The appliance VM's busy share with no fio running, and over how many seconds.
+    background: (f64, u64),
+}
+
+impl Tables {
+    fn markdown(&self) -> String {
+        let (idle_busy, idle_secs) = self.background;
+        let mut md = format!(
+            "Throughput, unpaced (initiator-bound: the node VM's one vCPU was at least {:.0} % busy \
+             during a target's runs, so that row measures the initiator, not the target):\n\n\
+             | workload | unit | edgevol (median) | nvmet-tcp (median) | edgevol / nvmet-tcp | edgevol runs | nvmet-tcp runs | node VM CPU busy, edgevol | same, nvmet-tcp | initiator-bound |\n\
+             |---|---|---:|---:|---:|---|---|---:|---:|---|\n{}",
+            INITIATOR_BOUND * 100.0,
+            self.throughput,
+        );
+        md += &format!(
+            "\nAppliance VM CPU per I/O, paced (one fio rate for both targets, {:.0} % of the slower \
+             one's unpaced median; the appliance VM's non-idle /proc/stat time from right before to \
+             right after each fio run, over the I/Os fio completed):\n\n\
+             | workload | pace | achieved (median), edgevol / nvmet-tcp | CPU per I/O, edgevol (µs, median) | CPU per I/O, nvmet-tcp (µs, median) | edgevol runs (µs) | nvmet-tcp runs (µs) | edgevol / nvmet-tcp |\n\
+             |---|---|---|---:|---:|---|---|---:|\n{}\n\
+             Appliance VM with no fio running: {:.1} % busy over {idle_secs} s ({:.0} µs of CPU per \
+             second). That background is in every window above: divided by the pace, it is its \
+             share of each CPU per I/O figure.\n",
+            PACE * 100.0,
+            self.cpu,
+            idle_busy * 100.0,
+            idle_busy * 1e6,
+        );
+        if !self.latency.is_empty() {
+            md += &format!(
+                "\nCompletion latency at QD1, paced as above (fio clat, µs, medians):\n\n\
+                 | workload | pace | edgevol p50 | nvmet-tcp p50 | edgevol / nvmet-tcp p50 | edgevol p99 | nvmet-tcp p99 | edgevol / nvmet-tcp p99 |\n\
+                 |---|---|---:|---:|---:|---:|---:|---:|\n{}",
+                self.latency
+            );
+        }
+        md
     }
 }
 
@@ -154,6 +294,10 @@ async fn bench_qemu() {
     let mut node = NodeClient::new(node_channel(env_addr("EDGEVOL_E2E_NODE_CSI")).await);
     let agent = Agent {
         addr: env_addr("EDGEVOL_E2E_NODE_EXEC"),
+    };
+    // The appliance VM's e2e-agent: only its /proc/stat is read through it.
+    let appliance = Agent {
+        addr: env_addr("EDGEVOL_BENCH_APPLIANCE_EXEC"),
     };
     let node_id = within(
         CALL_SECS,
@@ -246,22 +390,31 @@ async fn bench_qemu() {
         );
     }
 
-    let mut table = String::new();
-    table.push_str(
-        "| workload | unit | edgevol (median) | nvmet-tcp (median) | edgevol / nvmet-tcp | edgevol runs | nvmet-tcp runs | node VM CPU busy, edgevol | same, nvmet-tcp |\n\
-         |---|---|---:|---:|---:|---|---|---:|---:|\n",
+    // The appliance VM's own activity with no I/O (edgevold, nvmet-tcp, both controllers'
+    // keep-alives): part of every paced window, so the reader can weigh it.
+    let before = appliance_stat(&appliance).await;
+    tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+    let after = appliance_stat(&appliance).await;
+    let idle_busy = edgevol_e2e::fio::node_busy(&format!("{before}\n{after}"));
+    eprintln!(
+        "bench-qemu: appliance VM {:.1} % busy over {secs} s with no fio running",
+        idle_busy * 100.0
     );
+    let mut tables = Tables {
+        throughput: String::new(),
+        cpu: String::new(),
+        latency: String::new(),
+        background: (idle_busy, secs),
+    };
     for w in WORKLOADS.iter().filter(|w| picked(w)) {
+        // a. Unpaced: throughput, and how busy the node VM was.
         let mut results: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         let mut busy: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         for run in 0..runs {
             for (i, (name, dev)) in targets.iter().enumerate() {
                 let cmd = format!(
-                    "head -1 /proc/stat && fio --name=b --filename={dev} --direct=1 --ioengine=libaio --rw={} --bs={} \
-                     --iodepth={} --size={REGION_MIB}m --time_based --runtime={secs} \
-                     --ramp_time=1 --norandommap --randrepeat=0 --output-format=terse \
-                     --terse-version=3 && head -1 /proc/stat",
-                    w.rw, w.bs, w.qd
+                    "head -1 /proc/stat && {} && head -1 /proc/stat",
+                    w.fio(dev, secs, "--ramp_time=1")
                 );
                 let output = agent.ok(secs + 120, &cmd).await;
                 let v = parse_fio(&output, w);
@@ -277,26 +430,101 @@ async fn bench_qemu() {
             }
         }
         let (e, n) = (median(&results[0]), median(&results[1]));
-        let list = |v: &[f64]| {
-            v.iter()
-                .map(|x| fmt(*x, w.iops))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        table.push_str(&format!(
-            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.2} | {:.2} |\n",
+        let node_busy = [median(&busy[0]), median(&busy[1])];
+        let dec = if w.iops { 0 } else { 1 };
+        tables.throughput.push_str(&format!(
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.2} | {:.2} | {} |\n",
             w.name,
             if w.iops { "IOPS" } else { "MiB/s" },
             fmt(e, w.iops),
             fmt(n, w.iops),
-            if n > 0.0 { e / n } else { f64::NAN },
-            list(&results[0]),
-            list(&results[1]),
-            median(&busy[0]),
-            median(&busy[1]),
+            ratio(e, n),
+            list(&results[0], dec),
+            list(&results[1], dec),
+            node_busy[0],
+            node_busy[1],
+            bound_mark(node_busy),
         ));
-        // Row by row: a matrix cut short by its budget still leaves the rows it finished.
-        std::fs::write(&out, &table).expect("write EDGEVOL_BENCH_OUT");
+        std::fs::write(&out, tables.markdown()).expect("write EDGEVOL_BENCH_OUT");
+
+        // b. Paced, the same rate for both targets: the appliance VM's CPU per I/O (its
+        // /proc/stat right around each fio run, so neither boot nor volume creation counts) and
+        // the QD1 rows' completion latency. No ramp: every I/O in the window is one fio counts.
+        let slower = e.min(n);
+        assert!(
+            slower > 0.0,
+            "{}: a target did no I/O unpaced ({e} / {n}): no pace for it",
+            w.name
+        );
+        let (pace_opt, pace) = w.pace(slower);
+        eprintln!("bench-qemu: {} paced at {pace} ({pace_opt})", w.name);
+        let mut cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut achieved: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut p50: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut p99: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for run in 0..runs {
+            for (i, (name, dev)) in targets.iter().enumerate() {
+                let before = appliance_stat(&appliance).await;
+                let output = agent.ok(secs + 120, &w.fio(dev, secs, &pace_opt)).await;
+                let after = appliance_stat(&appliance).await;
+                let (ticks, _) = edgevol_e2e::fio::cpu_ticks(&format!("{before}\n{after}"));
+                let ios = edgevol_e2e::fio::terse_ios(&output, w.write(), w.bs_kib());
+                assert!(
+                    ios > 0,
+                    "{} {name}: paced fio completed no I/O:\n{output}",
+                    w.name
+                );
+                let us = ticks as f64 * 1e6 / USER_HZ / ios as f64;
+                let v = parse_fio(&output, w);
+                eprintln!(
+                    "bench-qemu: {} paced run {} {name}: {} achieved, appliance VM {ticks} ticks \
+                     over {ios} I/Os = {us:.1} µs per I/O",
+                    w.name,
+                    run + 1,
+                    fmt(v, w.iops)
+                );
+                cpu[i].push(us);
+                achieved[i].push(v);
+                if w.latency_row() {
+                    let (a, b) = (
+                        edgevol_e2e::fio::terse_clat_percentile(&output, w.write(), 50.0),
+                        edgevol_e2e::fio::terse_clat_percentile(&output, w.write(), 99.0),
+                    );
+                    eprintln!(
+                        "bench-qemu: {} paced run {} {name}: clat p50 {a} µs, p99 {b} µs",
+                        w.name,
+                        run + 1
+                    );
+                    p50[i].push(a);
+                    p99[i].push(b);
+                }
+            }
+        }
+        let (ce, cn) = (median(&cpu[0]), median(&cpu[1]));
+        tables.cpu.push_str(&format!(
+            "| {} | {pace} | {} / {} | {ce:.1} | {cn:.1} | {} | {} | {:.2} |\n",
+            w.name,
+            fmt(median(&achieved[0]), w.iops),
+            fmt(median(&achieved[1]), w.iops),
+            list(&cpu[0], 1),
+            list(&cpu[1], 1),
+            ratio(ce, cn),
+        ));
+        if w.latency_row() {
+            let (e50, n50, e99, n99) = (
+                median(&p50[0]),
+                median(&p50[1]),
+                median(&p99[0]),
+                median(&p99[1]),
+            );
+            tables.latency.push_str(&format!(
+                "| {} | {pace} | {e50:.0} | {n50:.0} | {:.2} | {e99:.0} | {n99:.0} | {:.2} |\n",
+                w.name,
+                ratio(e50, n50),
+                ratio(e99, n99),
+            ));
+        }
+        std::fs::write(&out, tables.markdown()).expect("write EDGEVOL_BENCH_OUT");
     }
-    eprintln!("{table}");
+    eprintln!("{}", tables.markdown());
 }
