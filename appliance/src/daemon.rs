@@ -81,15 +81,16 @@ pub enum DaemonError {
 impl DaemonError {
     /// The exit status for this error: [`crate::nvme::workers::PANIC_EXIT`] (EX_SOFTWARE) for a
     /// panic, [`pool::UNSUPPORTED_EXIT`] (EX_CONFIG) for a pool this firmware cannot read,
-    /// [`crate::hostkeys::file::TOO_NEW_EXIT`] for a host-key store newer firmware wrote, 1
-    /// for everything else.
+    /// [`crate::hostkeys::file::TOO_NEW_EXIT`] for a host-key store or firmware state record
+    /// newer firmware wrote, 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             DaemonError::Panicked { .. } => crate::nvme::workers::PANIC_EXIT,
             DaemonError::Pool(pool::PoolError::Unsupported { .. }) => pool::UNSUPPORTED_EXIT,
-            DaemonError::HostKeys(crate::hostkeys::StoreError::TooNew { .. }) => {
-                crate::hostkeys::file::TOO_NEW_EXIT
-            }
+            DaemonError::HostKeys(crate::hostkeys::StoreError::TooNew { .. })
+            | DaemonError::Firmware(crate::firmware::StartError::Manager(
+                edgevol_firmware::manager::FirmwareError::StoreTooNew(_),
+            )) => crate::hostkeys::file::TOO_NEW_EXIT,
             _ => 1,
         }
     }

@@ -13,7 +13,7 @@ use crate::boot_dir::{BootDir, BootDirError, LoaderView};
 use crate::bundle::{self, BundleError, Manifest};
 use crate::key::VerifyingKey;
 use crate::pool_format::{PoolFormat, PoolInUse, Readability};
-use crate::record::{Media, Store};
+use crate::record::{Media, Store, StoreError};
 use crate::slots::{BootOutcome, Reason, Rollback, SlotError, SlotId, Slots};
 
 /// Why a firmware operation failed.
@@ -25,6 +25,9 @@ pub enum FirmwareError {
     Slot(SlotError),
     /// The state record could not be read or saved.
     Store(String),
+    /// The state record was written by newer firmware, in a format this one does not read;
+    /// nothing was written over it. Restarting cannot help: the box needs that firmware.
+    StoreTooNew(String),
     /// The boot partition failed.
     Boot(BootDirError),
     /// The bundle's firmware cannot read (or could only read, not write) the pool in use;
@@ -79,7 +82,7 @@ impl fmt::Display for FirmwareError {
         match self {
             FirmwareError::Bundle(e) => write!(f, "bundle refused, nothing written: {e}"),
             FirmwareError::Slot(e) => write!(f, "{e}"),
-            FirmwareError::Store(e) => write!(f, "{e}"),
+            FirmwareError::Store(e) | FirmwareError::StoreTooNew(e) => write!(f, "{e}"),
             FirmwareError::Boot(e) => write!(f, "boot partition: {e}"),
             FirmwareError::PoolNotOpen => f.write_str(
                 "the pool is still opening: updates and rollbacks are checked against it, retry once it is open",
@@ -163,7 +166,10 @@ impl<M: Media> Firmware<M> {
     /// At daemon start: read the state (or start one), record what the loader booted, and bring
     /// the loaders' files in line with the state.
     pub fn start(media: M, boot: BootDir, identity: Identity) -> Result<Self, FirmwareError> {
-        let (store, saved) = Store::open(media).map_err(|e| FirmwareError::Store(e.to_string()))?;
+        let (store, saved) = Store::open(media).map_err(|e| match e {
+            StoreError::TooNew { .. } => FirmwareError::StoreTooNew(e.to_string()),
+            e => FirmwareError::Store(e.to_string()),
+        })?;
         let mut slots = match saved {
             Some(slots) => slots,
             None => Slots::first_boot(identity.running, &identity.version)?,

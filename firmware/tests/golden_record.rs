@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use edgevol_firmware::boot_dir::BootDir;
 use edgevol_firmware::dir_media::DirMedia;
 use edgevol_firmware::key::SigningKey;
-use edgevol_firmware::manager::{Firmware, Identity};
+use edgevol_firmware::manager::{Firmware, FirmwareError, Identity};
 use edgevol_firmware::record::{decode, encode, Store, StoreError, RECORD_LEN};
 use edgevol_firmware::slots::{Reason, Rollback, Slot, SlotId, Slots, Status};
 
@@ -210,6 +210,8 @@ fn a_newer_format_on_the_boot_partition_is_refused_in_words_and_left_alone() {
         },
     )
     .unwrap_err();
+    // Its own variant: the daemon maps it to its own exit status, not "try again".
+    assert!(matches!(e, FirmwareError::StoreTooNew(_)), "{e:?}");
     assert_eq!(e.to_string(), words);
     assert_eq!(contents(dir.path()), before, "nothing written");
 }

@@ -144,3 +144,19 @@ async fn a_host_key_store_of_a_newer_version_ends_the_start_with_79() {
     assert!(e.to_string().contains("is damaged (checksum"), "{e}");
     assert_eq!(e.exit_code(), 1);
 }
+
+/// A firmware state record written by newer firmware ends the start like a newer host-key
+/// store (79: restarting cannot help); any other state-record failure is 1. That the manager
+/// reports such a record as `StoreTooNew` is shown by firmware/tests/golden_record.rs.
+#[test]
+fn a_firmware_state_record_of_a_newer_format_ends_the_daemon_with_79() {
+    use edgevol_firmware::manager::FirmwareError;
+    let newer = DaemonError::Firmware(crate::firmware::StartError::Manager(
+        FirmwareError::StoreTooNew("firmware state record copy 0 has format 2".into()),
+    ));
+    assert_eq!(newer.exit_code(), 79);
+    let io = DaemonError::Firmware(crate::firmware::StartError::Manager(FirmwareError::Store(
+        "disk full".into(),
+    )));
+    assert_eq!(io.exit_code(), 1);
+}

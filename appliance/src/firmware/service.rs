@@ -39,9 +39,8 @@ pub fn status(e: &FirmwareError) -> Status {
         // The firmware asked for cannot use this box's pool: the operator decides (another
         // bundle, or a forced rollback whose consequence the message spells out).
         FirmwareError::UpdateCannotReadPool { .. }
-        | FirmwareError::RollbackCannotReadPool { .. } => {
-            Status::failed_precondition(e.to_string())
-        }
+        | FirmwareError::RollbackCannotReadPool { .. }
+        | FirmwareError::StoreTooNew(_) => Status::failed_precondition(e.to_string()),
     }
 }
 
