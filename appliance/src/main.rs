@@ -61,7 +61,9 @@ fn format_device(args: &FormatArgs) -> ExitCode {
     }
 }
 
-/// How the daemon ended: 0 when stopped, 70 (EX_SOFTWARE) after a panic, 1 for other errors.
+/// How the daemon ended: 0 when stopped, 70 (EX_SOFTWARE) after a panic, 78 (EX_CONFIG) for a
+/// pool this firmware cannot read, 79 for a host-key store or firmware state record newer
+/// firmware wrote, 1 for other errors ([`DaemonError::exit_code`]).
 fn exit(ended: Result<(), DaemonError>) -> ExitCode {
     match ended {
         Ok(()) => ExitCode::SUCCESS,
