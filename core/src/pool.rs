@@ -121,11 +121,65 @@ pub struct Pool<D: BlockDevice> {
     pub(crate) staged: u64,
     /// How many of the staged control records a hard commit has made durable.
     pub(crate) hardened: u64,
+    /// Buffers of the last commit's encoding, reused by the next (a soft commit per allocating
+    /// write would otherwise allocate its frames and payload every time).
+    scratch: Scratch,
 }
 
-/// Frames of one commit, ready to write.
+/// Memory kept between commits for encoding frames.
+#[derive(Debug, Default)]
+struct Scratch {
+    frames: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+/// Scratch capacity kept after a commit; a larger (rare) commit's buffers are freed.
+const SCRATCH_KEEP: usize = 256 << 10;
+
+impl Encoded {
+    /// The frames to write.
+    fn frames(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+
+    /// Whole blocks of frames.
+    fn blocks(&self, bs: usize) -> u64 {
+        (self.frames().len() / bs) as u64
+    }
+}
+
+/// Bytes from `bytes`' first element to the next address aligned to `align`.
+fn pad_to_align(bytes: &[u8], align: usize) -> usize {
+    bytes.as_ptr().addr().wrapping_neg() % align
+}
+
+/// Moves the frames (`bytes[*start..]`) to an address aligned to `align` (the block size): a
+/// device that needs aligned memory (`O_DIRECT`) then writes them as they are, where it would
+/// otherwise allocate a bounce buffer per commit. Moves nothing when they are aligned already
+/// (the scratch kept its allocation, and so its padding).
+fn align_frames(bytes: &mut Vec<u8>, start: &mut usize, align: usize) {
+    if pad_to_align(bytes, align) == *start {
+        return;
+    }
+    let len = bytes.len() - *start;
+    // Room for any padding, so that the moves below do not reallocate (and misalign) it.
+    bytes.reserve(align);
+    let pad = pad_to_align(bytes, align);
+    if pad > *start {
+        bytes.resize(pad + len, 0);
+        bytes.copy_within(*start..*start + len, pad);
+    } else if pad < *start {
+        bytes.copy_within(*start..*start + len, pad);
+        bytes.truncate(pad + len);
+    }
+    *start = pad;
+}
+
+/// Frames of one commit, ready to write: `bytes[start..]`.
 struct Encoded {
     bytes: Vec<u8>,
+    /// Where the frames begin: at an address aligned to the block size (see [`align_frames`]).
+    start: usize,
     payload: u64,
     next_seq: u64,
     /// Header CRC of the last frame (the next link).
@@ -277,6 +331,7 @@ impl<D: BlockDevice> Pool<D> {
             group_commit: false,
             staged: 0,
             hardened: 0,
+            scratch: Scratch::default(),
         }
     }
 
@@ -613,17 +668,19 @@ impl<D: BlockDevice> Pool<D> {
         }
         let bs = self.geo.block_usize();
         let mut enc = self.encode_frames(op, Kind::Hard)?;
-        if (enc.bytes.len() / bs) as u64 > self.geo.journal_blocks - self.journal_pos {
+        if enc.blocks(bs) > self.geo.journal_blocks - self.journal_pos {
+            self.keep_scratch(enc.bytes);
             self.checkpoint()?;
             enc = self.encode_frames(op, Kind::Hard)?;
-            if (enc.bytes.len() / bs) as u64 > self.geo.journal_blocks {
+            if enc.blocks(bs) > self.geo.journal_blocks {
                 return Err(Error::ResourceExhausted(Limit::Metadata));
             }
-            if enc.bytes.is_empty() {
+            if enc.frames().is_empty() {
                 return Ok(()); // the checkpoint holds everything, durably
             }
         }
         self.append(&enc, growth)?;
+        self.keep_scratch(enc.bytes);
         self.dev.flush().map_err(dev_err)?;
         self.unsealed = false;
         Ok(())
@@ -637,19 +694,33 @@ impl<D: BlockDevice> Pool<D> {
             return Ok(());
         }
         let bs = self.geo.block_usize();
-        let fits = |enc: &Encoded| (enc.bytes.len() / bs) as u64 <= self.geo.journal_blocks - self.journal_pos;
+        let room = self.geo.journal_blocks - self.journal_pos;
         let enc = match self.epoch {
-            Some(epoch) => Some(self.encode_frames(None, Kind::Soft(epoch.0))?).filter(fits),
+            Some(epoch) => Some(self.encode_frames(None, Kind::Soft(epoch.0))?),
             None => None,
         };
-        let Some(enc) = enc else {
-            self.commit_hard(None, 0)?;
-            self.state.alloc.release_pending();
-            return Ok(());
+        let enc = match enc {
+            Some(enc) if enc.blocks(bs) <= room => enc,
+            unfit => {
+                if let Some(enc) = unfit {
+                    self.keep_scratch(enc.bytes);
+                }
+                self.commit_hard(None, 0)?;
+                self.state.alloc.release_pending();
+                return Ok(());
+            }
         };
         self.append(&enc, 0)?;
+        self.keep_scratch(enc.bytes);
         self.unsealed = true;
         Ok(())
+    }
+
+    /// Keeps a commit's frame buffer for the next one, unless it grew past [`SCRATCH_KEEP`].
+    fn keep_scratch(&mut self, frames: Vec<u8>) {
+        if frames.capacity() <= SCRATCH_KEEP {
+            self.scratch.frames = frames;
+        }
     }
 
     /// Writes encoded frames at the journal's end and accounts for them (they are in the journal,
@@ -660,8 +731,8 @@ impl<D: BlockDevice> Pool<D> {
         // place, and a commit costs one write (and, if hard, two flushes at most).
         let bs = self.geo.block_usize();
         let at = self.geo.journal_start() + self.journal_pos;
-        self.dev.write(at, &enc.bytes).map_err(dev_err)?;
-        self.journal_pos += (enc.bytes.len() / bs) as u64;
+        self.dev.write(at, enc.frames()).map_err(dev_err)?;
+        self.journal_pos += enc.blocks(bs);
         self.seq = enc.next_seq;
         self.link = enc.link;
         self.meta_estimate += enc.payload + growth;
@@ -672,17 +743,43 @@ impl<D: BlockDevice> Pool<D> {
     /// Encodes pending records then `op` into frames of `kind` numbered from `self.seq`, the op
     /// always in the last frame so an operation is never split; a hard commit with no record but
     /// unsealed soft frames gets one empty frame. Pure: nothing counts as written yet.
-    fn encode_frames(&self, op: Option<&Record>, kind: Kind) -> Result<Encoded> {
+    /// Encodes into the scratch buffers (taken here; [`Pool::keep_scratch`] gives the frames
+    /// back).
+    fn encode_frames(&mut self, op: Option<&Record>, kind: Kind) -> Result<Encoded> {
+        let mut bytes = core::mem::take(&mut self.scratch.frames);
+        bytes.clear();
+        // Start at the alignment the kept allocation had last time (zero padding before it).
+        let start = pad_to_align(&bytes, self.geo.block_usize());
+        bytes.resize(start, 0);
+        let mut payload = core::mem::take(&mut self.scratch.payload);
+        payload.clear();
+        let (enc, payload) = self.encode_frames_into(op, kind, bytes, start, payload);
+        if payload.capacity() <= SCRATCH_KEEP {
+            self.scratch.payload = payload;
+        }
+        let mut enc = enc?;
+        align_frames(&mut enc.bytes, &mut enc.start, self.geo.block_usize());
+        Ok(enc)
+    }
+
+    fn encode_frames_into(
+        &self,
+        op: Option<&Record>,
+        kind: Kind,
+        bytes: Vec<u8>,
+        start: usize,
+        mut payload: Vec<u8>,
+    ) -> (Result<Encoded>, Vec<u8>) {
         let bs = self.geo.block_usize();
         let max_payload = payload_len(self.geo.bytes(self.geo.journal_blocks) / 4);
         let too_big = Error::ResourceExhausted(Limit::Metadata);
         let mut enc = Encoded {
-            bytes: Vec::new(),
+            bytes,
+            start,
             payload: 0,
             next_seq: self.seq,
             link: self.link,
         };
-        let mut payload = Vec::new();
         let emit = |enc: &mut Encoded, payload: &[u8]| {
             let meta = FrameMeta {
                 seq: enc.next_seq,
@@ -696,19 +793,23 @@ impl<D: BlockDevice> Pool<D> {
         };
         for rec in self.pending.iter().chain(op) {
             let before = payload.len();
-            payload = postcard::to_extend(rec, payload).map_err(|_| too_big)?;
+            payload = match postcard::to_extend(rec, payload) {
+                Ok(p) => p,
+                // The serializer consumed the buffer: the next commit starts a new one.
+                Err(_) => return (Err(too_big), Vec::new()),
+            };
             if payload.len() > max_payload && before > 0 {
                 emit(&mut enc, &payload[..before]);
                 payload.drain(..before);
             }
             if payload.len() > max_payload {
-                return Err(too_big);
+                return (Err(too_big), payload);
             }
         }
         if !payload.is_empty() || (kind == Kind::Hard && self.unsealed) {
             emit(&mut enc, &payload);
         }
-        Ok(enc)
+        (Ok(enc), payload)
     }
 
     /// Writes the tables to the inactive slot (payload, flush, header, flush) and restarts the
@@ -854,3 +955,30 @@ fn read_checkpoint<D: BlockDevice>(
 
 // Headers live in one block, and blocks are at least 512 bytes.
 const _: () = assert!(checkpoint::HEADER_LEN <= 512 && journal::HEADER_LEN <= 512);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_move_to_an_aligned_address_intact_and_stay_there_when_reused() {
+        for align in [512, 4096] {
+            for start in [0, 1, 7, 600] {
+                let mut bytes = vec![0xEEu8; start];
+                let frames: Vec<u8> = (0..3000u32).map(|i| i.to_le_bytes()[0]).collect();
+                bytes.extend_from_slice(&frames);
+                let mut at = start;
+                align_frames(&mut bytes, &mut at, align);
+                assert_eq!(bytes[at..].as_ptr().addr() % align, 0, "start {start}");
+                assert_eq!(&bytes[at..], &frames[..], "start {start}");
+                // Reused as encode_frames does: the same padding is aligned again, no move.
+                let (ptr, pad) = (bytes.as_ptr(), pad_to_align(&bytes, align));
+                assert_eq!(pad, at);
+                bytes.truncate(pad);
+                bytes.extend_from_slice(&frames);
+                align_frames(&mut bytes, &mut at, align);
+                assert_eq!((bytes.as_ptr(), at), (ptr, pad));
+            }
+        }
+    }
+}

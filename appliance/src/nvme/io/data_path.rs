@@ -221,11 +221,13 @@ pub struct MappedWrite {
     flush: bool,
 }
 
-/// Maps a Write (`req.cmd` must be one, the host not read-only).
+/// Maps a Write (`req.cmd` must be one, the host not read-only). On an `O_DIRECT` device,
+/// `scratch` (the command's aligned buffer) carries the data of what it allocates.
 pub fn map_write(
     state: &Arc<State>,
     data_path: &DataPath,
     req: &Request,
+    scratch: &mut ReadBuf,
 ) -> Result<MappedWrite, TargetStatus> {
     let IoCommand::Write {
         slba, blocks, fua, ..
@@ -268,9 +270,10 @@ pub fn map_write(
             pinned.held.push(ticket);
         } else {
             // Allocated: the new mapping is visible, so fill it before anyone looks.
-            let result = segs[..n]
-                .iter()
-                .try_for_each(|seg| write_segment(&mut pool, seg, off, data));
+            let result = segs[..n].iter().try_for_each(|seg| {
+                let aligned = data_path.is_direct().then_some(&mut *scratch);
+                write_segment(&mut pool, seg, off, data, aligned)
+            });
             pool.complete(ticket);
             result?;
         }

@@ -134,7 +134,7 @@ pub fn run(
             read_parts(data, &mapped.parts, out)
         }
         IoCommand::Write { .. } if !req.readonly => {
-            let mapped = map_write(state, data, req)?;
+            let mapped = map_write(state, data, req, out)?;
             land_write(data, mapped, &req.data, out)
         }
         _ => execute(&mut *lock(state)?, req, out),

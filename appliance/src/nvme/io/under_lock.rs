@@ -1,8 +1,11 @@
 //! A whole command under the pool lock, through the pool's own handle: Flush, Write Zeroes,
 //! Deallocate, and every command when there is no second handle ([`super::DataPath`]).
 
+use std::sync::OnceLock;
+
 use edgevol_core::{BlockDevice, DeviceError, Pool, Prepare, ReadSegment, VolumeId, WriteSegment};
 use edgevol_hal::uring::Part;
+use edgevol_hal::AlignedBuf;
 use edgevol_nvmeof::io_cmd::{IoCommand, DSM_RANGE_LEN};
 use edgevol_nvmeof::status::StatusCode;
 
@@ -151,6 +154,28 @@ pub(super) fn lay_out(
 }
 
 /// Fills the parts of a fresh cluster that `seg` does not cover, as core asks.
+/// Bytes of [`zeros`]: a new cluster larger than this is zeroed in several writes.
+const ZEROS: usize = 1 << 20;
+
+/// Zeros for new clusters, shared by every thread and never written: aligned, so that an
+/// `O_DIRECT` device takes them as they are (no bounce), and allocated once, not per write
+/// (untouched, its pages are the kernel's shared zero page).
+fn zeros() -> &'static AlignedBuf {
+    static ZEROS_BUF: OnceLock<AlignedBuf> = OnceLock::new();
+    ZEROS_BUF.get_or_init(|| AlignedBuf::zeroed(ZEROS))
+}
+
+/// Writes zeros over `len` bytes at device offset `at`.
+fn write_zeros(dev: &mut Dev, at: u64, len: u64) -> Result<(), TargetStatus> {
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(ZEROS as u64);
+        dev_write(dev, at + done, &zeros()[..to_usize(n)?])?;
+        done += n;
+    }
+    Ok(())
+}
+
 fn prepare(pool: &mut Pool<Dev>, seg: &WriteSegment) -> Result<(), TargetStatus> {
     let cs = u64::from(pool.cluster_size());
     let within = seg.offset % cs;
@@ -161,8 +186,7 @@ fn prepare(pool: &mut Pool<Dev>, seg: &WriteSegment) -> Result<(), TargetStatus>
         Prepare::Zero { device_offset } => {
             for (from, to) in parts {
                 if to > from {
-                    let zeros = vec![0u8; to_usize(to - from)?];
-                    dev_write(pool.device_mut(), device_offset + from, &zeros)?;
+                    write_zeros(pool.device_mut(), device_offset + from, to - from)?;
                 }
             }
             Ok(())
@@ -192,7 +216,8 @@ fn write(pool: &mut Pool<Dev>, vol: VolumeId, off: u64, data: &[u8]) -> Result<(
             return Err(StatusCode::InternalError.into());
         }
         for seg in segs.iter().take(n) {
-            write_segment(pool, seg, off, data)?;
+            // Not the data path: Write Zeroes, or a pool with no second handle.
+            write_segment(pool, seg, off, data, None)?;
             done += seg.len;
         }
     }
@@ -200,19 +225,28 @@ fn write(pool: &mut Pool<Dev>, vol: VolumeId, off: u64, data: &[u8]) -> Result<(
 }
 
 /// Prepares `seg`'s cluster as core asks, then writes its part of `data` (which starts at volume
-/// offset `off`), through the pool's own handle.
+/// offset `off`), through the pool's own handle. With `aligned` (the command's own buffer, given
+/// on an `O_DIRECT` device) the part goes through it: a copy, but not the allocation of hal's
+/// bounce.
 pub(super) fn write_segment(
     pool: &mut Pool<Dev>,
     seg: &WriteSegment,
     off: u64,
     data: &[u8],
+    aligned: Option<&mut ReadBuf>,
 ) -> Result<(), TargetStatus> {
     prepare(pool, seg)?;
     let start = to_usize(seg.offset - off)?;
     let part = data
         .get(start..start + to_usize(seg.len)?)
         .ok_or(StatusCode::InternalError)?;
-    dev_write(pool.device_mut(), seg.device_offset, part)
+    let Some(aligned) = aligned else {
+        return dev_write(pool.device_mut(), seg.device_offset, part);
+    };
+    aligned.copy_from(part);
+    let written = dev_write(pool.device_mut(), seg.device_offset, aligned.data());
+    aligned.clear();
+    written
 }
 
 /// Write Zeroes: whole clusters are unmapped (they read as zeros); partial clusters that hold

@@ -123,7 +123,7 @@ impl Conn {
         let Some(data) = self.subs.data_path() else {
             return self.fail(begun.issued, StatusCode::InternalError.into());
         };
-        let mapped = caught(|| io::map_write(&self.subs.state, &data, &request));
+        let mapped = caught(|| io::map_write(&self.subs.state, &data, &request, &mut buf));
         let write = match mapped {
             Ok(write) => write,
             Err(s) => return self.finish_io(begun.done(Err(s), buf, request.data)),

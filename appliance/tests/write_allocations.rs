@@ -1,0 +1,154 @@
+//! Allocating writes (the first write into a cluster) allocate nothing on the heap per command
+//! once the queue is warm: the zero fill of the rest of the cluster, the write of the host's
+//! data to an `O_DIRECT` device and the journal frame of the new mapping all reuse memory. A
+//! counting allocator counts every allocation made outside the host's threads (the test
+//! initiator runs on its own runtime), as the data-path bench does.
+//!
+//! The volume's mapping tables grow as clusters are allocated (a B-tree node now and then), so
+//! the bound is below one allocation per command, not zero: any allocation made per command
+//! comes back as at least one.
+// The counting allocator: a `GlobalAlloc` impl is unsafe by definition.
+#![allow(unsafe_code)]
+
+mod common;
+mod nvme_host;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use edgevol_appliance::start;
+use edgevol_core::VolumeSpec;
+use edgevol_nvmeof::pdu::Digests;
+use nvme_host::{io, ok, Admin};
+
+struct Counting;
+
+static TARGET_ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Set on the host runtime's threads.
+    static ON_HOST: Cell<bool> = const { Cell::new(false) };
+}
+
+fn count() {
+    if !ON_HOST.try_with(Cell::get).unwrap_or(true) {
+        TARGET_ALLOCS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only an
+// atomic and a const-initialised thread local (neither allocates).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-2222-3333-4444-666666666666";
+const BLOCK: u64 = 4096;
+const BLOCK_LEN: usize = 4096;
+/// Allocating writes before counting (the queue's buffers, the journal's scratch, the zeros).
+const WARM: u64 = 16;
+/// Allocating writes counted.
+const COUNTED: u64 = 64;
+
+/// tmpfs where there is one (it takes `O_DIRECT`, as a drive does), else the default temp dir.
+fn pool_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocating_writes_allocate_nothing_per_command_once_warm() {
+    let dir = pool_dir();
+    let running = start(common::dev_config(
+        dir.path(),
+        "127.0.0.1:0".parse().unwrap(),
+    ))
+    .await
+    .unwrap();
+    let state = running.state.clone();
+    state.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let endpoint = running.target.endpoint;
+    let (id, cluster) = state
+        .on_pool(|_, pool| {
+            let cluster = u64::from(pool.cluster_size());
+            let size = (WARM + COUNTED) * cluster;
+            let id = pool.create_volume(VolumeSpec::new("fresh", size)).unwrap();
+            pool.publish(id, HOST, false).unwrap();
+            (id, cluster)
+        })
+        .await
+        .unwrap();
+    let host = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .on_thread_start(|| ON_HOST.with(|h| h.set(true)))
+        .enable_all()
+        .build()
+        .unwrap();
+    let allocs = host
+        .spawn(async move {
+            let nqn = edgevol_appliance::naming::subsystem_nqn("test-box", id);
+            let admin = Admin::connect(endpoint, &nqn, HOST, 0).await.unwrap();
+            let mut q = admin
+                .io_queue(endpoint, 1, &nqn, HOST, Digests::NONE)
+                .await
+                .unwrap();
+            let payload = vec![0x5a; BLOCK_LEN];
+            let stride = cluster / BLOCK;
+            let mut before = 0;
+            for slot in 0..WARM + COUNTED {
+                if slot == WARM {
+                    before = TARGET_ALLOCS.load(Ordering::Relaxed);
+                }
+                let (sqe, data) = io::write(slot * stride, &payload, false);
+                ok(&q.cmd(sqe, data).await);
+            }
+            let allocs = TARGET_ALLOCS.load(Ordering::Relaxed) - before;
+            // Each fresh cluster reads back as the write's block, then zeros to its end.
+            for slot in [0, WARM + COUNTED - 1] {
+                let blocks = u32::try_from(cluster.min(1 << 20) / BLOCK).unwrap();
+                let (sqe, data) = io::read(slot * stride, blocks);
+                let c = q.cmd(sqe, data).await;
+                ok(&c);
+                let (head, rest) = c.data.split_at(BLOCK_LEN);
+                assert!(head.iter().all(|&b| b == 0x5a), "cluster {slot}: data");
+                assert!(rest.iter().all(|&b| b == 0), "cluster {slot}: zero fill");
+            }
+            allocs
+        })
+        .await
+        .unwrap();
+    host.shutdown_background();
+    eprintln!("{COUNTED} allocating writes made {allocs} target allocations");
+    assert!(
+        allocs < COUNTED,
+        "{COUNTED} allocating writes made {allocs} target allocations"
+    );
+}
