@@ -331,6 +331,43 @@ mod tests {
         assert_eq!(r.deadline(), Some(t + Duration::from_secs(5)));
     }
 
+    /// The keep-alive timer end to end on the paused tokio clock (virtual time: quinn's
+    /// `idle_timeout` test), so a busy machine cannot stretch it: Keep Alives 0.9 KATO apart
+    /// keep a controller for over three KATOs; then it lives a KATO less a millisecond without
+    /// traffic, and is torn down once the KATO has passed.
+    #[tokio::test(start_paused = true)]
+    async fn keep_alive_expires_one_kato_after_the_last_command_in_virtual_time() {
+        use crate::nvme::test_host::{ok, Admin, Ended};
+        const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0d0d0d0d-1111-2222-3333-444444444444";
+        const KATO: Duration = Duration::from_secs(1);
+        const TICK: Duration = Duration::from_millis(1);
+        let lo = crate::nvme::test_target::serve_one_volume(HOST, "kato").await;
+        let kato_ms = u32::try_from(KATO.as_millis()).unwrap();
+        let mut admin = Admin::connect(lo.addr, &lo.nqn, HOST, kato_ms)
+            .await
+            .unwrap();
+        let start = Instant::now();
+        for _ in 0..4 {
+            tokio::time::sleep(KATO * 9 / 10).await;
+            ok(&admin.keep_alive().await);
+        }
+        let last = Instant::now();
+        assert!(last - start > 3 * KATO, "kept alive past three KATOs");
+        let early = tokio::time::timeout(KATO - TICK, admin.q.wait_closed()).await;
+        assert!(early.is_err(), "torn down before its KATO: {early:?}");
+        // The clock steps past the deadline by hand: left to itself, the paused clock would stop
+        // exactly on it, where `expired` (strictly later) is not yet true and the timer re-arms
+        // for the same instant, again and again.
+        tokio::time::advance(2 * TICK).await;
+        let ended = tokio::time::timeout(KATO, admin.q.wait_closed()).await;
+        assert!(matches!(ended, Ok(Ended::Eof)), "{ended:?}");
+        let silent = last.elapsed();
+        assert!(
+            silent > KATO && silent <= KATO + 10 * TICK,
+            "torn down {silent:?} after the last Keep Alive, KATO {KATO:?}"
+        );
+    }
+
     #[test]
     fn ns_events_mask_until_the_log_is_read() {
         let c = ctrl();
