@@ -43,10 +43,14 @@ async fn node_plugin(dir: &std::path::Path) -> (Channel, tokio::sync::oneshot::S
     tokio::spawn(serve(plugin, async {
         let _ = stopped.await;
     }));
-    for _ in 0..250 {
-        if sock.exists() {
-            break;
-        }
+    // The server binds its socket soon; a generous deadline for a busy machine.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !sock.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the plugin never bound {}",
+            sock.display()
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let channel = Endpoint::try_from("http://[::]:50051")
