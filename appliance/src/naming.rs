@@ -62,20 +62,34 @@ pub fn namespace_uuid(pool_uuid: [u8; 16], volume: VolumeId) -> [u8; 16] {
 
 /// Lower-case hex, as Linux shows an NGUID in sysfs (without separators).
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+/// Appends `bytes` as lower-case hex: one allocation per name, not one per byte (publish
+/// contexts carry two of these names per call).
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
 }
 
 /// `8-4-4-4-12` lower-case UUID text.
 pub fn uuid_string(id: [u8; 16]) -> String {
-    let h = hex(&id);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    let mut out = String::with_capacity(36);
+    for (i, group) in [&id[..4], &id[4..6], &id[6..8], &id[8..10], &id[10..]]
+        .into_iter()
+        .enumerate()
+    {
+        if i > 0 {
+            out.push('-');
+        }
+        push_hex(&mut out, group);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -101,5 +115,16 @@ mod tests {
         assert_eq!(u.len(), 36);
         assert_eq!(&u[14..15], "8", "version 8: {u}");
         assert_eq!(hex(&nguid(pool, VolumeId(1))).len(), 32);
+    }
+
+    #[test]
+    fn hex_and_uuid_text_are_lower_case_and_grouped() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa0, 0xff]), "000fa0ff");
+        assert_eq!(hex(&[]), "");
+        let id = [
+            0x6f, 0x1c, 0x2d, 0x3e, 0x4b, 0x5a, 0x69, 0x78, 0x8a, 0x9b, 0x0c, 0x1d, 0x2e, 0x3f,
+            0x4a, 0x5b,
+        ];
+        assert_eq!(uuid_string(id), "6f1c2d3e-4b5a-6978-8a9b-0c1d2e3f4a5b");
     }
 }

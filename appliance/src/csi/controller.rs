@@ -106,7 +106,8 @@ impl Controller for ControllerService {
         let op = CreateVolume::try_from(request.into_inner())?;
         let volume = self
             .call(move |state, pool| volumes::create_volume(state, pool, op))
-            .await?;
+            .await?
+            .into_volume(&self.state);
         tracing::info!(volume = %volume.volume_id, bytes = volume.capacity_bytes, "volume created");
         Ok(Response::new(CreateVolumeResponse {
             volume: Some(volume),
@@ -130,12 +131,12 @@ impl Controller for ControllerService {
         let target = self.target()?;
         let op = Publish::try_from(request.into_inner())?;
         let (volume, node, readonly) = (op.volume_id.clone(), op.node_id.clone(), op.readonly);
-        let publish_context = self
-            .call(move |state, pool| volumes::publish(state, pool, op, &target))
+        let published = self
+            .call(move |state, pool| volumes::publish(state, pool, op))
             .await?;
         tracing::info!(%volume, %node, readonly, "volume published");
         Ok(Response::new(ControllerPublishVolumeResponse {
-            publish_context,
+            publish_context: published.context(&self.state, &target),
         }))
     }
 

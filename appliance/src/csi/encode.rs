@@ -44,33 +44,70 @@ pub fn timestamp(nanos: u64) -> prost_types::Timestamp {
 
 /// What a volume reports as volume_context: its parameters and the pool's cluster size.
 pub fn volume_context<D: BlockDevice>(pool: &Pool<D>, v: &CoreVolume) -> HashMap<String, String> {
-    let mut context: HashMap<String, String> = v.parameters().iter().cloned().collect();
-    context.insert(
-        "edgevol.io/cluster-size".into(),
-        pool.cluster_size().to_string(),
-    );
+    context_of(v.parameters().to_vec(), pool.cluster_size())
+}
+
+fn context_of(parameters: Vec<(String, String)>, cluster_size: u32) -> HashMap<String, String> {
+    let mut context = HashMap::with_capacity(parameters.len() + 1);
+    context.extend(parameters);
+    context.insert("edgevol.io/cluster-size".into(), cluster_size.to_string());
     context
+}
+
+/// What a volume's CSI message is made of, copied from core: taken under the pool lock, turned
+/// into the message ([`VolumeFacts::into_volume`]) after it, so the group commit's hold of the
+/// pool does not include building every call's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeFacts {
+    id: VolumeId,
+    size: u64,
+    parameters: Vec<(String, String)>,
+    source: Option<ContentSource>,
+    cluster_size: u32,
+}
+
+impl VolumeFacts {
+    /// The facts of `v`, a volume of `pool`.
+    pub fn of<D: BlockDevice>(pool: &Pool<D>, v: &CoreVolume) -> Self {
+        VolumeFacts {
+            id: v.id(),
+            size: v.size(),
+            parameters: v.parameters().to_vec(),
+            source: v.source(),
+            cluster_size: pool.cluster_size(),
+        }
+    }
+
+    /// The volume's id.
+    pub fn id(&self) -> VolumeId {
+        self.id
+    }
+
+    /// The volume as the Controller service shows it (the same message as [`volume`]).
+    pub fn into_volume(self, state: &State) -> Volume {
+        let ids = Ids::new(&state.appliance_id);
+        Volume {
+            capacity_bytes: i64_of(self.size),
+            volume_id: ids.volume(self.id),
+            volume_context: context_of(self.parameters, self.cluster_size),
+            content_source: self.source.map(|s| VolumeContentSource {
+                r#type: Some(match s {
+                    ContentSource::Snapshot(id) => SourceType::Snapshot(SnapshotSource {
+                        snapshot_id: ids.snapshot(id),
+                    }),
+                    ContentSource::Volume(id) => SourceType::Volume(VolumeSource {
+                        volume_id: ids.volume(id),
+                    }),
+                }),
+            }),
+            accessible_topology: vec![topology::segments(state)],
+        }
+    }
 }
 
 /// A volume as the Controller service shows it.
 pub fn volume<D: BlockDevice>(state: &State, pool: &Pool<D>, v: &CoreVolume) -> Volume {
-    let ids = Ids::new(&state.appliance_id);
-    Volume {
-        capacity_bytes: i64_of(v.size()),
-        volume_id: ids.volume(v.id()),
-        volume_context: volume_context(pool, v),
-        content_source: v.source().map(|s| VolumeContentSource {
-            r#type: Some(match s {
-                ContentSource::Snapshot(id) => SourceType::Snapshot(SnapshotSource {
-                    snapshot_id: ids.snapshot(id),
-                }),
-                ContentSource::Volume(id) => SourceType::Volume(VolumeSource {
-                    volume_id: ids.volume(id),
-                }),
-            }),
-        }),
-        accessible_topology: vec![topology::segments(state)],
-    }
+    VolumeFacts::of(pool, v).into_volume(state)
 }
 
 /// A volume as the VolumeGroup service shows it: the same fields in that proposal's types.
@@ -203,7 +240,8 @@ pub fn publish_context(
     readonly: bool,
 ) -> HashMap<String, String> {
     use publish_context as k;
-    HashMap::from([
+    let mut context = HashMap::with_capacity(7);
+    context.extend([
         (k::TRANSPORT.to_owned(), k::TRANSPORT_TCP.to_owned()),
         (k::ADDRESS.to_owned(), endpoint.ip().to_string()),
         (k::PORT.to_owned(), endpoint.port().to_string()),
@@ -220,5 +258,75 @@ pub fn publish_context(
             naming::uuid_string(naming::namespace_uuid(pool_uuid, volume)),
         ),
         (k::READONLY.to_owned(), readonly.to_string()),
-    ])
+    ]);
+    context
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use edgevol_core::VolumeSpec;
+
+    #[test]
+    fn a_volume_built_from_facts_after_the_lock_is_the_volume_every_rpc_shows() {
+        let dir = tempfile::tempdir().unwrap();
+        let topology = BTreeMap::from([
+            ("edgevol.io/appliance".to_owned(), "box".to_owned()),
+            ("edgevol.io/rack".to_owned(), "r1".to_owned()),
+        ]);
+        let state = State::new("box".into(), topology);
+        let mut pool = crate::pool::open(&[dir.path().join("pool.img")], true).unwrap();
+        let source = pool.create_volume(VolumeSpec::new("a", 1 << 20)).unwrap();
+        let mut spec = VolumeSpec::new("b", 2 << 20);
+        spec.parameters = vec![("fsType".into(), "ext4".into())];
+        spec.source = Some(ContentSource::Volume(source));
+        let clone = pool.create_volume(spec).unwrap();
+        let v = pool.volume(clone).unwrap();
+
+        let facts = VolumeFacts::of(&pool, v);
+        assert_eq!(facts.id(), clone);
+        let built = facts.into_volume(&state);
+        assert_eq!(built, volume(&state, &pool, v));
+        let cluster = pool.cluster_size().to_string();
+        assert_eq!(
+            built,
+            Volume {
+                capacity_bytes: 2 << 20,
+                volume_id: format!("box-v{}", clone.0),
+                volume_context: HashMap::from([
+                    ("fsType".to_owned(), "ext4".to_owned()),
+                    ("edgevol.io/cluster-size".to_owned(), cluster),
+                ]),
+                content_source: Some(VolumeContentSource {
+                    r#type: Some(SourceType::Volume(VolumeSource {
+                        volume_id: format!("box-v{}", source.0),
+                    })),
+                }),
+                accessible_topology: vec![edgevol_proto::csi::v1::Topology {
+                    segments: HashMap::from([
+                        ("edgevol.io/appliance".to_owned(), "box".to_owned()),
+                        ("edgevol.io/rack".to_owned(), "r1".to_owned()),
+                    ]),
+                }],
+            }
+        );
+    }
+
+    #[test]
+    fn the_publish_context_names_the_volume_for_the_node() {
+        use publish_context as k;
+        let endpoint: SocketAddr = "192.0.2.7:4420".parse().unwrap();
+        let uuid = *b"0123456789abcdef";
+        let context = publish_context("box", endpoint, uuid, VolumeId(12), true);
+        assert_eq!(context.len(), 7);
+        assert_eq!(context[k::TRANSPORT], k::TRANSPORT_TCP);
+        assert_eq!(context[k::ADDRESS], "192.0.2.7");
+        assert_eq!(context[k::PORT], "4420");
+        assert_eq!(context[k::SUBSYSTEM_NQN], "nqn.2024-11.io.edgevol:box:v12");
+        assert_eq!(context[k::NGUID], "3031323334353637000000000000000c");
+        assert_eq!(context[k::UUID], "38396162-6364-8566-8000-00000000000c");
+        assert_eq!(context[k::READONLY], "true");
+    }
 }

@@ -1,6 +1,8 @@
 //! Where the appliance lies: its topology segments (the appliance segment included), and
 //! whether a CSI topology names it. Every volume is reachable exactly where the appliance is.
 
+use std::collections::HashMap;
+
 use edgevol_driver::fleet::{reach_key, reached_appliance, APPLIANCE_KEY, REACHES};
 use edgevol_proto::csi::v1::Topology;
 
@@ -9,9 +11,9 @@ use crate::state::State;
 
 /// The appliance's segments, as CSI shows a volume's accessible topology.
 pub fn segments(state: &State) -> Topology {
-    Topology {
-        segments: state.topology.clone().into_iter().collect(),
-    }
+    let mut segments = HashMap::with_capacity(state.topology.len());
+    segments.extend(state.topology.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Topology { segments }
 }
 
 /// Whether the appliance lies in `t`: every segment of `t` matches ours. Presence keys

@@ -17,7 +17,7 @@ use edgevol_proto::csi::v1::validate_volume_capabilities_response::Confirmed;
 use edgevol_proto::csi::v1::{
     controller_get_volume_response, list_snapshots_response, list_volumes_response,
     ControllerGetVolumeResponse, GetCapacityResponse, ListSnapshotsResponse, ListVolumesResponse,
-    Snapshot, ValidateVolumeCapabilitiesResponse, Volume,
+    Snapshot, ValidateVolumeCapabilitiesResponse,
 };
 
 use super::error::{gone_is_ok, Error};
@@ -49,8 +49,13 @@ fn ids(state: &State) -> Ids<'_> {
     Ids::new(&state.appliance_id)
 }
 
-/// CreateVolume: the volume the request describes, created or (core's rule) found.
-pub fn create_volume(state: &State, pool: &mut Core, op: CreateVolume) -> Result<Volume, Error> {
+/// CreateVolume: the volume the request describes, created or (core's rule) found; the caller
+/// turns its facts into the answer once the group commit released the pool.
+pub fn create_volume(
+    state: &State,
+    pool: &mut Core,
+    op: CreateVolume,
+) -> Result<encode::VolumeFacts, Error> {
     topology::check_requisite(state, &op.requisite)?;
     let (source, source_size) = match &op.source {
         Some(s) => {
@@ -77,7 +82,7 @@ pub fn create_volume(state: &State, pool: &mut Core, op: CreateVolume) -> Result
     if !op.mutable.is_empty() {
         pool.modify_volume(id, &op.mutable)?;
     }
-    Ok(encode::volume(state, pool, pool.volume(id)?))
+    Ok(encode::VolumeFacts::of(pool, pool.volume(id)?))
 }
 
 /// The parameters of the volume a content source copies: the cloned volume, or the volume a
@@ -99,14 +104,34 @@ pub fn delete_volume(state: &State, pool: &mut Core, op: &ById) -> Result<(), Er
     )
 }
 
+/// A publication made (or found): what its publish context is built from, after the commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// The volume published.
+    pub volume: VolumeId,
+    /// The pool's UUID (the namespace's NGUID and UUID derive from it).
+    pub pool_uuid: [u8; 16],
+    /// Read-only, as asked.
+    pub readonly: bool,
+}
+
+impl Published {
+    /// Where and how the node reaches the volume ([`encode::publish_context`]).
+    pub fn context(&self, state: &State, target: &TargetInfo) -> HashMap<String, String> {
+        encode::publish_context(
+            &state.appliance_id,
+            target.endpoint,
+            self.pool_uuid,
+            self.volume,
+            self.readonly,
+        )
+    }
+}
+
 /// ControllerPublishVolume: the node's host NQN joins the volume's durable publications (the
-/// target's ACL); the publish context says where to connect.
-pub fn publish(
-    state: &State,
-    pool: &mut Core,
-    op: Publish,
-    target: &TargetInfo,
-) -> Result<HashMap<String, String>, Error> {
+/// target's ACL); the caller builds the publish context ([`Published::context`]) once the
+/// group commit released the pool.
+pub fn publish(state: &State, pool: &mut Core, op: Publish) -> Result<Published, Error> {
     if !crate::naming::is_host_nqn(&op.node_id) {
         return Err(Error::UnknownNode(op.node_id));
     }
@@ -132,13 +157,11 @@ pub fn publish(
         }
         Err(e) => return Err(e.into()),
     }
-    Ok(encode::publish_context(
-        &state.appliance_id,
-        target.endpoint,
-        pool.uuid(),
-        id,
-        op.readonly,
-    ))
+    Ok(Published {
+        volume: id,
+        pool_uuid: pool.uuid(),
+        readonly: op.readonly,
+    })
 }
 
 /// ControllerUnpublishVolume: the node (or every node) leaves the publications. Returns the nodes
