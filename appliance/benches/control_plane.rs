@@ -123,19 +123,25 @@ struct Scaling {
     rows: Vec<(usize, Stats)>,
 }
 
-fn print_scaling(name: &str, s: &Scaling) {
+/// The rows of one mutation; `probe_p99` is Probe's p99 at the same depth where the run measured
+/// it (1 and 100 in flight): the last column is the row's p99 over it.
+fn print_scaling(name: &str, s: &Scaling, probe_p99: impl Fn(usize) -> Option<Duration>) {
     let base = s.rows[0].1.n as f64 / s.rows[0].1.total.as_secs_f64();
     for (depth, r) in &s.rows {
         let ops = r.n as f64 / r.total.as_secs_f64();
+        let vs_probe = probe_p99(*depth).map_or("-".to_owned(), |p| {
+            format!("{:.2}x", r.p99.as_secs_f64() / p.as_secs_f64())
+        });
         println!(
-            "| {:<26} | {:>9} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>9.2}x |",
+            "| {:<26} | {:>9} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>9.2}x | {:>13} |",
             name,
             depth,
             r.n,
             ops,
             r.p50.as_secs_f64() * 1e6,
             r.p99.as_secs_f64() * 1e6,
-            ops / base
+            ops / base,
+            vs_probe
         );
     }
 }
@@ -298,19 +304,28 @@ async fn main() {
             r.p50.as_secs_f64() / base
         );
     }
-    println!("\nmutations by calls in flight (ops/s vs. the same call sequential, this run)");
     println!(
-        "| {:<26} | {:>9} | {:>6} | {:>10} | {:>10} | {:>10} | {:>10} |",
-        "operation", "in flight", "calls", "ops/s", "p50", "p99", "vs 1"
+        "\nmutations by calls in flight (ops/s vs. the same call sequential; p99 vs. Probe's at \
+         the same depth, this run)"
     );
     println!(
-        "|{:-<28}|{:->11}|{:->8}|{:->12}|{:->12}|{:->12}|{:->12}|",
-        "", "", "", "", "", "", ""
+        "| {:<26} | {:>9} | {:>6} | {:>10} | {:>10} | {:>10} | {:>10} | {:>13} |",
+        "operation", "in flight", "calls", "ops/s", "p50", "p99", "vs 1", "p99/Probe p99"
     );
-    print_scaling("CreateVolume", &create);
-    print_scaling("ControllerPublishVolume", &publish);
-    print_scaling("ControllerUnpublishVolume", &unpublish);
-    print_scaling("DeleteVolume", &delete);
+    println!(
+        "|{:-<28}|{:->11}|{:->8}|{:->12}|{:->12}|{:->12}|{:->12}|{:->15}|",
+        "", "", "", "", "", "", "", ""
+    );
+    // Probe at the same depth: sequential, and the ceiling at 100 in flight (none at 16).
+    let probe_p99 = |depth: usize| match depth {
+        1 => Some(probe.p99),
+        100 => Some(probe_deep.p99),
+        _ => None,
+    };
+    print_scaling("CreateVolume", &create, probe_p99);
+    print_scaling("ControllerPublishVolume", &publish, probe_p99);
+    print_scaling("ControllerUnpublishVolume", &unpublish, probe_p99);
+    print_scaling("DeleteVolume", &delete, probe_p99);
     println!(
         "\nRSS (daemon and client in one process): {} KiB empty, {} KiB with {n} volumes (+{} KiB, {:.2} KiB/volume)",
         rss_empty,
@@ -401,7 +416,9 @@ async fn cycle(
 }
 
 /// `--deep`: per round, Probe then the four mutations, each `n` calls with 100 in flight; every
-/// round's figures, then the median of the rounds per row.
+/// round's figures, then the median of the rounds per row. The last column is the row's p99 over
+/// the p99 of that round's Probe (the floor of TLS, HTTP/2 and tonic at 100 in flight): what a
+/// durable commit adds to the tail, comparable across machines and loads.
 async fn deep_rounds(
     c: &ControllerClient<tonic::transport::Channel>,
     identity: &IdentityClient<tonic::transport::Channel>,
@@ -409,17 +426,25 @@ async fn deep_rounds(
     rounds: usize,
 ) {
     let mut all: Vec<Vec<Stats>> = Vec::new();
-    println!(
-        "| {:<26} | {:>6} | {:>6} | {:>10} | {:>10} | {:>10} | {:>12} | {:>5} |",
-        "operation (100 in flight)",
-        "round",
-        "calls",
-        "ops/s",
-        "p50",
-        "p99",
-        "CPU per call",
-        "cores"
-    );
+    let header = || {
+        println!(
+            "| {:<26} | {:>6} | {:>6} | {:>10} | {:>10} | {:>10} | {:>12} | {:>5} | {:>13} |",
+            "operation (100 in flight)",
+            "round",
+            "calls",
+            "ops/s",
+            "p50",
+            "p99",
+            "CPU per call",
+            "cores",
+            "p99/Probe p99"
+        );
+        println!(
+            "|{:-<28}|{:->8}|{:->8}|{:->12}|{:->12}|{:->12}|{:->14}|{:->7}|{:->15}|",
+            "", "", "", "", "", "", "", "", ""
+        );
+    };
+    header();
     for round in 0..rounds {
         let id = identity.clone();
         let run = in_flight(n, 100, move |_| {
@@ -431,9 +456,10 @@ async fn deep_rounds(
         .await;
         let mut rows = vec![stats("Probe", run)];
         rows.extend(cycle(c, n, 100, &format!("r{round}"), || {}).await);
+        let probe_p99 = rows[0].p99.as_secs_f64();
         for r in &rows {
             println!(
-                "| {:<26} | {:>6} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>10.1}µs | {:>5.2} |",
+                "| {:<26} | {:>6} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>10.1}µs | {:>5.2} | {:>12.2}x |",
                 r.name,
                 round,
                 r.n,
@@ -441,28 +467,31 @@ async fn deep_rounds(
                 r.p50.as_secs_f64() * 1e6,
                 r.p99.as_secs_f64() * 1e6,
                 r.cpu.as_secs_f64() * 1e6 / r.n as f64,
-                r.cpu.as_secs_f64() / r.total.as_secs_f64()
+                r.cpu.as_secs_f64() / r.total.as_secs_f64(),
+                r.p99.as_secs_f64() / probe_p99
             );
         }
         all.push(rows);
     }
-    println!("\nmedians of {rounds} rounds");
+    println!("\nmedians of {rounds} rounds (p99/Probe p99: the median of the rounds' ratios):");
+    header();
     for row in 0..all[0].len() {
-        let median = |f: &dyn Fn(&Stats) -> f64| {
-            let mut v: Vec<f64> = all.iter().map(|r| f(&r[row])).collect();
+        let median = |f: &dyn Fn(&[Stats]) -> f64| {
+            let mut v: Vec<f64> = all.iter().map(|r| f(r)).collect();
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
         println!(
-            "| {:<26} | {:>6} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>10.1}µs | {:>5.2} |",
+            "| {:<26} | {:>6} | {:>6} | {:>10.0} | {:>8.0}µs | {:>8.0}µs | {:>10.1}µs | {:>5.2} | {:>12.2}x |",
             all[0][row].name,
             "median",
             all[0][row].n,
-            median(&|r| r.n as f64 / r.total.as_secs_f64()),
-            median(&|r| r.p50.as_secs_f64() * 1e6),
-            median(&|r| r.p99.as_secs_f64() * 1e6),
-            median(&|r| r.cpu.as_secs_f64() * 1e6 / r.n as f64),
-            median(&|r| r.cpu.as_secs_f64() / r.total.as_secs_f64())
+            median(&|r| r[row].n as f64 / r[row].total.as_secs_f64()),
+            median(&|r| r[row].p50.as_secs_f64() * 1e6),
+            median(&|r| r[row].p99.as_secs_f64() * 1e6),
+            median(&|r| r[row].cpu.as_secs_f64() * 1e6 / r[row].n as f64),
+            median(&|r| r[row].cpu.as_secs_f64() / r[row].total.as_secs_f64()),
+            median(&|r| r[row].p99.as_secs_f64() / r[0].p99.as_secs_f64())
         );
     }
 }
