@@ -101,6 +101,32 @@ impl PoolDevice {
             Self::Faulty(f) => Ok(lock(f).discard_blocks(block, count)?),
         }
     }
+
+    /// Makes `count` blocks from `block` read as zeros without sending their bytes: a hole in a
+    /// file (written zeros where the filesystem has no holes), `BLKZEROOUT` on a block device
+    /// (NVMe Write Zeroes, or zeros the kernel writes). Durable, like a write, after the next
+    /// flush. The fault device writes zeros, so that its fault plan sees them as writes.
+    pub fn zero_blocks(&self, block: u64, count: u64) -> Result<(), Error> {
+        match self {
+            Self::File(d) => d.discard_blocks(block, count),
+            Self::Block(d) => d.zero_blocks(block, count),
+            #[cfg(feature = "testing")]
+            Self::Faulty(f) => {
+                const CHUNK: u64 = 256;
+                let mut dev = lock(f);
+                let bs = u64::from(dev.inner_mut().block_size());
+                let zeros = crate::AlignedBuf::zeroed(usize::try_from(CHUNK * bs).unwrap_or(0));
+                let mut b = block;
+                while b < block + count {
+                    let n = CHUNK.min(block + count - b);
+                    let len = usize::try_from(n * bs).unwrap_or(usize::MAX);
+                    dev.write_blocks(b, &zeros[..len])?;
+                    b += n;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 forward_block_device!(PoolDevice);
@@ -241,6 +267,28 @@ mod tests {
             ReadSegment::Data { device_offset, .. } => device_offset,
             ReadSegment::Zero { .. } => panic!("no data at {offset}"),
         }
+    }
+
+    /// Zeroed blocks read as zeros through both handles; the blocks around them keep their data.
+    #[test]
+    fn zeroed_blocks_of_a_file_read_as_zeros() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = file_pool_device(&dir);
+        let data = DataHandle::open(&dev).unwrap();
+        dev.write_blocks(0, &vec![0xabu8; 64 * 4096]).unwrap();
+        dev.zero_blocks(8, 48).unwrap();
+        let mut back = vec![0u8; 64 * 4096];
+        dev.read_blocks(0, &mut back).unwrap();
+        assert!(back[..8 * 4096].iter().all(|&b| b == 0xab));
+        assert!(back[8 * 4096..56 * 4096].iter().all(|&b| b == 0));
+        assert!(back[56 * 4096..].iter().all(|&b| b == 0xab));
+        let mut mid = crate::AlignedBuf::zeroed(4096);
+        mid.fill(1);
+        data.read_at(20 * 4096, &mut mid).unwrap();
+        assert!(
+            mid.iter().all(|&b| b == 0),
+            "the data handle reads the zeros too"
+        );
     }
 
     #[test]

@@ -1,11 +1,8 @@
 //! A whole command under the pool lock, through the pool's own handle: Flush, Write Zeroes,
 //! Deallocate, and every command when there is no second handle ([`super::DataPath`]).
 
-use std::sync::OnceLock;
-
 use edgevol_core::{BlockDevice, DeviceError, Pool, Prepare, ReadSegment, VolumeId, WriteSegment};
 use edgevol_hal::uring::Part;
-use edgevol_hal::AlignedBuf;
 use edgevol_nvmeof::io_cmd::{IoCommand, DSM_RANGE_LEN};
 use edgevol_nvmeof::status::StatusCode;
 
@@ -154,26 +151,17 @@ pub(super) fn lay_out(
 }
 
 /// Fills the parts of a fresh cluster that `seg` does not cover, as core asks.
-/// Bytes of [`zeros`]: a new cluster larger than this is zeroed in several writes.
-const ZEROS: usize = 1 << 20;
-
-/// Zeros for new clusters, shared by every thread and never written: aligned, so that an
-/// `O_DIRECT` device takes them as they are (no bounce), and allocated once, not per write
-/// (untouched, its pages are the kernel's shared zero page).
-fn zeros() -> &'static AlignedBuf {
-    static ZEROS_BUF: OnceLock<AlignedBuf> = OnceLock::new();
-    ZEROS_BUF.get_or_init(|| AlignedBuf::zeroed(ZEROS))
-}
-
-/// Writes zeros over `len` bytes at device offset `at`.
+/// Zeros `len` bytes at device offset `at` (the rest of a new cluster) without sending them: a
+/// hole in a file pool, Write Zeroes on a drive. Writing them cost a cluster of zeros through
+/// the page cache or the bus for every allocating write, and a buffer to send them from.
 fn write_zeros(dev: &mut Dev, at: u64, len: u64) -> Result<(), TargetStatus> {
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(ZEROS as u64);
-        dev_write(dev, at + done, &zeros()[..to_usize(n)?])?;
-        done += n;
+    let bs = u64::from(dev.block_size());
+    let block = block_of(dev, at)?;
+    if !len.is_multiple_of(bs) {
+        return Err(StatusCode::InternalError.into());
     }
-    Ok(())
+    dev.zero_blocks(block, len / bs)
+        .map_err(|e| dev_err(&e, Access::Write))
 }
 
 fn prepare(pool: &mut Pool<Dev>, seg: &WriteSegment) -> Result<(), TargetStatus> {
@@ -315,6 +303,40 @@ fn deallocate_ranges(pool: &mut Pool<Dev>, req: &Request, ranges: u32) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgevol_core::FormatOptions;
+    use edgevol_hal::{FileDevice, PoolDevice};
+
+    /// A new cluster that held another volume's bytes (freed, then allocated again) shows none
+    /// of them: around the write, it reads as zeros.
+    #[test]
+    fn the_rest_of_a_new_cluster_reads_as_zeros_whatever_it_held() {
+        const CLUSTER: u64 = 64 << 10;
+        let dir = tempfile::tempdir().unwrap();
+        let dev = FileDevice::create(dir.path().join("pool.img"), 64 << 20).unwrap();
+        let opts = FormatOptions::new([7; 16], u32::try_from(CLUSTER).unwrap());
+        let mut pool = Pool::format(PoolDevice::File(dev), opts).unwrap();
+        // The device's last cluster, full of old bytes.
+        let cluster_at = (64 << 20) - CLUSTER;
+        let old = vec![0xabu8; usize::try_from(CLUSTER).unwrap()];
+        dev_write(pool.device_mut(), cluster_at, &old).unwrap();
+        // A 4 KiB write at 8 KiB into it, allocating: zeros before and after.
+        let data = vec![0x5au8; 4096];
+        let seg = WriteSegment {
+            offset: CLUSTER * 3 + 8192,
+            len: 4096,
+            device_offset: cluster_at + 8192,
+            prepare: Prepare::Zero {
+                device_offset: cluster_at,
+            },
+        };
+        let mut aligned = ReadBuf::default();
+        write_segment(&mut pool, &seg, seg.offset, &data, Some(&mut aligned)).unwrap();
+        let mut back = vec![0u8; old.len()];
+        dev_read(pool.device_mut(), cluster_at, &mut back).unwrap();
+        assert!(back[..8192].iter().all(|&b| b == 0), "before the write");
+        assert_eq!(&back[8192..12288], &data[..]);
+        assert!(back[12288..].iter().all(|&b| b == 0), "after the write");
+    }
 
     /// A reused read buffer shows holes as zeros and data as read, whatever it held before,
     /// and keeps its aligned allocation.
