@@ -6,8 +6,11 @@
 
 use std::num::NonZeroU64;
 
-/// The burst: what one time slice of the rate allows (10 ms).
-pub const SLICE_NS: u64 = 10_000_000;
+/// The burst: what one time slice of the rate allows (100 ms, Linux blk-throttle's slice).
+/// Wider than the target's timer jitter on a busy host: a wake-up that comes late must not
+/// forfeit what the rate earned meanwhile (with 10 ms, a 300 IOPS volume reached 0.85 of its
+/// limit at load 10), while over a 10 s run it is 1 % of the rate.
+pub const SLICE_NS: u64 = 100_000_000;
 
 /// Units are kept in nano-units, so a rate of `r` units per second refills `r` nano-units per
 /// nanosecond: integer arithmetic, no drift.
@@ -117,21 +120,24 @@ mod tests {
     #[test]
     fn the_rate_over_many_slices_is_the_limit() {
         for r in [1, 7, 300, 600, 12_345, 1_000_000] {
-            // At least 10 s (the saved slice is then 0.1 %) and 10,000 commands (the one command
-            // of debt is then 0.01 %).
+            // At least 10 s and 10,000 commands: the rate times the time, plus the full bucket
+            // it starts with (one slice) and the one command that goes into debt.
             let secs = (10_000 / r).max(10);
             let mut b = Bucket::new(rate(r), 0);
             let admitted = drain(&mut b, 0, secs * SEC, 1);
             let want = secs * r;
-            let err = admitted.abs_diff(want) as f64 / want as f64;
-            assert!(err <= 0.01, "rate {r}: {admitted} in {secs} s, want {want}");
+            let slice = r * SLICE_NS / SEC;
+            assert!(
+                (want..=want + slice + 1).contains(&admitted),
+                "rate {r}: {admitted} in {secs} s, want {want} + at most {slice} + 1"
+            );
         }
     }
 
     #[test]
     fn a_burst_is_one_slice_after_idling() {
         let mut b = Bucket::new(rate(10_000), 0);
-        // Idle for a minute: at most one slice (100 commands) is saved, plus the one that goes
+        // Idle for a minute: at most one slice (1,000 commands) is saved, plus the one that goes
         // into debt.
         let at = 60 * SEC;
         let mut burst = 0;
@@ -139,13 +145,13 @@ mod tests {
             b.charge(1);
             burst += 1;
         }
-        assert_eq!(burst, 101);
+        assert_eq!(burst, 1_001);
         assert_eq!(b.ready_at(), at + 100_000, "the next is one interval later");
     }
 
     #[test]
     fn a_command_larger_than_the_burst_passes_and_its_excess_delays_the_next() {
-        // 5 MiB/s, 1 MiB commands: a slice is 52 KiB, each command 20 slices.
+        // 5 MiB/s, 1 MiB commands: a slice is 512 KiB, each command 2 slices.
         let mut b = Bucket::new(rate(5 << 20), 0);
         let admitted = drain(&mut b, 0, 10 * SEC, 1 << 20);
         assert!((50..=51).contains(&admitted), "{admitted} MiB in 10 s");
@@ -154,15 +160,15 @@ mod tests {
     #[test]
     fn a_new_rate_applies_from_the_change_on() {
         let mut b = Bucket::new(rate(300), 0);
-        assert!((300..=304).contains(&drain(&mut b, 0, SEC, 1)));
+        assert!((330..=332).contains(&drain(&mut b, 0, SEC, 1)));
         b.set_rate(rate(600), b.ready_at().max(SEC));
         let next = drain(&mut b, SEC, 2 * SEC, 1);
         assert!((594..=606).contains(&next), "{next} in the second after");
         // Lowered: the saved burst shrinks to the new slice at once.
         let mut b = Bucket::new(rate(100_000), 0);
         b.set_rate(rate(100), 0);
-        // 100/s saves one command per 10 ms slice: one, and the one that goes into debt.
-        for _ in 0..2 {
+        // 100/s saves 10 commands per 100 ms slice: those, and the one that goes into debt.
+        for _ in 0..11 {
             assert!(b.ready(0));
             b.charge(1);
         }
@@ -175,6 +181,6 @@ mod tests {
         b.charge(1);
         b.refill(0);
         assert!(!b.ready(SEC / 2));
-        assert_eq!(b.ready_at(), SEC + SEC - SEC / 100);
+        assert_eq!(b.ready_at(), SEC + SEC - SEC / 10);
     }
 }
