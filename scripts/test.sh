@@ -61,6 +61,11 @@ step() {
 }
 
 rust_setup
+# A clean run's target/ and QEMU cache reach about 15 GiB: say what is free up front, so a full
+# disk is not first seen as a compiler's "No space left on device" minutes later.
+free_gib=$(df -Pk "$ROOT" | awk 'NR == 2 { print int($4 / 1048576) }')
+log "disk: $free_gib GiB free under $ROOT (a clean run needs about 15)"
+((free_gib >= 15)) || log "WARNING: under 15 GiB free: the run may fail for want of disk, not of a bug"
 # One build per run: incremental state would only cost disk (GBs) and time.
 export CARGO_INCREMENTAL=0
 rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
