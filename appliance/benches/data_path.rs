@@ -24,16 +24,14 @@
 //! also give p99 / mean latency (how far the tail is from the average).
 // Host-only bench on 64-bit machines: byte counts fit in usize, rates are printed as floats.
 #![allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-// The counting allocator below: a `GlobalAlloc` impl is unsafe by definition.
-#![allow(unsafe_code)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "../tests/counting_alloc/mod.rs"]
+mod counting_alloc;
 #[path = "../tests/nvme_host/mod.rs"]
 mod nvme_host;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -49,49 +47,6 @@ use edgevol_nvmeof::pdu::Digests;
 use nvme_host::{io, ok, Admin, Queue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-/// Counts allocations (and reallocations) made outside the host's threads.
-struct Counting;
-
-static TARGET_ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Set on the host runtime's threads.
-    static ON_HOST: Cell<bool> = const { Cell::new(false) };
-}
-
-fn count() {
-    if !ON_HOST.try_with(Cell::get).unwrap_or(true) {
-        TARGET_ALLOCS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only an
-// atomic and a const-initialised thread local (neither allocates).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-2222-3333-4444-555555555555";
 const BLOCK: u64 = 4096;
@@ -620,7 +575,7 @@ async fn main() {
     let host = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(HOST_THREAD)
-        .on_thread_start(|| ON_HOST.with(|h| h.set(true)))
+        .on_thread_start(counting_alloc::mark_host_thread)
         .enable_all()
         .build()
         .unwrap();
@@ -715,7 +670,7 @@ async fn main() {
                 };
                 (budget, [target; 2], raw.clone())
             };
-            let allocs = TARGET_ALLOCS.load(Ordering::Relaxed);
+            let allocs = counting_alloc::target_allocs();
             let cpu = ThreadCpu::now();
             let mut e = if w.queues == 2 {
                 // The second queue on its own host task, so both host threads drive one each.
@@ -734,7 +689,7 @@ async fn main() {
             } else {
                 edgevol(&mut q, w, target[0], budget).await
             };
-            let allocs = (TARGET_ALLOCS.load(Ordering::Relaxed) - allocs) as f64 / e.ops as f64;
+            let allocs = (counting_alloc::target_allocs() - allocs) as f64 / e.ops as f64;
             let (engine_ns, target_ns) = ThreadCpu::now().since(&cpu);
             let per_op_us = |ns: u64| ns as f64 / 1e3 / e.ops as f64;
             let cpu_cols = format!(

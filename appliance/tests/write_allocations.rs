@@ -7,64 +7,18 @@
 //! The volume's mapping tables grow as clusters are allocated (a B-tree node now and then), so
 //! the bound is below one allocation per command, not zero: any allocation made per command
 //! comes back as at least one.
-// The counting allocator: a `GlobalAlloc` impl is unsafe by definition.
-#![allow(unsafe_code)]
 
 mod common;
+mod counting_alloc;
 mod nvme_host;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use edgevol_appliance::start;
 use edgevol_core::VolumeSpec;
 use edgevol_nvmeof::pdu::Digests;
 use nvme_host::{io, ok, Admin};
-
-struct Counting;
-
-static TARGET_ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Set on the host runtime's threads.
-    static ON_HOST: Cell<bool> = const { Cell::new(false) };
-}
-
-fn count() {
-    if !ON_HOST.try_with(Cell::get).unwrap_or(true) {
-        TARGET_ALLOCS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only an
-// atomic and a const-initialised thread local (neither allocates).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-2222-3333-4444-666666666666";
 const BLOCK: u64 = 4096;
@@ -108,7 +62,7 @@ async fn allocating_writes_allocate_nothing_per_command_once_warm() {
         .unwrap();
     let host = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
-        .on_thread_start(|| ON_HOST.with(|h| h.set(true)))
+        .on_thread_start(counting_alloc::mark_host_thread)
         .enable_all()
         .build()
         .unwrap();
@@ -125,12 +79,12 @@ async fn allocating_writes_allocate_nothing_per_command_once_warm() {
             let mut before = 0;
             for slot in 0..WARM + COUNTED {
                 if slot == WARM {
-                    before = TARGET_ALLOCS.load(Ordering::Relaxed);
+                    before = counting_alloc::target_allocs();
                 }
                 let (sqe, data) = io::write(slot * stride, &payload, false);
                 ok(&q.cmd(sqe, data).await);
             }
-            let allocs = TARGET_ALLOCS.load(Ordering::Relaxed) - before;
+            let allocs = counting_alloc::target_allocs() - before;
             // Each fresh cluster reads back as the write's block, then zeros to its end.
             for slot in [0, WARM + COUNTED - 1] {
                 let blocks = u32::try_from(cluster.min(1 << 20) / BLOCK).unwrap();
