@@ -574,13 +574,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn two_invalid_copies_are_corruption_not_a_fresh_start() {
-        let mut store = Store::open(CutMedia::default()).unwrap().0;
+    /// The media after the first two states of [`history`] were saved: one in each copy.
+    fn first_two_saved() -> CutMedia {
         let states = history();
+        let mut store = Store::open(CutMedia::default()).unwrap().0;
         store.save(&states[0]).unwrap();
         store.save(&states[1]).unwrap();
-        let mut media = store.media().clone();
+        store.media().clone()
+    }
+
+    #[test]
+    fn two_invalid_copies_are_corruption_not_a_fresh_start() {
+        let mut media = first_two_saved();
         for copy in media.copies.iter_mut().flatten() {
             copy[20] ^= 0xff;
         }
@@ -614,11 +619,7 @@ mod tests {
     /// files left as found: `tests/golden_record.rs`).
     #[test]
     fn a_record_of_a_newer_format_refuses_the_open_and_is_never_written_over() {
-        let states = history();
-        let mut store = Store::open(CutMedia::default()).unwrap().0;
-        store.save(&states[0]).unwrap();
-        store.save(&states[1]).unwrap();
-        let two = store.media().clone();
+        let two = first_two_saved();
         let mut one = CutMedia::default();
         one.copies[0] = two.copies[0].clone();
         for (media, copy) in [(&two, 0), (&two, 1), (&one, 0)] {
@@ -665,10 +666,7 @@ mod tests {
     #[test]
     fn a_newer_format_byte_in_a_broken_frame_is_a_torn_write_and_format_0_is_damage() {
         let states = history();
-        let mut store = Store::open(CutMedia::default()).unwrap().0;
-        store.save(&states[0]).unwrap();
-        store.save(&states[1]).unwrap();
-        let newest = store.media().clone();
+        let newest = first_two_saved();
         let older = usize::from(decode(newest.copies[0].as_ref().unwrap()).unwrap().0 == 2);
         let mut torn = newest.clone();
         torn.copies[1 - older].as_mut().unwrap()[4] = 2;
