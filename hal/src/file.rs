@@ -132,16 +132,8 @@ impl FileDevice {
     }
 
     fn zero_fill(&self, block: u64, count: u64) -> Result<(), Error> {
-        const CHUNK: u64 = 256;
         let bs = u64::from(self.block_size());
-        let zeros = AlignedBuf::zeroed((CHUNK * bs) as usize);
-        let mut b = block;
-        while b < block + count {
-            let n = CHUNK.min(block + count - b);
-            self.write_blocks(b, &zeros[..(n * bs) as usize])?;
-            b += n;
-        }
-        Ok(())
+        crate::buf::write_zeros(bs, block, count, |b, zeros| self.write_blocks(b, zeros))
     }
 }
 

@@ -112,18 +112,14 @@ impl PoolDevice {
             Self::Block(d) => d.zero_blocks(block, count),
             #[cfg(feature = "testing")]
             Self::Faulty(f) => {
-                const CHUNK: u64 = 256;
                 let mut dev = lock(f);
                 let bs = u64::from(dev.inner_mut().block_size());
-                let zeros = crate::AlignedBuf::zeroed(usize::try_from(CHUNK * bs).unwrap_or(0));
-                let mut b = block;
-                while b < block + count {
-                    let n = CHUNK.min(block + count - b);
-                    let len = usize::try_from(n * bs).unwrap_or(usize::MAX);
-                    dev.write_blocks(b, &zeros[..len])?;
-                    b += n;
-                }
-                Ok(())
+                crate::buf::write_zeros(
+                    bs,
+                    block,
+                    count,
+                    |b, zeros| Ok(dev.write_blocks(b, zeros)?),
+                )
             }
         }
     }

@@ -150,7 +150,6 @@ pub(super) fn lay_out(
     Ok(parts)
 }
 
-/// Fills the parts of a fresh cluster that `seg` does not cover, as core asks.
 /// Zeros `len` bytes at device offset `at` (the rest of a new cluster) without sending them: a
 /// hole in a file pool, Write Zeroes on a drive. Writing them cost a cluster of zeros through
 /// the page cache or the bus for every allocating write, and a buffer to send them from.
@@ -164,6 +163,7 @@ fn write_zeros(dev: &mut Dev, at: u64, len: u64) -> Result<(), TargetStatus> {
         .map_err(|e| dev_err(&e, Access::Write))
 }
 
+/// Fills the parts of a fresh cluster that `seg` does not cover, as core asks.
 fn prepare(pool: &mut Pool<Dev>, seg: &WriteSegment) -> Result<(), TargetStatus> {
     let cs = u64::from(pool.cluster_size());
     let within = seg.offset % cs;
