@@ -107,6 +107,8 @@ run "data path" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --benc
 run "QoS" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench qos -- "${qarg[@]}"
 run "DH-HMAC-CHAP transaction (target side)" cargo bench -q "${bench_profile[@]}" -p edgevol-nvmeof \
     --features test-initiator --bench auth -- "${qarg[@]}"
+run "snapshot metadata" cargo bench -q "${bench_profile[@]}" -p edgevol-appliance --bench snapshot_metadata \
+    -- "${qarg[@]}"
 
 # Data path in QEMU and the image's boot-to-ready (scripts/bench-qemu.sh: two TCG VMs, fio, minutes
 # of runtime): full mode only. A failure there is reported and does not stop the other benches.

@@ -96,7 +96,6 @@ async fn orchestrator_calls_are_served() {
         vec![cap.clone()],
         &[
             ("provisioning", "thin"),
-            ("fsType", "ext4"),
             ("csi.storage.k8s.io/pvc/name", "data"),
             ("csi.storage.k8s.io/pvc/namespace", "default"),
             ("csi.storage.k8s.io/pv/name", "pvc-e2e-k8s"),
