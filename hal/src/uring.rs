@@ -9,7 +9,9 @@
 //!
 //! Buffers are moved into the ring and owned by it until the kernel has finished with them: the
 //! caller cannot touch or free memory the kernel writes. Dropping a ring waits for what is in
-//! flight for the same reason.
+//! flight for the same reason. A buffer is an [`AlignedBuf`] or a region of a `Vec<u8>`
+//! ([`IoBuf::region`]: a received write's data, which the device writes from without a copy);
+//! either way its heap memory does not move while the ring holds it.
 //!
 //! Short transfers and `EAGAIN`/`EINTR` resubmit the rest; any other error fails the operation
 //! (after its other parts finished: the buffer is not returned while the kernel still uses it).
@@ -23,8 +25,82 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use io_uring::{opcode, types, IoUring};
 
-use crate::buf::AlignedBuf;
+use crate::buf::{is_aligned, AlignedBuf, IO_ALIGN};
 use crate::error::Error;
+
+/// A buffer the ring owns while the kernel uses it.
+#[derive(Debug)]
+pub struct IoBuf(Owned);
+
+#[derive(Debug)]
+enum Owned {
+    Aligned(AlignedBuf),
+    /// `bytes[start..start + len]`; the `Vec` is never resized here, so its memory stays put.
+    Region {
+        bytes: Vec<u8>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl IoBuf {
+    /// The bytes `start..start + len` of `bytes`; `bytes` back when that is not inside it.
+    pub fn region(bytes: Vec<u8>, start: usize, len: usize) -> Result<Self, Vec<u8>> {
+        if start.checked_add(len).is_none_or(|end| end > bytes.len()) {
+            return Err(bytes);
+        }
+        Ok(IoBuf(Owned::Region { bytes, start, len }))
+    }
+
+    /// What it was made from.
+    pub fn into_parts(self) -> IoBufParts {
+        match self.0 {
+            Owned::Aligned(b) => IoBufParts::Aligned(b),
+            Owned::Region { bytes, start, len } => IoBufParts::Region { bytes, start, len },
+        }
+    }
+}
+
+/// What an [`IoBuf`] was made from, back from the ring.
+#[derive(Debug)]
+pub enum IoBufParts {
+    /// An aligned buffer.
+    Aligned(AlignedBuf),
+    /// A region of a `Vec` ([`IoBuf::region`]).
+    Region {
+        /// The `Vec`, unchanged but for what a read put in the region.
+        bytes: Vec<u8>,
+        /// Where the region starts.
+        start: usize,
+        /// Its length.
+        len: usize,
+    },
+}
+
+impl From<AlignedBuf> for IoBuf {
+    fn from(b: AlignedBuf) -> Self {
+        IoBuf(Owned::Aligned(b))
+    }
+}
+
+impl std::ops::Deref for IoBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Owned::Aligned(b) => b,
+            Owned::Region { bytes, start, len } => &bytes[*start..*start + *len],
+        }
+    }
+}
+
+impl std::ops::DerefMut for IoBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match &mut self.0 {
+            Owned::Aligned(b) => b,
+            Owned::Region { bytes, start, len } => &mut bytes[*start..*start + *len],
+        }
+    }
+}
 
 /// Parts of one operation (device extents). A command over more clusters than this is not
 /// given to the ring.
@@ -50,7 +126,7 @@ enum Dir {
 struct Op<T> {
     tag: T,
     dir: Dir,
-    buf: AlignedBuf,
+    buf: IoBuf,
     parts: [Part; PARTS_MAX],
     /// Bytes of each part already transferred.
     moved: [usize; PARTS_MAX],
@@ -65,7 +141,7 @@ pub struct Finished<T> {
     /// What it was submitted with (the caller's record of it).
     pub tag: T,
     /// Its buffer, back.
-    pub buf: AlignedBuf,
+    pub buf: IoBuf,
     /// Every part transferred, or the first error.
     pub result: Result<(), Error>,
 }
@@ -77,7 +153,7 @@ pub struct Refused<T> {
     /// Its tag.
     pub tag: T,
     /// Its buffer.
-    pub buf: AlignedBuf,
+    pub buf: IoBuf,
     /// Why.
     pub error: io::Error,
 }
@@ -93,6 +169,8 @@ pub struct Ring<T> {
     /// SQEs submitted and not completed: never above the CQ's size, so none is lost.
     in_kernel: u32,
     cq_entries: u32,
+    /// The file bypasses the page cache: buffers must start at an [`IO_ALIGN`] boundary.
+    direct: bool,
 }
 
 impl<T> std::fmt::Debug for Ring<T> {
@@ -124,6 +202,11 @@ impl<T> Ring<T> {
         let event = unsafe { OwnedFd::from_raw_fd(fd) };
         ring.submitter().register_eventfd(event.as_raw_fd())?;
         let cq_entries = ring.params().cq_entries();
+        // SAFETY: F_GETFL takes no memory arguments; a negative return is an error.
+        let fl = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        if fl < 0 {
+            return Err(io::Error::last_os_error());
+        }
         Ok(Ring {
             ring,
             file,
@@ -132,6 +215,7 @@ impl<T> Ring<T> {
             free: Vec::new(),
             in_kernel: 0,
             cq_entries,
+            direct: fl & libc::O_DIRECT != 0,
         })
     }
 
@@ -151,26 +235,36 @@ impl<T> Ring<T> {
     }
 
     /// Reads each part from the device into `buf`; `tag` comes back with it.
-    pub fn read(&mut self, buf: AlignedBuf, parts: &[Part], tag: T) -> Result<(), Refused<T>> {
-        self.start(Dir::Read, buf, parts, tag)
-    }
-
-    /// Writes each part of `buf` to the device; `tag` comes back with it.
-    pub fn write(&mut self, buf: AlignedBuf, parts: &[Part], tag: T) -> Result<(), Refused<T>> {
-        self.start(Dir::Write, buf, parts, tag)
-    }
-
-    fn start(
+    pub fn read(
         &mut self,
-        dir: Dir,
-        buf: AlignedBuf,
+        buf: impl Into<IoBuf>,
         parts: &[Part],
         tag: T,
     ) -> Result<(), Refused<T>> {
+        self.start(Dir::Read, buf.into(), parts, tag)
+    }
+
+    /// Writes each part of `buf` to the device; `tag` comes back with it.
+    pub fn write(
+        &mut self,
+        buf: impl Into<IoBuf>,
+        parts: &[Part],
+        tag: T,
+    ) -> Result<(), Refused<T>> {
+        self.start(Dir::Write, buf.into(), parts, tag)
+    }
+
+    /// Whether the ring takes `buf` for its file: on an `O_DIRECT` file only memory that starts
+    /// at an [`IO_ALIGN`] boundary (the kernel would fail the I/O with `EINVAL`).
+    pub fn takes(&self, buf: &[u8]) -> bool {
+        !self.direct || is_aligned(buf, IO_ALIGN)
+    }
+
+    fn start(&mut self, dir: Dir, buf: IoBuf, parts: &[Part], tag: T) -> Result<(), Refused<T>> {
         let fits = parts
             .iter()
             .all(|p| p.at.checked_add(p.len).is_some_and(|end| end <= buf.len()) && p.len > 0);
-        if !fits || parts.is_empty() {
+        if !fits || parts.is_empty() || !self.takes(&buf) {
             return Err(Refused {
                 tag,
                 buf,
@@ -520,5 +614,74 @@ mod tests {
         tags.sort_unstable();
         assert_eq!(tags, [0, 1, 2, 3]);
         assert_eq!(ring.in_flight(), 0);
+    }
+
+    /// A page-aligned region of a `Vec` (how a received write's data arrives) is written from
+    /// where it lies, on an `O_DIRECT` file too, and comes back whole; a region that does not
+    /// start at a page boundary is refused on an `O_DIRECT` file, before anything starts.
+    #[test]
+    fn a_vec_region_is_written_in_place_and_an_unaligned_one_refused_on_o_direct() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let path = dir.path().join("dev");
+        std::fs::write(&path, vec![0u8; 64 * 1024]).unwrap();
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path);
+        let Ok(f) = opened else {
+            eprintln!("no O_DIRECT on this file system: skipped");
+            return;
+        };
+        let Some(mut ring) = ring_or_skip(&f) else {
+            return;
+        };
+        let mut bytes = vec![0u8; 3 * 4096];
+        let start = (IO_ALIGN - bytes.as_ptr().addr() % IO_ALIGN) % IO_ALIGN;
+        let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+        bytes[start..start + 8192].copy_from_slice(&data);
+        let at = bytes[start..].as_ptr();
+        let part = Part {
+            device_offset: 16 << 10,
+            at: 0,
+            len: 8192,
+        };
+        let region = IoBuf::region(bytes, start, 8192).unwrap();
+        ring.write(region, &[part], 1).unwrap();
+        let done = wait_one(&mut ring);
+        done.result.unwrap();
+        assert_eq!(done.buf.as_ptr(), at, "written from its own memory");
+        let IoBufParts::Region {
+            bytes,
+            start: back_start,
+            len,
+        } = done.buf.into_parts()
+        else {
+            panic!("a region comes back as a region");
+        };
+        assert_eq!((back_start, len), (start, 8192));
+        let mut on_disk = vec![0u8; 8192];
+        std::fs::File::open(&path)
+            .unwrap()
+            .read_exact_at(&mut on_disk, 16 << 10)
+            .unwrap();
+        assert_eq!(on_disk, data);
+
+        let skewed = IoBuf::region(bytes, start + 512, 4096).unwrap();
+        let refused = ring
+            .write(skewed, &[Part { len: 4096, ..part }], 2)
+            .unwrap_err();
+        assert_eq!(refused.error.kind(), io::ErrorKind::InvalidInput);
+        assert!(matches!(
+            refused.buf.into_parts(),
+            IoBufParts::Region { start: s, .. } if s == start + 512
+        ));
+        assert_eq!(ring.in_flight(), 0);
+
+        // Outside its Vec: no region at all.
+        assert!(IoBuf::region(vec![0; 10], 8, 4).is_err());
     }
 }

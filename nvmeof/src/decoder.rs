@@ -8,6 +8,7 @@
 //! PDU is framed. After a fatal error the decoder stays failed and consumes nothing.
 
 use crate::cqe::{Cqe, CQE_LEN};
+use crate::data_buf::{DataBuf, DATA_ALIGN};
 use crate::pdu::{
     crc32c, data_offset, flags, CapsuleCmd, CapsuleResp, DataPdu, Digests, Direction, IcReq,
     IcResp, Pdu, PduType, R2t, TermReq, COMMON_HEADER_LEN, DIGEST_LEN, TERM_REQ_MAX_DATA,
@@ -74,17 +75,20 @@ pub struct Decoder {
     last_header: [u8; TERM_REQ_MAX_DATA],
     last_header_len: usize,
     /// Data buffers handed back by the consumer ([`Decoder::recycle`]), for the next PDUs' data.
-    spare: Vec<Vec<u8>>,
+    spare: Vec<DataBuf>,
+    /// Bytes the spare buffers have allocated.
     spare_bytes: usize,
     /// The data of the PDU being decoded: copied from the input straight into the buffer the
-    /// PDU will own (the header, padding and digest gather in `buf`).
-    data: Vec<u8>,
+    /// PDU will own (the header, padding and digest gather in `buf`), page-aligned so that a
+    /// write's data can go to an `O_DIRECT` device as it is.
+    data: DataBuf,
 }
 
-/// Bytes of spare data buffers kept (a full queue of 4 KiB writes, or 16 of 128 KiB), and the
-/// largest kept (one H2CData PDU at the default MAXH2CDATA).
+/// Bytes of spare data buffers kept, counting their alignment slack (a full queue of 4 KiB
+/// writes, or 15 of 128 KiB), and the largest allocation kept (one H2CData PDU at the default
+/// MAXH2CDATA, with its slack).
 const SPARE_BYTES: usize = 2 << 20;
-const SPARE_MAX: usize = 128 * 1024;
+const SPARE_MAX: usize = 128 * 1024 + DATA_ALIGN;
 
 /// What one [`Decoder::decode`] call produced.
 #[derive(Debug)]
@@ -95,8 +99,32 @@ pub struct Decoded {
     pub result: Option<Result<Pdu, PduError>>,
 }
 
+/// The buffers input is moved into.
+trait Fill {
+    fn len(&self) -> usize;
+    fn extend_from_slice(&mut self, s: &[u8]);
+}
+
+impl Fill for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn extend_from_slice(&mut self, s: &[u8]) {
+        Vec::extend_from_slice(self, s);
+    }
+}
+
+impl Fill for DataBuf {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    fn extend_from_slice(&mut self, s: &[u8]) {
+        DataBuf::extend_from_slice(self, s);
+    }
+}
+
 /// Moves bytes of `input` from `consumed` on into `dst` until it holds `need`; whether it does.
-fn move_into(dst: &mut Vec<u8>, input: &[u8], consumed: &mut usize, need: usize) -> bool {
+fn move_into(dst: &mut impl Fill, input: &[u8], consumed: &mut usize, need: usize) -> bool {
     if dst.len() < need {
         let take = (need - dst.len()).min(input.len() - *consumed);
         dst.extend_from_slice(&input[*consumed..*consumed + take]);
@@ -126,14 +154,14 @@ impl Decoder {
             last_header_len: 0,
             spare: Vec::new(),
             spare_bytes: 0,
-            data: Vec::new(),
+            data: DataBuf::default(),
         }
     }
 
     /// Takes back a PDU's data buffer once its consumer is done with it: the next PDU with data
     /// reuses it instead of allocating.
-    pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        let size = buf.capacity();
+    pub fn recycle(&mut self, mut buf: DataBuf) {
+        let size = buf.allocated();
         if size > 0 && size <= SPARE_MAX && self.spare_bytes + size <= SPARE_BYTES {
             buf.clear();
             self.spare_bytes += size;
@@ -169,10 +197,11 @@ impl Decoder {
 
     /// The rest of the data of the PDU being decoded, when its header has been checked and the
     /// input ran out in its data: the buffer the PDU will own and how many bytes it still
-    /// lacks. The caller may append up to that many bytes (received straight into it, with no
-    /// copy through its input buffer), then calls [`Decoder::decode`] again, with no input if
-    /// it has none: the PDU may be complete.
-    pub fn data_sink(&mut self) -> Option<(&mut Vec<u8>, usize)> {
+    /// lacks. The caller may receive up to that many bytes straight into its
+    /// [`DataBuf::spare_mut`] (no copy through its input buffer) and [`DataBuf::commit`] them,
+    /// then calls [`Decoder::decode`] again, with no input if it has none: the PDU may be
+    /// complete.
+    pub fn data_sink(&mut self) -> Option<(&mut DataBuf, usize)> {
         let f = self.framing?;
         let in_data = !self.failed
             && self.header_checked
@@ -269,10 +298,15 @@ impl Decoder {
     /// Moves input into the PDU's data buffer until it holds `len` bytes; whether it does.
     fn fill_data(&mut self, input: &[u8], consumed: &mut usize, len: usize) -> bool {
         if self.data.capacity() == 0 {
-            // The PDU's own buffer, recycled when there is one.
-            self.data = self.spare.pop().unwrap_or_default();
-            self.spare_bytes -= self.data.capacity();
-            self.data.reserve_exact(len);
+            // The PDU's own buffer: a recycled one that holds it when there is one.
+            self.data = match self.spare.iter().rposition(|b| b.capacity() >= len) {
+                Some(i) => {
+                    let b = self.spare.swap_remove(i);
+                    self.spare_bytes -= b.allocated();
+                    b
+                }
+                None => DataBuf::with_capacity(len),
+            };
         }
         move_into(&mut self.data, input, consumed, len)
     }
@@ -454,7 +488,7 @@ impl Decoder {
     }
 }
 
-fn build(ty: PduType, b: &[u8], data: Vec<u8>) -> Pdu {
+fn build(ty: PduType, b: &[u8], data: DataBuf) -> Pdu {
     let fl = b[1];
     match ty {
         PduType::IcReq => Pdu::IcReq(IcReq {
@@ -473,7 +507,8 @@ fn build(ty: PduType, b: &[u8], data: Vec<u8>) -> Pdu {
             let t = TermReq {
                 fes: le16(b, 8),
                 fei: le32(b, 10),
-                header: data,
+                // At most 128 bytes, once per connection: a copy costs nothing.
+                header: data.to_vec(),
             };
             if ty == PduType::H2cTermReq {
                 Pdu::H2cTermReq(t)

@@ -257,7 +257,10 @@ impl Initiator {
                 pending.read_len = len;
             }
         }
-        let pdu = Pdu::CapsuleCmd(CapsuleCmd { sqe, data: capsule });
+        let pdu = Pdu::CapsuleCmd(CapsuleCmd {
+            sqe,
+            data: capsule.into(),
+        });
         pdu.encode(&opts, &mut self.tx)
             .map_err(|_| SubmitError::TooLarge)?;
         self.pending.insert(cid, pending);
@@ -450,7 +453,7 @@ impl Initiator {
                 offset: u32::try_from(offset).unwrap_or(u32::MAX),
                 last: next == end,
                 success: false,
-                data: part.to_vec(),
+                data: part.into(),
             });
             // Bounded by maxh2cdata: always encodes.
             let encoded = pdu.encode(&opts, &mut self.tx);

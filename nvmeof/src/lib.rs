@@ -34,6 +34,7 @@
 pub mod admin;
 pub mod auth;
 pub mod cqe;
+pub mod data_buf;
 pub mod decoder;
 pub mod fabrics;
 pub mod fabrics_cmd;

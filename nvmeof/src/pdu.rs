@@ -8,6 +8,7 @@
 //! Decoding lives in [`crate::decoder`].
 
 use crate::cqe::{Cqe, CQE_LEN};
+use crate::data_buf::DataBuf;
 use crate::sqe::{Sqe, SQE_LEN};
 
 /// Length of the common header.
@@ -207,8 +208,8 @@ pub struct TermReq {
 pub struct CapsuleCmd {
     /// The submission queue entry.
     pub sqe: Sqe,
-    /// In-capsule data (empty if none).
-    pub data: Vec<u8>,
+    /// In-capsule data (empty if none), page-aligned.
+    pub data: DataBuf,
 }
 
 /// Response capsule.
@@ -231,8 +232,8 @@ pub struct DataPdu {
     pub last: bool,
     /// SUCCESS flag (C2HData only).
     pub success: bool,
-    /// The data (`datal` is its length).
-    pub data: Vec<u8>,
+    /// The data (`datal` is its length), page-aligned.
+    pub data: DataBuf,
 }
 
 /// Ready to Transfer.

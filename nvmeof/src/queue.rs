@@ -18,6 +18,7 @@ use core::time::Duration;
 use std::collections::VecDeque;
 
 use crate::cqe::Cqe;
+use crate::data_buf::DataBuf;
 use crate::decoder::{Decoder, DecoderConfig};
 use crate::pdu::{
     C2hDataRef, CapsuleCmd, CapsuleResp, DataPdu, Digests, Direction, EncodeOptions, IcReq, IcResp,
@@ -131,8 +132,9 @@ pub struct Command {
     pub tag: CommandTag,
     /// The submission queue entry.
     pub sqe: Sqe,
-    /// Host-to-controller data (empty if none).
-    pub data: Vec<u8>,
+    /// Host-to-controller data (empty if none), page-aligned: give it back to
+    /// [`Queue::recycle`] when done.
+    pub data: DataBuf,
     /// Bytes of controller-to-host data the command expects (0 if none).
     pub read_len: u32,
 }
@@ -236,7 +238,7 @@ impl std::error::Error for HostError {}
 #[derive(Debug)]
 struct Receiving {
     sqe: Sqe,
-    data: Vec<u8>,
+    data: DataBuf,
     expected: u32,
     failed: Option<Status>,
 }
@@ -369,9 +371,9 @@ impl Queue {
 
     /// Where the rest of the PDU being received can go straight from the socket: the buffer its
     /// data will be handed over in, and how many bytes it lacks (see [`Decoder::data_sink`]).
-    /// Append at most that many, then call [`Queue::handle_input`] (with no input if there is
-    /// none).
-    pub fn data_sink(&mut self) -> Option<(&mut Vec<u8>, usize)> {
+    /// Receive at most that many into its [`DataBuf::spare_mut`] and [`DataBuf::commit`] them,
+    /// then call [`Queue::handle_input`] (with no input if there is none).
+    pub fn data_sink(&mut self) -> Option<(&mut DataBuf, usize)> {
         if self.is_closed() {
             return None;
         }
@@ -416,7 +418,7 @@ impl Queue {
 
     /// Takes back the data buffer of a finished command ([`Command::data`]) for the next
     /// PDUs' data (see [`Decoder::recycle`]).
-    pub fn recycle(&mut self, data: Vec<u8>) {
+    pub fn recycle(&mut self, data: DataBuf) {
         self.decoder.recycle(data);
     }
 
@@ -701,7 +703,7 @@ impl Queue {
                 *slot = Slot::Receiving(Receiving {
                     sqe,
                     // Filled by the H2CData PDUs; the first one's buffer is taken as is.
-                    data: Vec::new(),
+                    data: DataBuf::default(),
                     expected: length,
                     failed: None,
                 });
@@ -740,7 +742,7 @@ impl Queue {
                 self.events.push_back(Event::Command(Command {
                     tag,
                     sqe,
-                    data: Vec::new(),
+                    data: DataBuf::default(),
                     read_len,
                 }));
             }
@@ -775,20 +777,22 @@ impl Queue {
                 length,
             });
         }
-        if rx.data.is_empty() {
+        let expected = usize::try_from(rx.expected).unwrap_or(usize::MAX);
+        if rx.data.is_empty() && data.data.capacity() >= expected {
             // Usually the only PDU (MAXH2CDATA covers common writes): keep its buffer, no copy.
             rx.data = data.data;
-            let rest = usize::try_from(rx.expected)
-                .unwrap_or(0)
-                .saturating_sub(rx.data.len());
-            rx.data.reserve_exact(rest);
         } else {
+            if rx.data.is_empty() {
+                // The first of several PDUs: one buffer for the whole transfer.
+                rx.data = DataBuf::with_capacity(expected);
+            }
             rx.data.extend_from_slice(&data.data);
+            self.decoder.recycle(data.data);
         }
         if rx.failed.is_none() {
             rx.failed = digest_error;
         }
-        if rx.data.len() < usize::try_from(rx.expected).unwrap_or(usize::MAX) {
+        if rx.data.len() < expected {
             return Ok(());
         }
         let cid = rx.sqe.cid();

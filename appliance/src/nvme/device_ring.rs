@@ -20,14 +20,13 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use edgevol_hal::uring::{Part, Refused, Ring};
-use edgevol_hal::AlignedBuf;
+use edgevol_hal::uring::{IoBuf, Part, Refused, Ring};
 use tokio::io::unix::AsyncFd;
 
 use super::io::{Gate, Landing};
 
 /// A finished operation: the command's record, its buffer, and how it went.
-pub type Reaped<T> = (T, AlignedBuf, Result<(), edgevol_hal::Error>);
+pub type Reaped<T> = (T, IoBuf, Result<(), edgevol_hal::Error>);
 
 /// A queue's record of one operation.
 pub trait Record: Send + 'static {
@@ -106,13 +105,19 @@ impl<T: Record> DeviceRing<T> {
         self.shared.lock().ring.has_room(parts)
     }
 
+    /// Whether the ring writes from (or reads into) `buf` as it is: on an `O_DIRECT` device,
+    /// only page-aligned memory.
+    pub fn takes(&self, buf: &[u8]) -> bool {
+        self.shared.lock().ring.takes(buf)
+    }
+
     /// Starts reading `parts` into `buf`; on refusal everything comes back.
-    pub fn read(&mut self, buf: AlignedBuf, parts: &[Part], record: T) -> Result<(), Refused<T>> {
+    pub fn read(&mut self, buf: IoBuf, parts: &[Part], record: T) -> Result<(), Refused<T>> {
         self.shared.lock().ring.read(buf, parts, record)
     }
 
     /// Starts writing `parts` of `buf`; on refusal everything comes back.
-    pub fn write(&mut self, buf: AlignedBuf, parts: &[Part], record: T) -> Result<(), Refused<T>> {
+    pub fn write(&mut self, buf: IoBuf, parts: &[Part], record: T) -> Result<(), Refused<T>> {
         self.shared.lock().ring.write(buf, parts, record)
     }
 
@@ -166,6 +171,7 @@ mod tests {
     use std::time::Duration;
 
     use edgevol_core::Quiesce;
+    use edgevol_hal::AlignedBuf;
 
     use super::*;
 
@@ -205,7 +211,7 @@ mod tests {
                 len: 4096,
             };
             let record = Held(Some(gate.enter()), landed.clone());
-            ring.write(buf, &[part], record).unwrap();
+            ring.write(buf.into(), &[part], record).unwrap();
         }
         // Queued, not even submitted: the queue's thread went to take the pool lock.
         assert_eq!(gate.running(), 4);

@@ -83,7 +83,7 @@ fn sample_pdus() -> Vec<Pdu> {
         }),
         Pdu::CapsuleCmd(CapsuleCmd {
             sqe: read,
-            data: vec![],
+            data: DataBuf::default(),
         }),
         Pdu::CapsuleResp(CapsuleResp {
             cqe: Cqe::new(7, StatusCode::InvalidField.status(), 0x55),
@@ -94,7 +94,7 @@ fn sample_pdus() -> Vec<Pdu> {
             offset: 4096,
             last: true,
             success: false,
-            data: vec![0xab; 4096],
+            data: vec![0xab; 4096].into(),
         }),
         Pdu::C2hData(DataPdu {
             cccid: 8,
@@ -102,7 +102,7 @@ fn sample_pdus() -> Vec<Pdu> {
             offset: 0,
             last: true,
             success: true,
-            data: vec![0xcd; 513],
+            data: vec![0xcd; 513].into(),
         }),
         Pdu::R2t(R2t {
             cccid: 7,
@@ -151,7 +151,7 @@ fn wire_layout_matches_linux() {
         offset: 0,
         last: true,
         success: false,
-        data: vec![1, 2, 3, 4],
+        data: vec![1, 2, 3, 4].into(),
     });
     let mut b = Vec::new();
     pdu.encode(
@@ -305,7 +305,7 @@ fn oversized_plen_is_refused_before_buffering() {
         offset: 0,
         last: true,
         success: false,
-        data: vec![0; 8192],
+        data: vec![0; 8192].into(),
     });
     let b = encoded(&data, Digests::NONE);
     let mut dec = Decoder::new(cfg);
@@ -431,7 +431,7 @@ proptest! {
     ) {
         let opts = EncodeOptions { digests: Digests { header, data: ddgst }, pda };
         let mut owned = Vec::new();
-        Pdu::C2hData(DataPdu { cccid, ttag: 0, offset, last, success: false, data: data.clone() })
+        Pdu::C2hData(DataPdu { cccid, ttag: 0, offset, last, success: false, data: data.clone().into() })
             .encode(&opts, &mut owned)
             .unwrap();
         let mut borrowed = Vec::new();
@@ -450,7 +450,7 @@ fn a_recycled_buffer_carries_the_next_pdus_data() {
             offset: 0,
             last: true,
             success: false,
-            data: vec![byte; 4096],
+            data: vec![byte; 4096].into(),
         })
         .encode(&EncodeOptions::default(), &mut b)
         .unwrap();
@@ -489,11 +489,13 @@ fn large_data_goes_straight_into_the_recycled_buffer() {
         offset: 0,
         last: true,
         success: false,
-        data: data.clone(),
+        data: data.clone().into(),
     });
     let wire = encoded(&pdu, digests);
     let mut dec = Decoder::new(config(Direction::ControllerToHost, digests));
-    dec.recycle(Vec::with_capacity(128 * 1024));
+    let spare = DataBuf::with_capacity(128 * 1024);
+    let recycled_at = spare.as_ptr();
+    dec.recycle(spare);
     let mut got = None;
     let mut at = 0;
     for chunk in wire.chunks(1448) {
@@ -516,7 +518,8 @@ fn large_data_goes_straight_into_the_recycled_buffer() {
         panic!("expected H2CData, got {got:?}");
     };
     assert_eq!(d.data, data);
-    assert_eq!(d.data.capacity(), 128 * 1024, "the recycled allocation");
+    assert_eq!(d.data.as_ptr(), recycled_at, "the recycled allocation");
+    assert!(d.data.is_aligned(), "page-aligned for an O_DIRECT write");
 
     // A flipped data byte is a data digest error, the PDU still handed back.
     let mut bad = wire.clone();
@@ -540,7 +543,7 @@ fn data_through_the_sink_decodes_as_input_does() {
         offset: 0,
         last: true,
         success: false,
-        data: data.clone(),
+        data: data.clone().into(),
     });
     for (digests, corrupt) in [
         (Digests::NONE, false),

@@ -102,8 +102,13 @@ impl Pair {
             self.target.complete(cmd.tag, Completion::success(1))
         } else if sqe.opcode() == 0x01 {
             let at = lba_bytes();
+            // Received page-aligned (in the capsule, or over several H2CData PDUs), as an
+            // O_DIRECT device writes it.
+            assert!(cmd.data.is_aligned(), "{} bytes aligned", cmd.data.len());
             self.ram[at..at + cmd.data.len()].copy_from_slice(&cmd.data);
-            self.target.complete(cmd.tag, Completion::success(0))
+            let done = self.target.complete(cmd.tag, Completion::success(0));
+            self.target.recycle(cmd.data);
+            done
         } else if sqe.opcode() == 0x02 {
             let at = lba_bytes();
             let len = usize::try_from(cmd.read_len).unwrap();
@@ -339,7 +344,7 @@ fn write_capsule(cid: u16, len: usize) -> Pdu {
         .set_in_capsule(u32::try_from(len).unwrap());
     Pdu::CapsuleCmd(CapsuleCmd {
         sqe,
-        data: pattern(len, 9),
+        data: pattern(len, 9).into(),
     })
 }
 
@@ -427,7 +432,7 @@ fn h2c_data_with_unknown_ttag_terminates() {
                 offset: 0,
                 last: true,
                 success: false,
-                data: vec![1; 512],
+                data: vec![1; 512].into(),
             }),
             EncodeOptions::default(),
         );
@@ -462,7 +467,7 @@ fn answer_r2t_at(p: &mut Pair, offset: u32, len: usize) {
             offset,
             last: true,
             success: false,
-            data: vec![7; len],
+            data: vec![7; len].into(),
         }),
         p.host.encode_options(),
     );
@@ -704,7 +709,7 @@ fn bad_data_pointers_complete_with_a_status() {
     let mut q_bytes = raw(
         &Pdu::CapsuleCmd(CapsuleCmd {
             sqe,
-            data: vec![0; 512],
+            data: vec![0; 512].into(),
         }),
         EncodeOptions::default(),
     );
@@ -714,7 +719,7 @@ fn bad_data_pointers_complete_with_a_status() {
     q_bytes.extend_from_slice(&raw(
         &Pdu::CapsuleCmd(CapsuleCmd {
             sqe,
-            data: vec![0; 512],
+            data: vec![0; 512].into(),
         }),
         EncodeOptions::default(),
     ));
@@ -724,14 +729,20 @@ fn bad_data_pointers_complete_with_a_status() {
         .set_cid(702)
         .set_transport_data(64 << 20);
     q_bytes.extend_from_slice(&raw(
-        &Pdu::CapsuleCmd(CapsuleCmd { sqe, data: vec![] }),
+        &Pdu::CapsuleCmd(CapsuleCmd {
+            sqe,
+            data: DataBuf::default(),
+        }),
         EncodeOptions::default(),
     ));
     // A keyed SGL descriptor.
     let mut sqe = Sqe::default();
     sqe.set_opcode(0x02).set_cid(703).set_sgl(0x1000, 512, 0x40);
     q_bytes.extend_from_slice(&raw(
-        &Pdu::CapsuleCmd(CapsuleCmd { sqe, data: vec![] }),
+        &Pdu::CapsuleCmd(CapsuleCmd {
+            sqe,
+            data: DataBuf::default(),
+        }),
         EncodeOptions::default(),
     ));
     assert_eq!(p.target.handle_input(&q_bytes), q_bytes.len());
@@ -773,7 +784,10 @@ fn a_host_that_never_reads_cannot_grow_the_transmit_buffer() {
     let mut sqe = Sqe::default();
     sqe.set_opcode(0x02).set_sgl(0x1000, 512, 0x40);
     let one = raw(
-        &Pdu::CapsuleCmd(CapsuleCmd { sqe, data: vec![] }),
+        &Pdu::CapsuleCmd(CapsuleCmd {
+            sqe,
+            data: DataBuf::default(),
+        }),
         EncodeOptions::default(),
     );
     let stream: Vec<u8> = one

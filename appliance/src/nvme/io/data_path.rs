@@ -12,7 +12,9 @@ use edgevol_nvmeof::status::StatusCode;
 
 use super::gate::{Gate, GateGuard};
 use super::under_lock::{lay_out, write_segment};
-use super::{byte_range, lock, to_usize, Dev, Parts, ReadBuf, Request, Segments, SEGMENTS};
+use super::{
+    byte_range, lock, page_aligned, to_usize, Dev, Parts, ReadBuf, Request, Segments, SEGMENTS,
+};
 use crate::nvme::status::{from_core, from_device, Access, TargetStatus};
 use crate::state::State;
 
@@ -120,16 +122,17 @@ impl Drop for Pinned {
     }
 }
 
-/// Writes a mapped write's parts of `src` here, on this thread, and finishes it. `out` is
-/// scratch: `O_DIRECT` takes aligned memory only, and a copy into the queue's aligned buffer
-/// is cheaper than the bounce hal would allocate for every write.
+/// Writes a mapped write's parts of `src` here, on this thread, and finishes it. `src` is the
+/// host's buffer, page-aligned as the decoder receives it, so an `O_DIRECT` device writes from
+/// it as it is; `out` is scratch for data that is not aligned (never the decoder's), copied
+/// there rather than bounced through the aligned buffer hal would allocate for every write.
 pub fn land_write(
     data: &DataPath,
     mapped: MappedWrite,
     src: &[u8],
     out: &mut ReadBuf,
 ) -> Result<(), TargetStatus> {
-    let landed = if data.is_direct() && !mapped.parts.is_empty() {
+    let landed = if data.is_direct() && !mapped.parts.is_empty() && !page_aligned(src) {
         out.copy_from(src);
         let landed = write_parts(data, &mapped.parts, out.data());
         out.clear();
@@ -222,7 +225,8 @@ pub struct MappedWrite {
 }
 
 /// Maps a Write (`req.cmd` must be one, the host not read-only). On an `O_DIRECT` device,
-/// `scratch` (the command's aligned buffer) carries the data of what it allocates.
+/// what it allocates is written from the host's buffer, or through `scratch` (the command's
+/// aligned buffer) should that not be page-aligned.
 pub fn map_write(
     state: &Arc<State>,
     data_path: &DataPath,
@@ -271,7 +275,8 @@ pub fn map_write(
         } else {
             // Allocated: the new mapping is visible, so fill it before anyone looks.
             let result = segs[..n].iter().try_for_each(|seg| {
-                let aligned = data_path.is_direct().then_some(&mut *scratch);
+                let aligned =
+                    (data_path.is_direct() && !page_aligned(data)).then_some(&mut *scratch);
                 write_segment(&mut pool, seg, off, data, aligned)
             });
             pool.complete(ticket);

@@ -44,6 +44,7 @@ use smallvec::SmallVec;
 
 use edgevol_core::{Pool, VolumeId};
 use edgevol_hal::uring::Part;
+use edgevol_nvmeof::data_buf::DataBuf;
 use edgevol_nvmeof::io_cmd::IoCommand;
 use edgevol_nvmeof::status::StatusCode;
 
@@ -56,7 +57,7 @@ pub use data_path::{
     land_write, map_read, map_write, read_parts, write_parts, DataPath, MappedRead, MappedWrite,
 };
 pub use gate::{Gate, Landing};
-pub use read_buf::ReadBuf;
+pub use read_buf::{aligned_copies, ReadBuf};
 pub use under_lock::execute;
 
 /// Segments mapped per `map_write` call.
@@ -78,8 +79,8 @@ pub struct Request {
     pub lba_shift: u8,
     /// The command.
     pub cmd: IoCommand,
-    /// Host-to-controller data.
-    pub data: Vec<u8>,
+    /// Host-to-controller data (page-aligned: see [`edgevol_nvmeof::data_buf`]).
+    pub data: DataBuf,
 }
 
 impl Request {
@@ -110,6 +111,12 @@ fn byte_range(slba: u64, blocks: u32, shift: u8) -> Result<(u64, u64), TargetSta
 
 fn to_usize(v: u64) -> Result<usize, TargetStatus> {
     usize::try_from(v).map_err(|_| StatusCode::InternalError.into())
+}
+
+/// Whether `data` starts on a page boundary, as an `O_DIRECT` device needs (the decoder's
+/// buffers always do).
+fn page_aligned(data: &[u8]) -> bool {
+    data.as_ptr().addr().is_multiple_of(edgevol_hal::IO_ALIGN)
 }
 
 /// The pool, locked.

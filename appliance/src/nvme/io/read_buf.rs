@@ -1,6 +1,17 @@
 //! The buffer a command's data lives in, kept by its queue for the next command.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use edgevol_hal::AlignedBuf;
+
+/// Copies of a write's data into aligned memory ([`ReadBuf::copy_from`]), since start.
+static ALIGNED_COPIES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times a write's data was copied into aligned memory for an `O_DIRECT` device: the
+/// fallback for host data that is not page-aligned, which the decoder's buffers always are.
+pub fn aligned_copies() -> u64 {
+    ALIGNED_COPIES.load(Ordering::Relaxed)
+}
 
 /// A read's data: page-aligned, so that a read from an `O_DIRECT` device lands in it directly
 /// (hal bounces unaligned buffers through an aligned copy), and kept by the queue for the next
@@ -43,6 +54,7 @@ impl ReadBuf {
 
     /// Holds a copy of `data` (a write's, for the device ring's aligned I/O).
     pub fn copy_from(&mut self, data: &[u8]) {
+        ALIGNED_COPIES.fetch_add(1, Ordering::Relaxed);
         self.prepare(data.len()).copy_from_slice(data);
     }
 

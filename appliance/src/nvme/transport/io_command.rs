@@ -4,6 +4,7 @@
 
 use std::time::Instant as StdInstant;
 
+use edgevol_nvmeof::data_buf::DataBuf;
 use edgevol_nvmeof::io_cmd::IoCommand;
 use edgevol_nvmeof::status::{Status, StatusCode};
 
@@ -40,7 +41,7 @@ impl Begun {
         self,
         result: Result<(), TargetStatus>,
         buf: io::ReadBuf,
-        host_data: Vec<u8>,
+        host_data: DataBuf,
     ) -> Done {
         Done {
             begun: self,
@@ -58,7 +59,7 @@ pub(super) struct Done {
     /// The read's data; a spare buffer again once sent.
     buf: io::ReadBuf,
     /// The write's data, handed back to the queue's decoder for reuse.
-    host_data: Vec<u8>,
+    host_data: DataBuf,
 }
 
 /// Which Reads and cached Writes run in place on the queue's thread, with no ring or worker.
@@ -80,7 +81,7 @@ impl Conn {
         issued: Issued,
         ctrl: &Controller,
         cmd: IoCommand,
-        data: Vec<u8>,
+        data: DataBuf,
     ) {
         let Kind::Volume { id, readonly } = ctrl.kind else {
             return self.fail(issued, StatusCode::InvalidOpcode.into());

@@ -4,7 +4,6 @@
 
 use std::io::IoSlice;
 
-use bytes::BufMut;
 use edgevol_nvmeof::queue::{Queue, Splice};
 use smallvec::SmallVec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -102,7 +101,12 @@ impl Link {
     pub(super) async fn receive(&mut self, queue: &mut Queue) -> std::io::Result<usize> {
         if let Some((data, lacking)) = queue.data_sink() {
             if lacking >= SINK_MIN {
-                let n = self.rd.read_buf(&mut data.limit(lacking)).await?;
+                // Into the room after the data received so far (the buffer holds the PDU's
+                // data whole, so the room is at least what it lacks).
+                let room = data.spare_mut();
+                let take = lacking.min(room.len());
+                let n = self.rd.read(&mut room[..take]).await?;
+                data.commit(n);
                 self.sunk = true;
                 return Ok(n);
             }

@@ -4,7 +4,8 @@
 //! command the ring cannot take now runs in place.
 
 use edgevol_core::DeviceError;
-use edgevol_hal::uring::Refused;
+use edgevol_hal::uring::{IoBuf, IoBufParts, Refused};
+use edgevol_nvmeof::data_buf::DataBuf;
 use edgevol_nvmeof::status::StatusCode;
 
 use super::in_place::caught;
@@ -24,6 +25,8 @@ pub(super) struct OnRing {
     op: RingOp,
     /// The read's length (the buffer's data); 0 for a write.
     len: usize,
+    /// A write's spare read buffer, the queue's again when the write is done.
+    spare: Option<io::ReadBuf>,
 }
 
 /// What a ring operation does, with what pins its clusters until it lands.
@@ -88,7 +91,7 @@ impl Conn {
         let read = match mapped {
             Ok(read) => read,
             // A Read carries no host data.
-            Err(s) => return self.finish_io(begun.done(Err(s), buf, Vec::new())),
+            Err(s) => return self.finish_io(begun.done(Err(s), buf, DataBuf::default())),
         };
         let ring = &mut self.ring.as_mut().expect("checked by run_io").ring;
         if read.parts.is_empty() || !ring.has_room(read.parts.len()) {
@@ -98,7 +101,7 @@ impl Conn {
                 None => Err(StatusCode::InternalError.into()),
             };
             drop(read);
-            return self.finish_io(begun.done(result, buf, Vec::new()));
+            return self.finish_io(begun.done(result, buf, DataBuf::default()));
         }
         let parts = read.parts.clone();
         let (abuf, len) = buf.into_parts();
@@ -106,14 +109,15 @@ impl Conn {
             begun,
             op: RingOp::Read(read),
             len,
+            spare: None,
         };
-        let started = ring.read(abuf, &parts, record);
+        let started = ring.read(abuf.into(), &parts, record);
         self.on_ring(started);
     }
 
     /// Maps a cached Write under the pool lock (writing what it allocates there) and starts
-    /// the rest on the ring, from a copy in an aligned buffer; the host's buffer goes back to
-    /// the decoder at once.
+    /// the rest on the ring, from the host's own buffer (page-aligned as the decoder receives
+    /// it: no copy), which goes back to the decoder when the ring hands it back.
     pub(super) fn write_on_ring(
         &mut self,
         begun: Begun,
@@ -134,16 +138,30 @@ impl Conn {
             let result = caught(|| io::land_write(&data, write, &request.data, &mut buf));
             return self.finish_io(begun.done(result, buf, request.data));
         }
-        buf.copy_from(&request.data);
-        self.queue.recycle(request.data);
+        let host = if ring.takes(&request.data) {
+            let (bytes, start, len) = request.data.into_parts();
+            IoBuf::region(bytes, start, len).map_err(|bytes| DataBuf::from_parts(bytes, start, len))
+        } else {
+            Err(request.data)
+        };
+        let (iobuf, spare) = match host {
+            Ok(region) => (region, Some(buf)),
+            // Host data not page-aligned (the decoder's buffers always are): a copy, and the
+            // host's buffer back to the decoder at once.
+            Err(host_data) => {
+                buf.copy_from(&host_data);
+                self.queue.recycle(host_data);
+                (buf.into_parts().0.into(), None)
+            }
+        };
         let parts = write.parts.clone();
-        let (abuf, _) = buf.into_parts();
         let record = OnRing {
             begun,
             op: RingOp::Write(write),
             len: 0,
+            spare,
         };
-        let started = ring.write(abuf, &parts, record);
+        let started = ring.write(iobuf, &parts, record);
         self.on_ring(started);
     }
 
@@ -216,7 +234,17 @@ impl Conn {
             }
             RingOp::Write(write) => caught(|| write.finish(landed)),
         };
-        let buf = io::ReadBuf::from_parts(abuf, record.len);
-        self.finish_io(record.begun.done(result, buf, Vec::new()));
+        let (buf, host_data) = match abuf.into_parts() {
+            IoBufParts::Aligned(abuf) => (
+                io::ReadBuf::from_parts(abuf, record.len),
+                DataBuf::default(),
+            ),
+            // The host's buffer, written from: back to the decoder now that the ring is done.
+            IoBufParts::Region { bytes, start, len } => (
+                record.spare.unwrap_or_default(),
+                DataBuf::from_parts(bytes, start, len),
+            ),
+        };
+        self.finish_io(record.begun.done(result, buf, host_data));
     }
 }
