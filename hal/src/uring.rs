@@ -434,6 +434,19 @@ fn read_counter(fd: &OwnedFd, counter: &mut [u8; 8]) -> io::Result<()> {
 }
 
 impl<T> Ring<T> {
+    /// Makes the eventfd readable: for whoever reaped on the owner's behalf ([`Ring::wait_all`]
+    /// from another thread), which took the completions and the eventfd's count with them, so
+    /// that the owner, waiting on the eventfd, still looks.
+    pub fn notify(&self) -> io::Result<()> {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live 8-byte buffer.
+        let n = unsafe { libc::write(self.event.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Waits until the kernel has finished every submitted part; finished operations go to
     /// `done`.
     pub fn wait_all(&mut self, mut done: impl FnMut(Finished<T>)) -> io::Result<()> {

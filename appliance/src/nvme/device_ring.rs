@@ -13,8 +13,10 @@
 //! waiting for that lock, so it cannot be the only one to reap its ring: the ring is shared with
 //! the gate, which lands the writes itself ([`Landing`]). It waits for the ring's operations,
 //! lets each record leave the gate ([`Record::landed`]) and keeps the finished operations for
-//! the queue, which completes them when it next reaps. Nothing the gate does needs the pool
-//! lock, and the queue never holds the ring's lock while it takes the pool's.
+//! the queue, which completes them when it next reaps: the gate signals the ring's eventfd
+//! (its reaping reset it), so that a queue idle in its reactor wakes for them. Nothing the gate
+//! does needs the pool lock, and the queue never holds the ring's lock while it takes the
+//! pool's.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -64,6 +66,7 @@ impl<T: Record> Landing for Shared<T> {
     fn land(&self) {
         let mut inner = self.lock();
         let Inner { ring, landed } = &mut *inner;
+        let before = landed.len();
         let waited = ring.wait_all(|f| {
             let mut record = f.tag;
             record.landed();
@@ -71,6 +74,13 @@ impl<T: Record> Landing for Shared<T> {
         });
         if let Err(e) = waited {
             tracing::error!(%e, "io_uring wait for a snapshot failed");
+        }
+        // Reaping here reset the eventfd: wake the queue, or, idle in its reactor, it would
+        // not complete what landed until the host sent something else.
+        if landed.len() > before {
+            if let Err(e) = ring.notify() {
+                tracing::error!(%e, "io_uring eventfd signal failed");
+            }
         }
     }
 }
@@ -228,6 +238,11 @@ mod tests {
         assert!(waiter.is_finished(), "the snapshot's wait ended");
         waiter.join().unwrap();
         assert_eq!((gate.running(), landed.load(Ordering::Relaxed)), (0, 4));
+        // The gate took the completions and the eventfd's count with them: the queue, idle in
+        // its reactor, must still be woken to complete what landed.
+        tokio::time::timeout(Duration::from_secs(5), ring.ready())
+            .await
+            .expect("the queue is woken for what the gate landed");
         let mut done = Vec::new();
         ring.reap(&mut done);
         assert_eq!(done.len(), 4, "every operation comes back to the queue");
