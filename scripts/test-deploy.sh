@@ -24,7 +24,8 @@
 #   monitoring  deploy/monitoring: the alerting rules checked and unit-tested (promtool), and
 #               every metric the rules and the Grafana dashboard name served by a dev edgevold
 #   images      the OCI images built (scripts/build-images.sh) and their binaries and host tools
-#               (mkfs, mount, modprobe, mdadm...) run inside (needs root, a release build)
+#               (mkfs, mount, modprobe, mdadm, cryptsetup on a file...) run inside (needs root,
+#               a release build)
 # (default: all). Needs the debug binaries (cargo build, done here), Python tools from
 # scripts/setup-python.sh and promtool (Debian's prometheus package, installed here).
 #
@@ -270,6 +271,27 @@ part_images() {
         die "modprobe did not resolve nvme-tcp and nvme-fabrics: $out"
     fi
     log "ok: mkfs.ext4, e2fsck, resize2fs, mkfs.xfs, blkid, mount (loop), xfs_growfs, umount, fsck, mdadm, modprobe run inside the node image"
+    # cryptsetup (encrypted volumes) with its libraries, on a regular file: what needs no
+    # device-mapper. The passphrase on stdin as edgevol-node gives it; a small argon2id cost.
+    local luks=/tmp/luks.img
+    truncate -s 32M "$node/rootfs$luks"
+    printf 'right passphrase' | run_in "$node/rootfs" cryptsetup luksFormat --batch-mode \
+        --type luks2 --pbkdf argon2id --pbkdf-memory 32768 --pbkdf-parallel 1 --iter-time 100 \
+        --key-file=- "$luks"
+    # The header the appliance recognises a snapshot of an encrypted volume by: LUKS\xba\xbe, 2.
+    [[ "$(head -c 8 "$node/rootfs$luks" | od -An -tx1 | tr -d ' \n')" == 4c554b53babe0002 ]] ||
+        die "cryptsetup in the node image wrote no LUKS2 header at the file's start"
+    out="$(run_in "$node/rootfs" cryptsetup luksDump "$luks")"
+    grep -Eq '^Version:[[:space:]]+2$' <<<"$out" || die "luksDump shows no LUKS2 header: $out"
+    grep -Eq '^[[:space:]]+PBKDF:[[:space:]]+argon2id$' <<<"$out" || die "luksDump shows no argon2id slot: $out"
+    printf 'right passphrase' | run_in "$node/rootfs" cryptsetup open --test-passphrase --key-file=- "$luks" ||
+        die "cryptsetup in the node image refused the passphrase it formatted with"
+    local rc=0
+    printf 'wrong passphrase' | run_in "$node/rootfs" cryptsetup open --test-passphrase --key-file=- "$luks" 2>/dev/null || rc=$?
+    # 2: no key slot opens with this passphrase (cryptsetup's exit codes).
+    ((rc == 2)) || die "cryptsetup in the node image answered a wrong passphrase with exit $rc, not 2"
+    rm -f "$node/rootfs$luks"
+    log "ok: cryptsetup luksFormat (LUKS2, argon2id), luksDump and open --test-passphrase (right key opens, wrong key refused) run inside the node image"
 
     # The Swarm plugin: its config.json's entrypoint runs in its rootfs (busybox sh) and
     # refuses to start unconfigured, naming the setting.

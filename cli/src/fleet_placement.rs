@@ -6,17 +6,25 @@
 //! carries presence keys, one of them is X's. A segment that names no appliance allows every
 //! one; the appliance itself then checks its other keys.
 //!
-//! Placement is a pure function of the request and the volume's name: the boxes the preferred
-//! segments allow come first (in the segments' order), then the other allowed boxes, each group
-//! in rendezvous-hash order of (name, appliance id). A retry of CreateVolume therefore asks the
-//! same appliance first, which answers with the volume it already has: the appliance cannot be
-//! asked for a volume by name, so a placement that depended on free space (which the first
-//! attempt itself changed) could put the retry's volume on a second box.
+//! Placement is a pure function of the request, the volume's name and the candidates' free
+//! space: the boxes the preferred segments allow come first (in the segments' order), then the
+//! other allowed boxes; each group by free space (largest first; a box whose space is unknown
+//! last), then in rendezvous-hash order of (name, appliance id). Free space changes, and the
+//! first attempt of a CreateVolume changes it itself, so before placing, the router asks every
+//! candidate whether it already holds the name ([`EXISTING_ONLY_PARAM`]); when one does not
+//! answer, it places in the name's order alone, which a retry repeats
+//! ([`crate::fleet_router`]).
 
 use std::collections::HashMap;
 
 use edgevol_driver::fleet::{reach_key, reached_appliance, APPLIANCE_KEY, REACHES};
 use edgevol_proto::csi::v1::{Topology, TopologyRequirement};
+
+/// Set by the proxy on a CreateVolume that only asks whether the appliance holds the name:
+/// edgevold answers the volume (or ALREADY_EXISTS) as an idempotent CreateVolume would, or
+/// NOT_FOUND, and creates nothing. Refused from a StorageClass; edgevold spells it the same
+/// (`edgevol_appliance::csi::params::EXISTING_ONLY_PARAM`).
+pub const EXISTING_ONLY_PARAM: &str = "edgevol.io/existing-only";
 
 /// Whether `segment` names any appliance at all.
 pub fn names_an_appliance(segment: &HashMap<String, String>) -> bool {
@@ -94,18 +102,31 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// Indices of `ids` in rendezvous order for `name` (highest score first).
-fn rendezvous(name: &str, ids: &[&str], mut which: Vec<usize>) -> Vec<usize> {
+/// Indices of `ids` in rendezvous order for `name` (highest score first), then the boxes with
+/// the most free space first (`free[i]`; unknown or absent: last), the sort being stable.
+fn rank(name: &str, ids: &[&str], free: &[Option<i64>], mut which: Vec<usize>) -> Vec<usize> {
     which.sort_by_key(|&i| std::cmp::Reverse(fnv1a(&[name.as_bytes(), ids[i].as_bytes()])));
+    which.sort_by_key(|&i| std::cmp::Reverse(free.get(i).copied().flatten()));
     which
 }
 
-/// The appliances (indices into `ids`) CreateVolume of `name` may use, in the order to try
-/// them; empty when the requisite topology allows none.
+/// The appliances (indices into `ids`) CreateVolume of `name` may use, in the name's order
+/// alone (no free space known); empty when the requisite topology allows none.
 pub fn order(requirement: Option<&TopologyRequirement>, ids: &[&str], name: &str) -> Vec<usize> {
+    order_by_free(requirement, ids, name, &[])
+}
+
+/// [`order`] with the boxes of each preference group by free space first: `free[i]` is box
+/// `i`'s free bytes, `None` when unknown.
+pub fn order_by_free(
+    requirement: Option<&TopologyRequirement>,
+    ids: &[&str],
+    name: &str,
+    free: &[Option<i64>],
+) -> Vec<usize> {
     let all: Vec<usize> = (0..ids.len()).collect();
     let Some(req) = requirement else {
-        return rendezvous(name, ids, all);
+        return rank(name, ids, free, all);
     };
     let allowed: Vec<usize> = if req.requisite.is_empty() {
         all
@@ -121,10 +142,10 @@ pub fn order(requirement: Option<&TopologyRequirement>, ids: &[&str], name: &str
             .copied()
             .filter(|i| !out.contains(i) && allows(&t.segments, ids[*i]))
             .collect();
-        out.extend(rendezvous(name, ids, group));
+        out.extend(rank(name, ids, free, group));
     }
     let rest: Vec<usize> = allowed.into_iter().filter(|i| !out.contains(i)).collect();
-    out.extend(rendezvous(name, ids, rest));
+    out.extend(rank(name, ids, free, rest));
     out
 }
 
@@ -201,6 +222,47 @@ mod tests {
             preferred: vec![],
         };
         assert!(order(Some(&only_a), &ids, "v").is_empty());
+        let rewritten = requirement_for(&req, "b");
+        assert_eq!(rewritten.requisite, vec![topo(&[(APPLIANCE_KEY, "b")])]);
+    }
+
+    #[test]
+    fn free_space_orders_boxes_of_equal_preference_and_the_name_breaks_ties() {
+        let ids = ["a", "b", "c"];
+        let by_name = order(None, &ids, "vol-1");
+        let last = by_name[2];
+        let mut free = vec![Some(10); 3];
+        free[last] = Some(20);
+        assert_eq!(
+            order_by_free(None, &ids, "vol-1", &free)[0],
+            last,
+            "most free first"
+        );
+        assert_eq!(
+            order_by_free(None, &ids, "vol-1", &[Some(5); 3]),
+            by_name,
+            "equal space: the name's order"
+        );
+        let mut unknown = vec![Some(1); 3];
+        unknown[by_name[0]] = None;
+        assert_eq!(order_by_free(None, &ids, "vol-1", &unknown)[2], by_name[0]);
+
+        // Preference beats space: c is preferred though a has the most.
+        let req = TopologyRequirement {
+            requisite: vec![],
+            preferred: vec![topo(&[(APPLIANCE_KEY, "c")])],
+        };
+        let free = [Some(100), Some(50), Some(1)];
+        assert_eq!(
+            order_by_free(Some(&req), &ids, "vol-1", &free),
+            vec![2, 0, 1]
+        );
+        // Requisite still limits.
+        let req = TopologyRequirement {
+            requisite: vec![topo(&[(APPLIANCE_KEY, "b")])],
+            preferred: vec![],
+        };
+        assert_eq!(order_by_free(Some(&req), &ids, "vol-1", &free), vec![1]);
         let rewritten = requirement_for(&req, "b");
         assert_eq!(rewritten.requisite, vec![topo(&[(APPLIANCE_KEY, "b")])]);
     }

@@ -8,7 +8,12 @@
 //! * CreateVolume picks the appliance ([`crate::fleet_placement`]), tells it only the topology
 //!   it checks, and adds `{appliance.edgevol.io/<id>: "true"}` to the volume's accessible
 //!   topology for nodes that reach several appliances. An appliance that is down or full is
-//!   passed over for the next one allowed.
+//!   passed over for the next one allowed. Before placing a plain volume it asks every allowed
+//!   appliance at once, within [`SURVEY_DEADLINE`], whether it already holds the name (an
+//!   earlier attempt whose answer was lost) and how much it has free: the holder's answer is
+//!   the call's; else the boxes go by preference, then free space, then the name. When one of
+//!   them does not answer, the name's order alone places the volume (free space ignored), the
+//!   order every attempt without that box's answer repeats.
 //! * ListVolumes, ListSnapshots (unfiltered) and ListVolumeGroups page across appliances
 //!   ([`crate::fleet_paging`]), ListVolumes showing each replicated volume once
 //!   ([`crate::fleet_legs`]); an appliance that is down is left out of the listing (logged),
@@ -26,8 +31,11 @@
 //! appliance configured at that address serves nothing (UNAVAILABLE), so a swapped address can
 //! never send a volume's calls to the wrong box.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use edgevol_proto::csi::v1::volume_content_source::Type as SourceType;
@@ -58,6 +66,45 @@ const MANIFEST_ID: &str = "appliance-id";
 /// several (Identity, ids of no appliance) try it after the others; CreateVolume keeps the
 /// name's order (the volume may be there already) and calls on its own volumes always try it.
 pub const SKIP_UNREACHABLE: Duration = Duration::from_secs(30);
+
+/// How long CreateVolume waits for the allowed appliances to say whether they hold the name
+/// and how much they have free; one that has not answered by then counts as unknown.
+pub const SURVEY_DEADLINE: Duration = Duration::from_secs(5);
+
+/// What an allowed appliance said before a plain volume is placed.
+#[derive(Debug)]
+enum Survey {
+    /// It holds the name (or refused the request): its answer is the call's.
+    Answers(Result<CreateVolumeResponse, Status>),
+    /// It holds no volume of the name; its free bytes, if GetCapacity answered.
+    Lacks(Option<i64>),
+    /// No answer in time, unreachable, or an edgevold that predates the question.
+    Unknown(String),
+}
+
+/// Polls `futures` together; their outputs in the same order.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futures.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
 
 /// One appliance of the fleet.
 #[derive(Debug)]
@@ -454,6 +501,13 @@ impl Fleet {
         if req.name.is_empty() {
             return self.any(b).await; // INVALID_ARGUMENT, in the appliance's words
         }
+        if req.parameters.contains_key(placement::EXISTING_ONLY_PARAM) {
+            return Err(Status::invalid_argument(format!(
+                "parameter {} is set by the proxy only, to ask an appliance for a volume it \
+                 already holds",
+                placement::EXISTING_ONLY_PARAM
+            )));
+        }
         if let Some(key) = [LEG_PARAM, LEGS_BEFORE_PARAM]
             .into_iter()
             .find(|k| req.parameters.contains_key(*k))
@@ -504,6 +558,38 @@ impl Fleet {
                 ids.join(", ")
             )));
         }
+        if content_source_id(&req).is_none() {
+            let surveys = join_all(order.iter().map(|&i| self.survey(b, &req, i)).collect()).await;
+            let mut free = vec![None; ids.len()];
+            let mut unknown = Vec::new();
+            for (&i, survey) in order.iter().zip(surveys) {
+                match survey {
+                    Survey::Answers(Ok(mut resp)) => {
+                        if let Some(v) = resp.volume.as_mut() {
+                            v.accessible_topology
+                                .push(placement::presence_segment(ids[i]));
+                        }
+                        return Ok(reply(&resp));
+                    }
+                    Survey::Answers(Err(s)) => return Err(s),
+                    Survey::Lacks(f) => free[i] = f,
+                    Survey::Unknown(why) => unknown.push(format!("{}: {why}", ids[i])),
+                }
+            }
+            if unknown.is_empty() {
+                order = placement::order_by_free(
+                    req.accessibility_requirements.as_ref(),
+                    &ids,
+                    &req.name,
+                    &free,
+                );
+            } else {
+                // The box that did not answer may hold the volume from an attempt whose answer
+                // was lost: the name's order, which that attempt used too if it lacked the
+                // same answer, and which tries this box where the name puts it.
+                tracing::warn!(volume = %req.name, unknown = %unknown.join("; "), "CreateVolume placed by name alone: not every allowed appliance said whether it holds the name");
+            }
+        }
         let mut passed_over = Vec::new();
         let mut full = false;
         // The name's order even when an appliance was unreachable a moment ago: the answer of
@@ -539,6 +625,60 @@ impl Fleet {
         } else {
             Status::unavailable(message)
         })
+    }
+
+    /// Whether appliance `i` holds a volume named as `req`'s (asked without creating one), and
+    /// how much it has free for it; [`Survey::Unknown`] after [`SURVEY_DEADLINE`].
+    async fn survey(&self, b: &Buffered, req: &CreateVolumeRequest, i: usize) -> Survey {
+        let m = &self.members[i];
+        let mut probe = req.clone();
+        probe
+            .parameters
+            .insert(placement::EXISTING_ONLY_PARAM.to_owned(), "true".to_owned());
+        if let Some(t) = &req.accessibility_requirements {
+            probe.accessibility_requirements = Some(placement::requirement_for(t, m.id()));
+        }
+        let capacity = GetCapacityRequest {
+            volume_capabilities: req.volume_capabilities.clone(),
+            parameters: req.parameters.clone(),
+            ..Default::default()
+        };
+        let ask = async {
+            let holds = m
+                .call_fanned::<CreateVolumeResponse>(b.with_message(&probe))
+                .await;
+            match holds {
+                Err(s) if s.code() == Code::NotFound => {}
+                // Passed over by the placement loop below as well (topology, full).
+                Err(s) if s.code() == Code::ResourceExhausted => return Survey::Lacks(None),
+                Err(s) if s.code() == Code::Unavailable => {
+                    return Survey::Unknown(s.message().to_owned())
+                }
+                Err(s)
+                    if s.code() == Code::InvalidArgument
+                        && s.message().contains(placement::EXISTING_ONLY_PARAM) =>
+                {
+                    return Survey::Unknown(format!(
+                        "its edgevold cannot be asked: {}",
+                        s.message()
+                    ))
+                }
+                answered => return Survey::Answers(answered),
+            }
+            let free = m
+                .call_fanned::<GetCapacityResponse>(request(
+                    "/csi.v1.Controller/GetCapacity",
+                    &capacity,
+                ))
+                .await
+                .map(|c| c.available_capacity);
+            Survey::Lacks(free.ok())
+        };
+        tokio::time::timeout(SURVEY_DEADLINE, ask)
+            .await
+            .unwrap_or_else(|_| {
+                Survey::Unknown(format!("no answer within {}s", SURVEY_DEADLINE.as_secs()))
+            })
     }
 
     /// The appliances' controller capabilities, as every appliance runs the same driver.

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use edgevol_pki::client::MtlsTarget;
 use edgevol_uds::UnixGrpcStream;
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
@@ -33,11 +34,9 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Mutex;
-use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::ClientConfig;
-use tokio_rustls::TlsConnector;
 use tonic::Status;
 
 use crate::fleet_router::{Fleet, Member};
@@ -49,16 +48,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 keep-alive towards the appliance, so a vanished box is noticed between calls.
 const KEEPALIVE: Duration = Duration::from_secs(20);
 
-/// Where to forward to.
+/// Where to forward to: the appliance's CSI endpoint, reached with the mTLS connector the other
+/// commands and the node plugin use (address rules, server name, `TCP_NODELAY`, handshake).
 #[derive(Debug, Clone)]
-pub struct Upstream {
-    /// `HOST:PORT` of the appliance's CSI endpoint.
-    pub address: String,
-    /// Name the appliance's certificate must carry (defaults to HOST).
-    pub server_name: ServerName<'static>,
-    /// Client TLS configuration (our role certificate, the appliance CA).
-    pub tls: Arc<ClientConfig>,
-}
+pub struct Upstream(MtlsTarget);
 
 impl Upstream {
     /// An upstream at `address` (`HOST:PORT`), verified as `server_name` or else as HOST.
@@ -67,24 +60,14 @@ impl Upstream {
         server_name: Option<&str>,
         tls: Arc<ClientConfig>,
     ) -> Result<Upstream, String> {
-        let authority: Authority = address
-            .parse()
-            .map_err(|e| format!("appliance address {address:?}: {e}"))?;
-        if authority.port_u16().is_none() {
-            return Err(format!("appliance address {address:?}: expected HOST:PORT"));
-        }
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        let name = server_name.unwrap_or(host);
-        let server_name = ServerName::try_from(name.to_owned())
-            .map_err(|e| format!("server name {name:?}: {e}"))?;
-        Ok(Upstream {
-            address: address.to_owned(),
-            server_name,
-            tls,
-        })
+        MtlsTarget::new(address, server_name, tls)
+            .map(Upstream)
+            .map_err(|e| e.to_string())
+    }
+
+    /// `HOST:PORT` of the appliance's CSI endpoint.
+    pub fn address(&self) -> &str {
+        self.0.address()
     }
 }
 
@@ -99,7 +82,10 @@ pub struct Forwarder {
 impl Forwarder {
     /// A client of `upstream`; it connects on the first call.
     pub fn new(upstream: Upstream) -> Forwarder {
-        let authority = upstream.address.parse().expect("checked in Upstream::new");
+        let authority = upstream
+            .address()
+            .parse()
+            .expect("checked by MtlsTarget::new");
         Forwarder {
             upstream,
             authority,
@@ -108,21 +94,21 @@ impl Forwarder {
     }
 
     async fn connect(&self) -> Result<SendRequest<ProxyBody>, Status> {
-        let unavailable = |what: &str, e: &dyn std::fmt::Display| {
+        // "edgevol proxy: appliance HOST:PORT unreachable: ..." (the connector's errors say
+        // unreachable or refused the TLS handshake).
+        let unavailable = |why: &dyn std::fmt::Display| {
             Status::unavailable(format!(
-                "edgevol proxy: appliance {} {what}: {e}",
-                self.upstream.address
+                "edgevol proxy: appliance {} {why}",
+                self.upstream.address()
             ))
         };
         let connect = async {
-            let tcp = TcpStream::connect(&self.upstream.address)
+            let tls = self
+                .upstream
+                .0
+                .connect()
                 .await
-                .map_err(|e| unavailable("unreachable", &e))?;
-            let _ = tcp.set_nodelay(true);
-            let tls = TlsConnector::from(self.upstream.tls.clone())
-                .connect(self.upstream.server_name.clone(), tcp)
-                .await
-                .map_err(|e| unavailable("refused the TLS handshake", &e))?;
+                .map_err(|e| unavailable(&e))?;
             let (sender, connection) =
                 hyper::client::conn::http2::Builder::new(TokioExecutor::new())
                     .timer(TokioTimer::new())
@@ -130,19 +116,19 @@ impl Forwarder {
                     .keep_alive_while_idle(true)
                     .handshake(TokioIo::new(tls))
                     .await
-                    .map_err(|e| unavailable("refused HTTP/2", &e))?;
-            let address = self.upstream.address.clone();
+                    .map_err(|e| unavailable(&format_args!("refused HTTP/2: {e}")))?;
+            let address = self.upstream.address().to_owned();
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::info!(appliance = %address, error = %e, "upstream connection ended");
                 }
             });
-            tracing::info!(appliance = %self.upstream.address, "connected to appliance");
+            tracing::info!(appliance = %self.upstream.address(), "connected to appliance");
             Ok(sender)
         };
         tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
-            .unwrap_or_else(|_| Err(unavailable("did not answer", &"connect timed out")))
+            .unwrap_or_else(|_| Err(unavailable(&"did not answer: connect timed out")))
     }
 
     /// A live connection: the current one if it still works, else a new one.
@@ -163,7 +149,7 @@ impl Forwarder {
 
     /// The appliance's `HOST:PORT`.
     pub fn address(&self) -> &str {
-        &self.upstream.address
+        self.upstream.address()
     }
 
     /// Whether the appliance can be reached now (a live or new connection).
@@ -364,4 +350,88 @@ pub async fn bind(path: &Path) -> Result<UnixListener, String> {
         std::fs::remove_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     UnixListener::bind(path).map_err(|e: io::Error| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgevol_pki::files::{init, issue, Pair};
+    use edgevol_pki::tls::{client_config, server_config, TlsFiles};
+    use edgevol_pki::{Role, Validity};
+    use tokio::net::TcpListener;
+    use tonic::Code;
+
+    /// A PKI (server certificate valid for `localhost`) and an observer's client TLS.
+    fn pki() -> (tempfile::TempDir, Arc<ClientConfig>) {
+        let dir = tempfile::tempdir().unwrap();
+        init(dir.path(), &["localhost".into()], false).unwrap();
+        issue(
+            dir.path(),
+            Role::Observer,
+            "observer",
+            Validity::days(1),
+            false,
+        )
+        .unwrap();
+        let tls = client_config(TlsFiles {
+            ca: &Pair::in_dir(dir.path(), "ca").cert,
+            cert: &Pair::in_dir(dir.path(), "observer").cert,
+            key: &Pair::in_dir(dir.path(), "observer").key,
+        })
+        .unwrap();
+        (dir, tls)
+    }
+
+    #[test]
+    fn upstreams_follow_the_connectors_address_rules() {
+        let (_dir, tls) = pki();
+        let up = Upstream::new("10.0.0.1:9500", None, tls.clone()).unwrap();
+        assert_eq!(up.address(), "10.0.0.1:9500");
+        assert_eq!(
+            Upstream::new("10.0.0.1", None, tls.clone()).unwrap_err(),
+            "appliance address \"10.0.0.1\": expected HOST:PORT"
+        );
+        let e = Upstream::new("box:1", Some("not a name"), tls).unwrap_err();
+        assert!(
+            e.starts_with("appliance server name \"not a name\": "),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_appliance_unreachable_or_refusing_the_handshake_is_unavailable_by_name() {
+        let (dir, tls) = pki();
+        // Nothing listens on this port any more.
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let up = Upstream::new(&addr.to_string(), Some("localhost"), tls.clone()).unwrap();
+        let status = Forwarder::new(up).ready().await.unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        let prefix = format!("edgevol proxy: appliance {addr} unreachable: ");
+        assert!(status.message().starts_with(&prefix), "{status:?}");
+
+        // A server whose certificate is not valid for the name the upstream verifies.
+        let server = Pair::in_dir(dir.path(), "server");
+        let config = server_config(TlsFiles {
+            ca: &Pair::in_dir(dir.path(), "ca").cert,
+            cert: &server.cert,
+            key: &server.key,
+        })
+        .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accept = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tokio_rustls::TlsAcceptor::from(config).accept(tcp).await
+        });
+        let up = Upstream::new(&addr.to_string(), Some("box-9.example"), tls).unwrap();
+        let status = Forwarder::new(up).ready().await.unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        let prefix = format!("edgevol proxy: appliance {addr} refused the TLS handshake: ");
+        assert!(status.message().starts_with(&prefix), "{status:?}");
+        assert!(accept.await.unwrap().is_err());
+    }
 }

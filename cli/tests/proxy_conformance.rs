@@ -1,5 +1,8 @@
-//! A subset of the Controller conformance suite, run through `edgevol proxy` on a unix socket:
-//! what a CO sidecar sees must be what a direct mTLS client sees.
+//! Calls through `edgevol proxy` on a unix socket: what a CO sidecar sees must be what a direct
+//! mTLS client sees. The whole Controller conformance suite runs through the proxy in
+//! proxy_controller_suite.rs; this file keeps a CO's short round trip (create, retry, snapshot,
+//! list, GetSnapshot as csi-sanity asks it, delete, an empty listing after) and the
+//! SnapshotMetadata streams.
 
 use std::path::PathBuf;
 

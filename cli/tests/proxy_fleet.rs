@@ -1,5 +1,5 @@
-//! `edgevol proxy` over several appliances: placement by topology, idempotency by name,
-//! GetCapacity per segment, listings paged across appliances, routing by id, and one appliance
+//! `edgevol proxy` over several appliances: placement by topology, then free space,
+//! idempotency by name (also after free space moved), GetCapacity per segment, listings paged across appliances, routing by id, and one appliance
 //! down while the others keep working.
 
 use std::collections::BTreeSet;
@@ -8,9 +8,12 @@ mod common;
 mod fleet;
 
 use common::{create_ok, snapshot_ids, snapshot_of, snapshot_ok, unix_channel};
+use edgevol_cli::fleet_placement::{self, EXISTING_ONLY_PARAM};
+use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::identity_client::IdentityClient;
 use edgevol_proto::csi::v1::*;
 use fleet::{all_pages, create, fleet_proxy, home, list_all, start_fleet, stop_all, topology};
+use tonic::transport::Channel;
 use tonic::Code;
 
 const APPLIANCE: &str = "edgevol.io/appliance";
@@ -120,6 +123,156 @@ async fn create_volume_places_by_topology_and_finds_a_retried_name_on_its_applia
         let v = create_ok(&mut c, clone).await;
         assert_eq!(home(&v.volume_id), home(&src), "{name}");
     }
+
+    stop_all(&mut boxes).await;
+}
+
+/// A thick volume of `mib` MiB on appliance `id`: takes that much of its free space.
+async fn fill(c: &mut ControllerClient<Channel>, name: &str, id: &str, mib: i64) {
+    let mut r = create(name, mib << 20);
+    r.parameters.insert("provisioning".into(), "thick".into());
+    r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, id)])], vec![]);
+    let v = create_ok(c, r).await;
+    assert_eq!(home(&v.volume_id), id);
+}
+
+/// Appliance `id`'s free bytes, through the proxy.
+async fn free(c: &mut ControllerClient<Channel>, id: &str) -> i64 {
+    c.get_capacity(GetCapacityRequest {
+        accessible_topology: Some(topology(&[(APPLIANCE, id)])),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .available_capacity
+}
+
+/// Names the name's order alone would put on `ids[first]` first.
+fn names_first_on(first: usize, n: usize) -> Vec<String> {
+    let ids = ["box-a", "box-b"];
+    (0..)
+        .map(|i| format!("pvc-free-{i}"))
+        .filter(|name| fleet_placement::order(None, &ids, name)[0] == first)
+        .take(n)
+        .collect()
+}
+
+#[tokio::test]
+async fn equally_preferred_appliances_take_volumes_by_free_space_after_topology() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    fill(&mut c, "filler-a", "box-a", 64).await;
+    assert!(free(&mut c, "box-a").await < free(&mut c, "box-b").await);
+
+    // Names the hash alone puts on box-a go to box-b, which has more free.
+    for name in names_first_on(0, 4) {
+        let v = create_ok(&mut c, create(&name, 1 << 20)).await;
+        assert_eq!(home(&v.volume_id), "box-b", "{name}");
+    }
+
+    // Topology beats space: preferred box-a, or only box-a allowed.
+    let both = topology(&[
+        ("appliance.edgevol.io/box-a", "true"),
+        ("appliance.edgevol.io/box-b", "true"),
+    ]);
+    let mut preferred = create("pref-a", 1 << 20);
+    preferred.accessibility_requirements =
+        requisite(vec![both.clone()], vec![topology(&[(APPLIANCE, "box-a")])]);
+    assert_eq!(home(&create_ok(&mut c, preferred).await.volume_id), "box-a");
+    let mut only = create("only-a", 1 << 20);
+    only.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, "box-a")])], vec![]);
+    assert_eq!(home(&create_ok(&mut c, only).await.volume_id), "box-a");
+
+    stop_all(&mut boxes).await;
+}
+
+#[tokio::test]
+async fn a_retry_whose_answer_was_lost_finds_its_volume_after_free_space_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let name = names_first_on(0, 1).remove(0);
+
+    // box-b has more free: the volume goes there, not where the name alone would put it.
+    fill(&mut c, "filler-a", "box-a", 64).await;
+    let first = create_ok(&mut c, create(&name, 1 << 20)).await;
+    assert_eq!(home(&first.volume_id), "box-b");
+
+    // Now box-a has more free (a new name goes there), and the first answer was lost.
+    fill(&mut c, "filler-b", "box-b", 128).await;
+    assert!(free(&mut c, "box-a").await > free(&mut c, "box-b").await);
+    let fresh = create_ok(&mut c, create(&names_first_on(1, 1)[0], 1 << 20)).await;
+    assert_eq!(home(&fresh.volume_id), "box-a", "free space moved");
+    let again = create_ok(&mut c, create(&name, 1 << 20)).await;
+    assert_eq!(again, first, "the retry gets the same volume");
+
+    // A retry that does not match what was made is refused by the box that has it.
+    let status = c.create_volume(create(&name, 2 << 20)).await.unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    let listed = list_all(&mut c, 0).await;
+    assert_eq!(
+        listed.len(),
+        4,
+        "two fillers, the new name, the volume once: {listed:?}"
+    );
+
+    stop_all(&mut boxes).await;
+}
+
+#[tokio::test]
+async fn with_an_allowed_appliance_silent_placement_follows_the_name_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = ["box-a", "box-b", "box-c"];
+    let mut boxes = start_fleet(dir.path(), &ids).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    fill(&mut c, "filler-c", "box-c", 64).await;
+    assert!(free(&mut c, "box-b").await > free(&mut c, "box-c").await);
+
+    // box-a may hold any name (a lost answer): free space would be a guess a retry cannot
+    // repeat, so names the hash ranks box-c before box-b go to box-c though box-b has more.
+    boxes[0].stop().await;
+    let names: Vec<String> = (0..)
+        .map(|i| format!("pvc-silent-{i}"))
+        .filter(|name| {
+            let order = fleet_placement::order(None, &ids, name);
+            order.iter().position(|&i| i == 2) < order.iter().position(|&i| i == 1)
+        })
+        .take(3)
+        .collect();
+    for name in &names {
+        let v = create_ok(&mut c, create(name, 1 << 20)).await;
+        assert_eq!(home(&v.volume_id), "box-c", "{name}");
+    }
+
+    stop_all(&mut boxes).await;
+}
+
+#[tokio::test]
+async fn the_existing_only_question_is_the_proxys_own_parameter() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    assert_eq!(
+        EXISTING_ONLY_PARAM,
+        edgevol_appliance::csi::params::EXISTING_ONLY_PARAM,
+        "the proxy and edgevold spell it alike"
+    );
+    create_ok(&mut c, create("made", 1 << 20)).await;
+    for name in ["made", "absent"] {
+        let mut r = create(name, 1 << 20);
+        r.parameters
+            .insert(EXISTING_ONLY_PARAM.into(), "true".into());
+        let status = c.create_volume(r).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(
+            status.message().contains(EXISTING_ONLY_PARAM),
+            "{}",
+            status.message()
+        );
+    }
+    assert_eq!(list_all(&mut c, 0).await.len(), 1, "nothing created");
 
     stop_all(&mut boxes).await;
 }

@@ -772,3 +772,156 @@ async fn a_half_created_volume_is_completed_by_the_retry_when_a_full_box_has_roo
 
     stop_all(&mut boxes).await;
 }
+
+/// The names of the volumes appliance `id`'s pool holds (legs included, which ListVolumes
+/// through the proxy hides but the last of).
+fn names_on(boxes: &[fleet::Box_], id: &str) -> Vec<String> {
+    let b = boxes.iter().find(|b| b.id == id).unwrap();
+    let pool = b.running.as_ref().unwrap().state.lock_pool().unwrap();
+    pool.volumes(None).map(|v| v.name().to_owned()).collect()
+}
+
+/// CreateVolume of `name` (2 replicas, `bytes`) restored from `snapshot`.
+fn restore_of(name: &str, bytes: i64, snapshot: &str) -> CreateVolumeRequest {
+    let mut r = replicated(name, bytes, "2");
+    r.volume_content_source = Some(VolumeContentSource {
+        r#type: Some(volume_content_source::Type::Snapshot(
+            volume_content_source::SnapshotSource {
+                snapshot_id: snapshot.into(),
+            },
+        )),
+    });
+    r
+}
+
+/// A replicated volume of 32 MiB whose second leg was grown to 48 MiB on its own, and a
+/// snapshot of it: its snapshot legs differ in size, so a restore into 40 MiB legs suits the
+/// first leg's appliance and not the second's. The volume and the snapshot.
+async fn uneven_snapshot(c: &mut ControllerClient<Channel>) -> (Volume, Snapshot) {
+    let v = create_ok(c, replicated("orig", 32 * MIB, "2")).await;
+    let r = c
+        .controller_expand_volume(ControllerExpandVolumeRequest {
+            volume_id: legs(&v.volume_id)[1].to_owned(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 48 * MIB,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.capacity_bytes, 48 * MIB);
+    let snap = snapshot_ok(c, snapshot_of(&v.volume_id, "snap")).await;
+    (v, snap)
+}
+
+#[tokio::test]
+async fn an_appliance_refusing_a_leg_size_is_named_with_the_leg_and_its_appliance() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = ["box-a", "box-b"];
+    let mut boxes = start_fleet(dir.path(), &ids).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+
+    // OUT_OF_RANGE from one box only: the second leg would be smaller than its snapshot leg.
+    let (v, snap) = uneven_snapshot(&mut c).await;
+    let status = c
+        .create_volume(restore_of("restored", 40 * MIB, &snap.snapshot_id))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    let refusing = home(legs(&v.volume_id)[1]);
+    let named = format!("leg restored+leg on appliance {refusing}: ");
+    assert!(status.message().starts_with(&named), "{}", status.message());
+    assert!(
+        status
+            .message()
+            .contains("the source holds 50331648 bytes, more than required_bytes"),
+        "the appliance's own reason: {}",
+        status.message()
+    );
+
+    // RESOURCE_EXHAUSTED from one box: the box the name places second is full for a thick leg.
+    let order = edgevol_cli::fleet_placement::order(None, &ids, "thick");
+    let (first, full) = (ids[order[0]], ids[order[1]]);
+    let thick = || HashMap::from([("provisioning".to_owned(), "thick".to_owned())]);
+    let free = c
+        .get_capacity(GetCapacityRequest {
+            parameters: thick(),
+            accessible_topology: Some(topology(&[("edgevol.io/appliance", full)])),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .available_capacity;
+    let mut filler = create("filler", free - 8 * MIB);
+    filler.parameters = thick();
+    filler.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![topology(&[("edgevol.io/appliance", full)])],
+        preferred: vec![],
+    });
+    let filler = create_ok(&mut c, filler).await;
+    let mut req = replicated("thick", 32 * MIB, "2");
+    req.parameters.extend(thick());
+    let status = c.create_volume(req.clone()).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    let msg = status.message();
+    assert!(
+        msg.contains(&format!("passed over: {full}: not enough free space")),
+        "the full appliance and its reason: {msg}"
+    );
+    // The leg the first box took stays, named, for the retry (its position is fixed); the
+    // full box holds none.
+    let kept = msg
+        .split("completes the volume: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .expect("the kept leg is named");
+    assert_eq!(home(kept), first, "{msg}");
+    assert!(names_on(&boxes, first).contains(&"thick+leg".to_owned()));
+    assert!(!names_on(&boxes, full).contains(&"thick+leg".to_owned()));
+    // With room again the retry completes the volume from the kept leg: nothing is left over.
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: filler.volume_id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let done = create_ok(&mut c, req).await;
+    assert_eq!(legs(&done.volume_id)[0], kept, "{}", done.volume_id);
+    for id in ids {
+        let legs_of_thick = names_on(&boxes, id)
+            .into_iter()
+            .filter(|n| n == "thick+leg")
+            .count();
+        assert_eq!(legs_of_thick, 1, "{id}");
+    }
+
+    stop_all(&mut boxes).await;
+}
+
+/// Fails today: a restore (or clone) whose later leg an appliance refuses keeps the legs made
+/// before it. The CO has no id to delete them by; they are hidden from ListVolumes (legs but
+/// the last are); a retry with a size every leg can take meets ALREADY_EXISTS on the kept leg.
+#[tokio::test]
+#[ignore = "known bug in fleet_replicas: a refused restore leaves its first leg behind"]
+async fn a_refused_restore_leaves_no_leg_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let (v, snap) = uneven_snapshot(&mut c).await;
+    let status = c
+        .create_volume(restore_of("restored", 40 * MIB, &snap.snapshot_id))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    let first = home(legs(&v.volume_id)[0]);
+    assert!(
+        !names_on(&boxes, first).contains(&"restored+leg".to_owned()),
+        "{first} keeps a leg of the refused restore"
+    );
+    let r = create_ok(&mut c, restore_of("restored", 48 * MIB, &snap.snapshot_id)).await;
+    assert_eq!(r.capacity_bytes, 48 * MIB);
+    stop_all(&mut boxes).await;
+}

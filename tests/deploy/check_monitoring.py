@@ -1,8 +1,10 @@
 """deploy/monitoring names only what edgevold serves: every metric in the alerting rules, in the
 series their unit tests feed, and in the Grafana dashboard's queries is a family a live
 edgevold serves on /metrics (or one it serves only on hardware a dev daemon lacks, listed in
-CONDITIONAL and checked against the exporter's source); every alert has a unit test that expects
-it both quiet and firing.
+CONDITIONAL and checked against the exporter's source); the families the replicated-volume rules
+join on have the labels the exporter renders (LABELLED: a dev edgevold with no volume serves them
+without samples, so their labels are read from the exporter's source); every alert has a unit
+test that expects it both quiet and firing.
 
 Usage: check_monitoring.py --url http://HOST:PORT/metrics  (exit 1 on any failure)
 """
@@ -23,6 +25,7 @@ RULES = MONITORING / "edgevol-alerts.yaml"
 RULE_TESTS = MONITORING / "edgevol-alerts.test.yaml"
 DASHBOARD = MONITORING / "grafana-dashboard.json"
 EXPORTER = m.ROOT / "appliance" / "src" / "metrics" / "mod.rs"
+METRICS_SRC = EXPORTER.parent
 
 # Families edgevold serves only where a dev daemon on a file pool cannot: the pool device's
 # NVMe SMART log (appliance/src/metrics/health.rs).
@@ -36,6 +39,12 @@ CONDITIONAL = {
         "edgevol_nvme_critical_warning",
     )
 }
+# Families whose label names the rules match on across appliances (on (volume_id), label_replace
+# of legs_before): served with a sample only once a volume has legs or hosts, which a dev
+# edgevold has not. The labels their test series carry must be the ones the exporter renders.
+LABELLED = ("edgevol_volume_leg", "edgevol_volume_host_controllers")
+# Labels the scrape adds to every series.
+TARGET_LABELS = {"job", "instance"}
 # Prometheus' own series the rules may use.
 PROMETHEUS = {"up"}
 
@@ -92,6 +101,54 @@ def scrape(url, wait):
         time.sleep(0.5)
 
 
+def source_labels(name):
+    """The label names the exporter's source renders for `name` (its `e.sample("name", &[...])`
+    call under appliance/src/metrics), or None when no such call names it literally."""
+    found = None
+    for src in sorted(METRICS_SRC.glob("*.rs")):
+        for call in re.finditer(r'\.sample\(\s*"' + re.escape(name) + r'",\s*&\[(.*?)\]\s*,',
+                                src.read_text(), re.S):
+            found = (found or set()) | set(re.findall(r'\(\s*"(\w+)"\s*,', call.group(1)))
+    return found
+
+
+def scraped_labels(text, name):
+    """The label names of `name`'s samples in an exposition (None if it has no sample)."""
+    samples = re.findall(r"^" + re.escape(name) + r"(?:\{(.*)\})? \S+$", text, re.M)
+    if not samples:
+        return None
+    return {k for labels in samples for k in re.findall(r'(\w+)="', labels)}
+
+
+def series_labels(series):
+    """(name, label names) of a promtool input series `name{k="v", ...}`."""
+    match = re.fullmatch(r"\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?\s*", series, re.S)
+    return match.group(1), set(re.findall(r'(\w+)\s*=\s*"', match.group(2) or ""))
+
+
+def label_failures(text, tests):
+    """The LABELLED families' test series against the labels the exporter renders: each
+    series' labels among them, and every rendered label fed by some series."""
+    failures = []
+    fed = {name: set() for name in LABELLED}
+    for where, series in test_series(tests):
+        name, labels = series_labels(series)
+        if name in fed:
+            fed[name] |= labels - TARGET_LABELS
+    for name in LABELLED:
+        rendered = source_labels(name)
+        if rendered is None:
+            failures.append(f"{name}: no e.sample(\"{name}\", ...) in {METRICS_SRC.relative_to(m.ROOT)}")
+            continue
+        live = scraped_labels(text, name)
+        if live is not None and live != rendered:
+            failures.append(f"{name}: served with labels {sorted(live)}, the source renders {sorted(rendered)}")
+        if fed[name] != rendered:
+            failures.append(f"{name}: the test series carry labels {sorted(fed[name])}, "
+                            f"the exporter renders {sorted(rendered)}")
+    return failures
+
+
 def dashboard_queries(dash):
     """(where, PromQL) of every panel target and every templating query."""
     out = []
@@ -134,6 +191,12 @@ def self_test():
     for expr, want in cases.items():
         got = metric_names(expr)
         assert got == want, f"metric_names({expr!r}) = {got}, want {want}"
+    assert series_labels('edgevol_l{job="e", leg="1/2",\n    legs_before="a-v1"}') == \
+        ("edgevol_l", {"job", "leg", "legs_before"})
+    assert series_labels("up") == ("up", set())
+    assert scraped_labels('# TYPE l gauge\nl{a="1",b="x y"} 1\nl{a="2"} 1\nlx 1\n', "l") == {"a", "b"}
+    assert scraped_labels("# TYPE l gauge\n", "l") is None
+    assert source_labels("edgevol_volume_leg") == {"volume_id", "leg", "legs_before"}
     _, names = served("# HELP h no _sum here\n# TYPE h histogram\n# TYPE c counter\n")
     assert names == {"h_bucket", "h_count", "c"}, names
     assert metric_names("rate(edgevol_bogus_total[5m])") - names == {"edgevol_bogus_total"}
@@ -172,6 +235,9 @@ def main():
             failures.append(f"{where}: {name} is not served by edgevold ({expr!r})")
         checked += 1
     print(f"ok: {checked} rule expressions, test series and dashboard queries checked")
+
+    failures += label_failures(text, tests)
+    print(f"ok: labels of {', '.join(LABELLED)} checked against the exporter")
 
     # Every alert has a test expecting it quiet and one expecting it firing.
     cases = {}

@@ -104,11 +104,28 @@ impl Controller for ControllerService {
         request: Request<CreateVolumeRequest>,
     ) -> Result<Response<CreateVolumeResponse>, Status> {
         let op = CreateVolume::try_from(request.into_inner())?;
-        let volume = self
-            .call(move |state, pool| volumes::create_volume(state, pool, op))
-            .await?
-            .into_volume(&self.state);
-        tracing::info!(volume = %volume.volume_id, bytes = volume.capacity_bytes, "volume created");
+        let (name, existing_only) = (op.name.clone(), op.existing_only);
+        // Looked up and answered under one pool lock: no volume of the name can appear between.
+        let facts = self
+            .call(move |state, pool| {
+                if op.existing_only && pool.volume_by_name(&op.name).is_none() {
+                    return Ok(None);
+                }
+                volumes::create_volume(state, pool, op).map(Some)
+            })
+            .await?;
+        let Some(facts) = facts else {
+            return Err(Status::not_found(format!(
+                "no volume named {name:?} on this appliance (asked with {}; none was created)",
+                super::params::EXISTING_ONLY_PARAM
+            )));
+        };
+        let volume = facts.into_volume(&self.state);
+        if existing_only {
+            tracing::info!(volume = %volume.volume_id, "volume found by name for the proxy");
+        } else {
+            tracing::info!(volume = %volume.volume_id, bytes = volume.capacity_bytes, "volume created");
+        }
         Ok(Response::new(CreateVolumeResponse {
             volume: Some(volume),
         }))

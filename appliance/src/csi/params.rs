@@ -18,6 +18,10 @@
 //! replicated volume; `edgevol proxy` sets them on every leg it creates. They are checked
 //! (position below the number of legs, at most three legs, exactly as many earlier legs as the
 //! position) and stored and shown like the Kubernetes metadata, so a listing can tell legs apart.
+//!
+//! [`EXISTING_ONLY_PARAM`] (`edgevol.io/existing-only: "true"`) is set only by `edgevol proxy`
+//! on CreateVolume, to ask whether this appliance already holds a volume of the name before it
+//! places one: taken off by [`take_existing_only`], never stored, refused everywhere else.
 
 use std::collections::HashMap;
 
@@ -36,6 +40,22 @@ pub const K8S_METADATA: [&str; 3] = [
     "csi.storage.k8s.io/pvc/namespace",
     "csi.storage.k8s.io/pv/name",
 ];
+
+/// Set by `edgevol proxy` on CreateVolume: answer the volume of that name as an idempotent
+/// CreateVolume would (ALREADY_EXISTS for an incompatible one), NOT_FOUND when there is none,
+/// and create nothing. The proxy refuses it from a StorageClass and spells it the same.
+pub const EXISTING_ONLY_PARAM: &str = "edgevol.io/existing-only";
+
+/// Takes [`EXISTING_ONLY_PARAM`] off CreateVolume's `map`: whether it was `"true"`.
+pub fn take_existing_only(map: &mut HashMap<String, String>) -> Result<bool, Status> {
+    match map.remove(EXISTING_ONLY_PARAM).as_deref() {
+        None => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(Status::invalid_argument(format!(
+            "parameter {EXISTING_ONLY_PARAM}={other:?}: only \"true\", set by edgevol proxy"
+        ))),
+    }
+}
 
 /// Checked parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,6 +232,28 @@ mod tests {
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
             assert!(e.message().contains("edgevol.io/leg"), "{}", e.message());
         }
+    }
+
+    #[test]
+    fn the_existing_only_marking_is_taken_off_and_refused_elsewhere() {
+        let mut m = HashMap::from([
+            (EXISTING_ONLY_PARAM.to_owned(), "true".to_owned()),
+            ("provisioning".to_owned(), "thick".to_owned()),
+        ]);
+        assert!(take_existing_only(&mut m).unwrap());
+        assert_eq!(parse(&m).unwrap().provisioning, Provisioning::Thick);
+        assert!(!take_existing_only(&mut m).unwrap(), "gone once taken");
+        let mut bad = HashMap::from([(EXISTING_ONLY_PARAM.to_owned(), "yes".to_owned())]);
+        assert_eq!(
+            take_existing_only(&mut bad).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        // Not a parameter of anything else (GetCapacity, ValidateVolumeCapabilities).
+        let left = HashMap::from([(EXISTING_ONLY_PARAM.to_owned(), "true".to_owned())]);
+        assert_eq!(
+            parse(&left).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
     }
 
     #[test]

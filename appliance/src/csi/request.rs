@@ -41,14 +41,18 @@ pub struct CreateVolume {
     pub source: Option<SourceRef>,
     /// Requisite topologies (empty: anywhere).
     pub requisite: Vec<Topology>,
+    /// Only the existing volume of the name is wanted ([`params::EXISTING_ONLY_PARAM`]).
+    pub existing_only: bool,
 }
 
 impl TryFrom<CreateVolumeRequest> for CreateVolume {
     type Error = Status;
 
-    fn try_from(r: CreateVolumeRequest) -> Result<Self, Status> {
+    fn try_from(mut r: CreateVolumeRequest) -> Result<Self, Status> {
         validate::required("name", &r.name)?;
         validate::map("parameters", &r.parameters)?;
+        // Off before anything compares or stores the parameters: the question, not the volume.
+        let existing_only = params::take_existing_only(&mut r.parameters)?;
         validate::map("mutable_parameters", &r.mutable_parameters)?;
         validate::secrets(&r.secrets)?;
         let mutable = qos::parse(&r.mutable_parameters)?;
@@ -75,6 +79,7 @@ impl TryFrom<CreateVolumeRequest> for CreateVolume {
                 .accessibility_requirements
                 .map(|a| a.requisite)
                 .unwrap_or_default(),
+            existing_only,
         })
     }
 }

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 
 use edgevol_core::{
-    AccessMode, ContentSource, Pool, Precondition, Provisioning, Volume as CoreVolume, VolumeId,
-    VolumeSpec,
+    AccessMode, BlockDevice, ContentSource, DeviceError, Pool, Precondition, Provisioning,
+    ReadSegment, SnapshotId, VolumeId, VolumeSpec,
 };
 use edgevol_proto::csi::v1::validate_volume_capabilities_response::Confirmed;
 use edgevol_proto::csi::v1::{
@@ -64,7 +64,7 @@ pub fn create_volume(
         }
         None => (None, 0),
     };
-    let parameters = encryption::inherit(op.parameters, source_parameters(pool, source))?;
+    let parameters = encryption::inherit(op.parameters, source_parameters(pool, source)?)?;
     let existing = pool.volume_by_name(&op.name).map(|v| v.size());
     let cluster = u64::from(pool.cluster_size());
     let size = capacity::choose(op.range, source_size, cluster, existing)?;
@@ -85,14 +85,53 @@ pub fn create_volume(
     Ok(encode::VolumeFacts::of(pool, pool.volume(id)?))
 }
 
-/// The parameters of the volume a content source copies: the cloned volume, or the volume a
-/// snapshot was taken of while it still exists (`None`: no source, or its volume is gone).
-fn source_parameters(pool: &Core, source: Option<ContentSource>) -> Option<&[(String, String)]> {
-    let volume = match source? {
-        ContentSource::Volume(id) => id,
-        ContentSource::Snapshot(id) => pool.snapshot(id).ok()?.source_volume(),
+/// What is known of the encryption of the data a content source copies: the parameters of the
+/// cloned volume, or of the volume a snapshot was taken of while it exists; once that volume is
+/// gone (core keeps snapshots, without parameters), whether the snapshot starts with a LUKS2
+/// header ([`snapshot_has_luks2_header`]). `None`: no source, or a snapshot of a deleted volume
+/// without that header (encrypted or not, as the request asks).
+fn source_parameters(
+    pool: &mut Core,
+    source: Option<ContentSource>,
+) -> Result<Option<encryption::Source<'_>>, Error> {
+    let volume = match source {
+        None => return Ok(None),
+        Some(ContentSource::Volume(id)) => id,
+        Some(ContentSource::Snapshot(id)) => {
+            let volume = pool.snapshot(id)?.source_volume();
+            if pool.volume(volume).is_err() {
+                let header = snapshot_has_luks2_header(pool, id)?;
+                return Ok(header.then_some(encryption::Source::Luks2Header));
+            }
+            volume
+        }
     };
-    pool.volume(volume).ok().map(CoreVolume::parameters)
+    Ok(Some(encryption::Source::Parameters(
+        pool.volume(volume)?.parameters(),
+    )))
+}
+
+/// Whether snapshot `id` starts with a LUKS2 header: its first block, read through core's map
+/// from the pool device under the pool lock like any read. Only the header's magic and version
+/// are looked at ([`encryption::starts_with_luks2`]): the appliance never parses, keeps or logs
+/// key slots or any other key material. A snapshot smaller than a block holds no header. A failed
+/// read fails the CreateVolume (a retry may succeed) rather than guess the copy plain.
+fn snapshot_has_luks2_header(pool: &mut Core, id: SnapshotId) -> Result<bool, Error> {
+    let block_size = pool.device_mut().block_size();
+    let block = u64::from(block_size);
+    if pool.snapshot(id)?.size() < block {
+        return Ok(false);
+    }
+    // The first block lies in the first cluster (a whole number of blocks): one segment.
+    let Some(ReadSegment::Data { device_offset, .. }) = pool.map_read(id, 0, block)?.next() else {
+        // Never written: a hole reads as zeros.
+        return Ok(false);
+    };
+    let mut first = vec![0u8; block_size as usize];
+    pool.device_mut()
+        .read(device_offset / block, &mut first)
+        .map_err(|e| edgevol_core::Error::Device(e.kind()))?;
+    Ok(encryption::starts_with_luks2(&first))
 }
 
 /// DeleteVolume: gone, or never ours, is success.

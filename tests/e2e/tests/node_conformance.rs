@@ -9,8 +9,10 @@
 //! node. Needs the VMs of scripts/test-e2e-qemu.sh; ignored otherwise.
 //!
 //! Rows that no test here can reach: "Permission denied" (7) and "Not authenticated" (16) are
-//! about `secrets`, which the node plugin never reads; "Call not implemented" (12) has no
-//! subject, the plugin serving every Node RPC. "Operation pending for volume" (10 ABORTED) is
+//! about `secrets`, which the node plugin reads only for an encrypted volume's passphrase and
+//! answers otherwise (missing or malformed: INVALID_ARGUMENT; opening no key slot:
+//! FAILED_PRECONDITION, see docs/encryption.md); "Call not implemented" (12) has no subject,
+//! the plugin serving every Node RPC. "Operation pending for volume" (10 ABORTED) is
 //! a MAY: the plugin serializes its operations instead, and the test of concurrent identical
 //! stages shows both succeed with one mount.
 
