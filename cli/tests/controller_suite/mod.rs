@@ -490,6 +490,12 @@ pub async fn list_volumes_paginates_while_volumes_come_and_go(d: &mut impl Drive
                 .volume_id,
         );
     }
+    let homes: std::collections::BTreeSet<&str> = ids.iter().map(|id| home(id)).collect();
+    assert_eq!(
+        homes.len(),
+        boxes.len(),
+        "the pages cross every appliance: {ids:?}"
+    );
     let page = |token: String| ListVolumesRequest {
         max_entries: 2,
         starting_token: token,
