@@ -19,6 +19,9 @@
 //!   answer is passed over (logged). A clone or restore asks every appliance but its source's.
 //! * CreateSnapshot of a plain volume asks every other appliance the same (a snapshot of the
 //!   name there is of another volume: ALREADY_EXISTS), then goes to the volume's appliance.
+//! * A volume group is one appliance's: ModifyVolumeGroupMembership with a volume of another
+//!   appliance (or a replicated one) is INVALID_ARGUMENT naming both appliances, not the
+//!   NOT_FOUND the group's box alone would answer for a volume that exists.
 //! * ListVolumes, ListSnapshots (unfiltered) and ListVolumeGroups page across appliances
 //!   ([`crate::fleet_paging`]), ListVolumes showing each replicated volume once
 //!   ([`crate::fleet_legs`]); an appliance that is down is left out of the listing (logged),
@@ -60,7 +63,7 @@ use crate::fleet_placement as placement;
 use crate::fleet_replicas::{capacity_of, is_replicated, replicas_param};
 use crate::grpc_unary::{answer, refuse, reply, request, Buffered, ProxyBody};
 use crate::proxy::{Forwarder, CONNECT_TIMEOUT};
-use edgevol_driver::fleet::{legs, LEGS_BEFORE_PARAM, LEG_PARAM, REPLICAS_PARAM};
+use edgevol_driver::fleet::{legs, APPLIANCE_KEY, LEGS_BEFORE_PARAM, LEG_PARAM, REPLICAS_PARAM};
 
 /// The manifest key of GetPluginInfo that carries the appliance's id.
 const MANIFEST_ID: &str = "appliance-id";
@@ -436,6 +439,13 @@ impl Fleet {
                 }
             }
             "/csi.v1.Controller/CreateSnapshot" => self.create_snapshot(&b).await,
+            "/volumegroup.Controller/ModifyVolumeGroupMembership" => {
+                let r: ModifyVolumeGroupMembershipRequest = b.message()?;
+                if let Some(home) = self.owner(&r.volume_group_id) {
+                    self.members_of_one_appliance(&r, home)?;
+                }
+                self.by_id(&b, &r.volume_group_id).await
+            }
             "/volumegroup.Controller/ListVolumeGroups" => {
                 self.list::<ListVolumeGroupsRequest>(&b).await
             }
@@ -450,6 +460,40 @@ impl Fleet {
                 None => self.any(&b).await,
             },
         }
+    }
+
+    /// INVALID_ARGUMENT (the VolumeGroup spec's code for volumes a group cannot take) for a
+    /// volume of `r` that lies on another appliance than group `r`'s (on `home`): a group, and
+    /// its group snapshots, are one appliance's, so that box alone could not find the volume
+    /// and would answer NOT_FOUND for a volume that exists. Ids of no appliance are left to the
+    /// group's box (NOT_FOUND, truthfully).
+    fn members_of_one_appliance(
+        &self,
+        r: &ModifyVolumeGroupMembershipRequest,
+        home: usize,
+    ) -> Result<(), Status> {
+        let ids = self.ids();
+        for v in &r.volume_ids {
+            let lies = if is_replicated(v) {
+                let boxes: Vec<&str> = legs(v)
+                    .filter_map(|l| self.owner(l))
+                    .map(|i| ids[i])
+                    .collect();
+                format!("is replicated over appliances {}", boxes.join(" and "))
+            } else {
+                match self.owner(v) {
+                    Some(i) if i != home => format!("lies on appliance {}", ids[i]),
+                    _ => continue,
+                }
+            };
+            return Err(Status::invalid_argument(format!(
+                "volume {v} {lies}, volume group {} on appliance {}: a volume group's volumes \
+                 live on the group's one appliance (create the volume there, with the requisite \
+                 topology {APPLIANCE_KEY}={})",
+                r.volume_group_id, ids[home], ids[home]
+            )));
+        }
+        Ok(())
     }
 
     /// The call sent to the appliance `id` names, or (an id of none of ours) to any.

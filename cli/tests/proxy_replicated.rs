@@ -949,3 +949,42 @@ async fn a_refused_restore_leaves_no_leg_behind() {
     assert!(names_on(&boxes, first).contains(&"held+leg".to_owned()));
     stop_all(&mut boxes).await;
 }
+
+/// A volume group is one appliance's: a replicated volume, whose legs lie on several, is a
+/// volume no group can take (INVALID_ARGUMENT naming its appliances), not one that does not
+/// exist (the NOT_FOUND the group's box alone would answer).
+#[tokio::test]
+async fn a_replicated_volume_joins_no_volume_group() {
+    use edgevol_proto::volumegroup::controller_client::ControllerClient as GroupsClient;
+    use edgevol_proto::volumegroup::{
+        CreateVolumeGroupRequest, ModifyVolumeGroupMembershipRequest,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let v = create_ok(&mut c, replicated("mirrored", 8 * MIB, "2")).await;
+    let mut groups = GroupsClient::new(common::unix_channel(dir.path().join("csi.sock")).await);
+    let group = groups
+        .create_volume_group(CreateVolumeGroupRequest {
+            name: "g".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    let status = groups
+        .modify_volume_group_membership(ModifyVolumeGroupMembershipRequest {
+            volume_group_id: group.volume_group_id.clone(),
+            volume_ids: vec![v.volume_id.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let msg = status.message();
+    assert!(msg.contains("replicated over appliances"), "{msg}");
+    assert!(msg.contains("box-a") && msg.contains("box-b"), "{msg}");
+    stop_all(&mut boxes).await;
+}

@@ -877,7 +877,7 @@ pub async fn a_volume_looks_the_same_from_the_volume_group_service(d: &mut impl 
     .unwrap();
     let got = vg
         .controller_get_volume_group(ControllerGetVolumeGroupRequest {
-            volume_group_id: group.volume_group_id,
+            volume_group_id: group.volume_group_id.clone(),
             ..Default::default()
         })
         .await
@@ -892,6 +892,39 @@ pub async fn a_volume_looks_the_same_from_the_volume_group_service(d: &mut impl 
         member.accessible_topology[0].segments,
         v.accessible_topology[0].segments
     );
+
+    // Through several appliances: a volume of another box than the group's is a volume the
+    // group cannot take (INVALID_ARGUMENT, naming both boxes), not one that does not exist;
+    // the group is left as it was.
+    let group_home = d.group_home("g");
+    let apps = d.appliances();
+    if let Some(other) = apps.iter().find(|a| **a != group_home) {
+        let far = vol(&mut c, pinned(create("far", MIB), other)).await;
+        let (code_, msg) = code(
+            vg.modify_volume_group_membership(ModifyVolumeGroupMembershipRequest {
+                volume_group_id: group.volume_group_id.clone(),
+                volume_ids: vec![v.volume_id.clone(), far.volume_id.clone()],
+                ..Default::default()
+            })
+            .await,
+        );
+        assert_eq!(code_, Code::InvalidArgument, "{msg}");
+        for named in [&far.volume_id, other, &group_home] {
+            assert!(msg.contains(named.as_str()), "{named} in {msg}");
+        }
+        let still = vg
+            .controller_get_volume_group(ControllerGetVolumeGroupRequest {
+                volume_group_id: group.volume_group_id.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .volume_group
+            .unwrap();
+        let kept: Vec<&str> = still.volumes.iter().map(|m| m.volume_id.as_str()).collect();
+        assert_eq!(kept, vec![v.volume_id.as_str()]);
+    }
 }
 
 pub async fn modify_volume_stores_qos_and_refuses_unknown_keys(d: &mut impl Driver) {
