@@ -988,3 +988,60 @@ async fn a_replicated_volume_joins_no_volume_group() {
     assert!(msg.contains("box-a") && msg.contains("box-b"), "{msg}");
     stop_all(&mut boxes).await;
 }
+
+/// The other side of a refused restore: a box too full for its thick leg (RESOURCE_EXHAUSTED,
+/// which room made later cures) keeps the first leg, and the retry completes the volume from it.
+#[tokio::test]
+async fn a_restore_refused_for_room_keeps_its_first_leg_for_the_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let v = create_ok(&mut c, replicated("orig", 8 * MIB, "2")).await;
+    let snap = snapshot_ok(&mut c, snapshot_of(&v.volume_id, "snap")).await;
+    let (first, second) = (home(legs(&v.volume_id)[0]), home(legs(&v.volume_id)[1]));
+    let thick = || HashMap::from([("provisioning".to_owned(), "thick".to_owned())]);
+    let on_second = || {
+        Some(TopologyRequirement {
+            requisite: vec![topology(&[("edgevol.io/appliance", second)])],
+            preferred: vec![],
+        })
+    };
+    let free = c
+        .get_capacity(GetCapacityRequest {
+            parameters: thick(),
+            accessible_topology: on_second().map(|t| t.requisite[0].clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .available_capacity;
+    let mut filler = create("filler", free - 8 * MIB);
+    filler.parameters = thick();
+    filler.accessibility_requirements = on_second();
+    let filler = create_ok(&mut c, filler).await;
+
+    let mut req = restore_of("restored", 32 * MIB, &snap.snapshot_id);
+    req.parameters.extend(thick());
+    let status = c.create_volume(req.clone()).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(!status.message().contains("deleted"), "{status:?}");
+    assert!(names_on(&boxes, first).contains(&"restored+leg".to_owned()));
+
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: filler.volume_id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let done = create_ok(&mut c, req).await;
+    assert_eq!(done.capacity_bytes, 32 * MIB);
+    for id in [first, second] {
+        let restored_legs = names_on(&boxes, id)
+            .into_iter()
+            .filter(|n| n == "restored+leg")
+            .count();
+        assert_eq!(restored_legs, 1, "{id}");
+    }
+    stop_all(&mut boxes).await;
+}
