@@ -1,6 +1,7 @@
-//! `edgevol.io/existing-only`, the question `edgevol proxy` asks before it places a volume:
-//! answered like an idempotent CreateVolume when the name exists (ALREADY_EXISTS when it does
-//! not match), NOT_FOUND when it does not, and nothing is ever created or stored by it.
+//! `edgevol.io/existing-only`, the question `edgevol proxy` asks before it places a volume or
+//! snapshot: answered like an idempotent CreateVolume (CreateSnapshot) when the name exists
+//! (ALREADY_EXISTS when it does not match), NOT_FOUND when it does not, and nothing is ever
+//! created or stored by it.
 
 mod common;
 
@@ -126,4 +127,100 @@ async fn existing_only_finds_the_named_volume_and_never_creates_one() {
         .unwrap_err();
     assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
     assert_eq!(volume_ids(&mut c).await, vec![made.volume_id]);
+}
+
+async fn snapshot_ids(c: &mut ControllerClient<Channel>) -> Vec<String> {
+    c.list_snapshots(ListSnapshotsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries
+        .into_iter()
+        .map(|e| e.snapshot.unwrap().snapshot_id)
+        .collect()
+}
+
+fn snap(source: &str, name: &str, params: &[(&str, &str)]) -> CreateSnapshotRequest {
+    CreateSnapshotRequest {
+        source_volume_id: source.into(),
+        name: name.into(),
+        parameters: params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn existing_only_finds_the_named_snapshot_before_resolving_its_source() {
+    let app = DevAppliance::start().await;
+    app.ready().await;
+    let mut c = ControllerClient::new(app.channel("controller").await);
+    let ask = [(EXISTING_ONLY_PARAM, "true")];
+    let v = c
+        .create_volume(create("data", 8 * MIB, &[]))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+
+    // No snapshot of the name: NOT_FOUND, and none made (the source exists).
+    let s = c
+        .create_snapshot(snap(&v.volume_id, "s1", &ask))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::NotFound, "{s:?}");
+    assert!(s.message().contains("s1"), "{s:?}");
+    assert!(snapshot_ids(&mut c).await.is_empty());
+
+    let made = c
+        .create_snapshot(snap(&v.volume_id, "s1", &[]))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let found = c
+        .create_snapshot(snap(&v.volume_id, "s1", &ask))
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    assert_eq!(
+        found, made,
+        "the snapshot an idempotent CreateSnapshot answers"
+    );
+
+    // Another source, even one of another appliance that names nothing here: the name answers
+    // first, ALREADY_EXISTS (without the question that source would be NOT_FOUND).
+    for other in [format!("{}9", v.volume_id), "box-b-v0".to_owned()] {
+        let s = c
+            .create_snapshot(snap(&other, "s1", &ask))
+            .await
+            .unwrap_err();
+        assert_eq!(s.code(), Code::AlreadyExists, "{other}: {s:?}");
+        let plain = c
+            .create_snapshot(snap(&other, "s1", &[]))
+            .await
+            .unwrap_err();
+        assert_eq!(plain.code(), Code::NotFound, "{other}: {plain:?}");
+    }
+    // A foreign source and a free name: NOT_FOUND, nothing made.
+    let s = c
+        .create_snapshot(snap("box-b-v0", "s2", &ask))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::NotFound, "{s:?}");
+    assert_eq!(snapshot_ids(&mut c).await, vec![made.snapshot_id]);
+
+    // Only "true" is a question; snapshots take no other parameter.
+    let s = c
+        .create_snapshot(snap(&v.volume_id, "s3", &[(EXISTING_ONLY_PARAM, "yes")]))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
+    assert_eq!(snapshot_ids(&mut c).await.len(), 1);
 }

@@ -413,11 +413,15 @@ impl Fleet {
                     let displaced = made.split_off(k);
                     made.push((i, leg));
                     for (j, v) in displaced.into_iter().rev() {
-                        self.remove_leg(j, &v.volume_id, &r.secrets).await?;
+                        let why = "made way for an earlier attempt's leg";
+                        self.remove_leg(j, &v.volume_id, &r.secrets, why).await?;
                         queue.push_front((j, None));
                     }
                 }
-                Err(s) => return Err(leg_status(&s, &r.name, m.id())),
+                Err(s) => {
+                    let refused = leg_status(&s, &r.name, m.id());
+                    return Err(self.undo_refused(b, &r, i, &made, refused).await);
+                }
             }
         }
         if made.len() < n {
@@ -463,12 +467,81 @@ impl Fleet {
         Ok(None)
     }
 
-    /// Deletes leg `id` on box `i`, made by this CreateVolume at a position it cannot keep.
+    /// `refused`, the answer of box `i` to leg request `r`, after the legs `made` before it are
+    /// deleted when the refusal is permanent. A permanent refusal (OUT_OF_RANGE,
+    /// INVALID_ARGUMENT, ALREADY_EXISTS, NOT_FOUND) comes again for the same request, so the
+    /// volume can never be completed from those legs: kept, they would be hidden (ListVolumes
+    /// shows a replicated volume from its last leg), have no id the CO could delete, and make a
+    /// corrected retry meet ALREADY_EXISTS. A transient one (RESOURCE_EXHAUSTED, UNAVAILABLE,
+    /// anything else) keeps them: the retry finds them by name and completes the volume.
+    /// They are deleted only when box `i` holds no leg of the name (asked with the existing-only
+    /// question): legs are made in order and a volume is answered only once its last leg
+    /// exists, so a chain missing a leg was never acknowledged, while one whose refusing box
+    /// holds a leg may be a volume the CO has.
+    async fn undo_refused(
+        &self,
+        b: &Buffered,
+        r: &CreateVolumeRequest,
+        i: usize,
+        made: &[(usize, Volume)],
+        refused: Status,
+    ) -> Status {
+        let permanent = matches!(
+            refused.code(),
+            Code::OutOfRange | Code::InvalidArgument | Code::AlreadyExists | Code::NotFound
+        );
+        if !permanent || made.is_empty() {
+            return refused;
+        }
+        let m = &self.members[i];
+        let mut probe = r.clone();
+        probe
+            .parameters
+            .insert(placement::EXISTING_ONLY_PARAM.to_owned(), "true".to_owned());
+        let asked = m.call::<CreateVolumeResponse>(b.with_message(&probe)).await;
+        match asked {
+            Err(s) if s.code() == Code::NotFound => {}
+            _ => {
+                tracing::warn!(leg = %r.name, appliance = %m.id(), "legs of a refused CreateVolume kept: the refusing appliance may hold a leg of the name");
+                return refused;
+            }
+        }
+        let mut left = Vec::new();
+        for (j, v) in made.iter().rev() {
+            let why = "a later leg was refused for good";
+            if let Err(s) = self.remove_leg(*j, &v.volume_id, &r.secrets, why).await {
+                left.push(s.message().to_owned());
+            }
+        }
+        if left.is_empty() {
+            let removed: Vec<&str> = made.iter().map(|(_, v)| v.volume_id.as_str()).collect();
+            Status::new(
+                refused.code(),
+                format!(
+                    "{} (the legs made before it were deleted: {})",
+                    refused.message(),
+                    removed.join(", ")
+                ),
+            )
+        } else {
+            Status::new(
+                refused.code(),
+                format!(
+                    "{} (and legs made before it could not be deleted: {})",
+                    refused.message(),
+                    left.join("; ")
+                ),
+            )
+        }
+    }
+
+    /// Deletes leg `id` on box `i`, made by this CreateVolume and not to be kept (`why`, logged).
     async fn remove_leg(
         &self,
         i: usize,
         id: &str,
         secrets: &HashMap<String, String>,
+        why: &str,
     ) -> Result<(), Status> {
         let m = &self.members[i];
         let req = DeleteVolumeRequest {
@@ -478,7 +551,7 @@ impl Fleet {
         m.call::<DeleteVolumeResponse>(request("/csi.v1.Controller/DeleteVolume", &req))
             .await
             .map_err(|s| leg_status(&s, id, m.id()))?;
-        tracing::info!(leg = %id, appliance = %m.id(), "leg made way for an earlier attempt's leg");
+        tracing::info!(leg = %id, appliance = %m.id(), why = %why, "leg deleted");
         Ok(())
     }
 

@@ -13,7 +13,15 @@
 //!   earlier attempt whose answer was lost) and how much it has free: the holder's answer is
 //!   the call's; else the boxes go by preference, then free space, then the name. When one of
 //!   them does not answer, the name's order alone places the volume (free space ignored), the
-//!   order every attempt without that box's answer repeats.
+//!   order every attempt without that box's answer repeats. A name is the driver's: the other
+//!   appliances are asked at the same time, and one that holds the name answers the call
+//!   ALREADY_EXISTS (the request cannot have that volume there); one of them that does not
+//!   answer is passed over (logged). A clone or restore asks every appliance but its source's.
+//! * CreateSnapshot of a plain volume asks every other appliance the same (a snapshot of the
+//!   name there is of another volume: ALREADY_EXISTS), then goes to the volume's appliance.
+//! * A volume group is one appliance's: ModifyVolumeGroupMembership with a volume of another
+//!   appliance (or a replicated one) is INVALID_ARGUMENT naming both appliances, not the
+//!   NOT_FOUND the group's box alone would answer for a volume that exists.
 //! * ListVolumes, ListSnapshots (unfiltered) and ListVolumeGroups page across appliances
 //!   ([`crate::fleet_paging`]), ListVolumes showing each replicated volume once
 //!   ([`crate::fleet_legs`]); an appliance that is down is left out of the listing (logged),
@@ -55,7 +63,7 @@ use crate::fleet_placement as placement;
 use crate::fleet_replicas::{capacity_of, is_replicated, replicas_param};
 use crate::grpc_unary::{answer, refuse, reply, request, Buffered, ProxyBody};
 use crate::proxy::{Forwarder, CONNECT_TIMEOUT};
-use edgevol_driver::fleet::{legs, LEGS_BEFORE_PARAM, LEG_PARAM, REPLICAS_PARAM};
+use edgevol_driver::fleet::{legs, APPLIANCE_KEY, LEGS_BEFORE_PARAM, LEG_PARAM, REPLICAS_PARAM};
 
 /// The manifest key of GetPluginInfo that carries the appliance's id.
 const MANIFEST_ID: &str = "appliance-id";
@@ -430,6 +438,14 @@ impl Fleet {
                     None => self.any(&b).await,
                 }
             }
+            "/csi.v1.Controller/CreateSnapshot" => self.create_snapshot(&b).await,
+            "/volumegroup.Controller/ModifyVolumeGroupMembership" => {
+                let r: ModifyVolumeGroupMembershipRequest = b.message()?;
+                if let Some(home) = self.owner(&r.volume_group_id) {
+                    self.members_of_one_appliance(&r, home)?;
+                }
+                self.by_id(&b, &r.volume_group_id).await
+            }
             "/volumegroup.Controller/ListVolumeGroups" => {
                 self.list::<ListVolumeGroupsRequest>(&b).await
             }
@@ -444,6 +460,40 @@ impl Fleet {
                 None => self.any(&b).await,
             },
         }
+    }
+
+    /// INVALID_ARGUMENT (the VolumeGroup spec's code for volumes a group cannot take) for a
+    /// volume of `r` that lies on another appliance than group `r`'s (on `home`): a group, and
+    /// its group snapshots, are one appliance's, so that box alone could not find the volume
+    /// and would answer NOT_FOUND for a volume that exists. Ids of no appliance are left to the
+    /// group's box (NOT_FOUND, truthfully).
+    fn members_of_one_appliance(
+        &self,
+        r: &ModifyVolumeGroupMembershipRequest,
+        home: usize,
+    ) -> Result<(), Status> {
+        let ids = self.ids();
+        for v in &r.volume_ids {
+            let lies = if is_replicated(v) {
+                let boxes: Vec<&str> = legs(v)
+                    .filter_map(|l| self.owner(l))
+                    .map(|i| ids[i])
+                    .collect();
+                format!("is replicated over appliances {}", boxes.join(" and "))
+            } else {
+                match self.owner(v) {
+                    Some(i) if i != home => format!("lies on appliance {}", ids[i]),
+                    _ => continue,
+                }
+            };
+            return Err(Status::invalid_argument(format!(
+                "volume {v} {lies}, volume group {} on appliance {}: a volume group's volumes \
+                 live on the group's one appliance (create the volume there, with the requisite \
+                 topology {APPLIANCE_KEY}={})",
+                r.volume_group_id, ids[home], ids[home]
+            )));
+        }
+        Ok(())
     }
 
     /// The call sent to the appliance `id` names, or (an id of none of ours) to any.
@@ -552,14 +602,38 @@ impl Fleet {
                 None => return self.any(b).await, // NOT_FOUND, in the appliance's words
             }
         }
+        // A name is the driver's: a volume of it on an appliance this request cannot place it on
+        // (outside the requisite topology, or not where its content source lies) is one the
+        // request does not match.
+        let outside: Vec<usize> = (0..ids.len()).filter(|i| !order.contains(i)).collect();
+        let mut probe = req.clone();
+        // Asked without the source: a source id of another appliance would answer NOT_FOUND there.
+        probe.volume_content_source = None;
+        let elsewhere = self.holder_among::<CreateVolumeResponse>(&req.name, &outside, |i| {
+            b.with_message(&existing_only_probe(&probe, ids[i]))
+        });
+        let why = match content_source_id(&req).and_then(|s| self.owner(s)) {
+            Some(home) => format!("and its content source lies on appliance {}", ids[home]),
+            None => "which the requisite topology of this request does not allow".to_owned(),
+        };
         if order.is_empty() {
+            if let Some((i, said)) = elsewhere.await {
+                return Err(held_elsewhere("volume", &req.name, ids[i], said, &why));
+            }
             return Err(Status::resource_exhausted(format!(
                 "no appliance of this driver ({}) lies in the requisite topology",
                 ids.join(", ")
             )));
         }
-        if content_source_id(&req).is_none() {
-            let surveys = join_all(order.iter().map(|&i| self.survey(b, &req, i)).collect()).await;
+        if content_source_id(&req).is_some() {
+            if let Some((i, said)) = elsewhere.await {
+                return Err(held_elsewhere("volume", &req.name, ids[i], said, &why));
+            }
+        } else {
+            let (surveys, elsewhere) = tokio::join!(
+                join_all(order.iter().map(|&i| self.survey(b, &req, i)).collect()),
+                elsewhere
+            );
             let mut free = vec![None; ids.len()];
             let mut unknown = Vec::new();
             for (&i, survey) in order.iter().zip(surveys) {
@@ -575,6 +649,9 @@ impl Fleet {
                     Survey::Lacks(f) => free[i] = f,
                     Survey::Unknown(why) => unknown.push(format!("{}: {why}", ids[i])),
                 }
+            }
+            if let Some((i, said)) = elsewhere {
+                return Err(held_elsewhere("volume", &req.name, ids[i], said, &why));
             }
             if unknown.is_empty() {
                 order = placement::order_by_free(
@@ -631,13 +708,7 @@ impl Fleet {
     /// how much it has free for it; [`Survey::Unknown`] after [`SURVEY_DEADLINE`].
     async fn survey(&self, b: &Buffered, req: &CreateVolumeRequest, i: usize) -> Survey {
         let m = &self.members[i];
-        let mut probe = req.clone();
-        probe
-            .parameters
-            .insert(placement::EXISTING_ONLY_PARAM.to_owned(), "true".to_owned());
-        if let Some(t) = &req.accessibility_requirements {
-            probe.accessibility_requirements = Some(placement::requirement_for(t, m.id()));
-        }
+        let probe = existing_only_probe(req, m.id());
         let capacity = GetCapacityRequest {
             volume_capabilities: req.volume_capabilities.clone(),
             parameters: req.parameters.clone(),
@@ -679,6 +750,91 @@ impl Fleet {
             .unwrap_or_else(|_| {
                 Survey::Unknown(format!("no answer within {}s", SURVEY_DEADLINE.as_secs()))
             })
+    }
+
+    /// Asks appliances `boxes` at once, within [`SURVEY_DEADLINE`], the existing-only question
+    /// `ask(i)` about `name`: the first of them (in `boxes` order) that holds an object of the
+    /// name, with its answer (the object, or ALREADY_EXISTS). One that does not answer is
+    /// logged and counts as not holding it (the documented limit of a holder that is down).
+    async fn holder_among<M: Message + Default>(
+        &self,
+        name: &str,
+        boxes: &[usize],
+        ask: impl Fn(usize) -> Request<ProxyBody>,
+    ) -> Option<(usize, Result<M, Status>)> {
+        let asked = boxes.iter().map(|&i| {
+            let req = ask(i);
+            async move {
+                let said =
+                    tokio::time::timeout(SURVEY_DEADLINE, self.members[i].call_fanned::<M>(req))
+                        .await;
+                (i, said)
+            }
+        });
+        let mut holder = None;
+        for (i, said) in join_all(asked.collect()).await {
+            let why = match said {
+                Ok(Ok(m)) => {
+                    holder = holder.or(Some((i, Ok(m))));
+                    continue;
+                }
+                Ok(Err(s)) if s.code() == Code::AlreadyExists => {
+                    holder = holder.or(Some((i, Err(s))));
+                    continue;
+                }
+                Ok(Err(s)) if matches!(s.code(), Code::NotFound | Code::ResourceExhausted) => {
+                    continue
+                }
+                Ok(Err(s)) => s.message().to_owned(),
+                Err(_) => format!("no answer within {}s", SURVEY_DEADLINE.as_secs()),
+            };
+            tracing::warn!(name = %name, appliance = %self.members[i].id(), error = %why, "could not ask an appliance whether it holds the name; going on without it");
+        }
+        holder
+    }
+
+    /// CreateSnapshot of a volume on one appliance: first every other appliance is asked
+    /// whether it holds a snapshot of the name (of its own volume, so not this request's).
+    async fn create_snapshot(&self, b: &Buffered) -> Result<Response<ProxyBody>, Status> {
+        let r: CreateSnapshotRequest = b.message()?;
+        if r.parameters.contains_key(placement::EXISTING_ONLY_PARAM) {
+            return Err(Status::invalid_argument(format!(
+                "parameter {} is set by the proxy only, to ask an appliance for a snapshot it \
+                 already holds",
+                placement::EXISTING_ONLY_PARAM
+            )));
+        }
+        if is_replicated(&r.source_volume_id) {
+            let path = "/csi.v1.Controller/CreateSnapshot";
+            return self.replicated(path, b, &r.source_volume_id).await;
+        }
+        let Some(home) = self.owner(&r.source_volume_id) else {
+            return self.any(b).await; // NOT_FOUND or INVALID_ARGUMENT, in the appliance's words
+        };
+        if !r.name.is_empty() {
+            let others: Vec<usize> = (0..self.members.len()).filter(|&i| i != home).collect();
+            let mut probe = r.clone();
+            probe
+                .parameters
+                .insert(placement::EXISTING_ONLY_PARAM.to_owned(), "true".to_owned());
+            let asked = self
+                .holder_among::<CreateSnapshotResponse>(&r.name, &others, |_| {
+                    b.with_message(&probe)
+                })
+                .await;
+            if let Some((i, said)) = asked {
+                let why = format!("not of {}", r.source_volume_id);
+                let said = said.map(|a| a.snapshot.map(|s| s.snapshot_id).unwrap_or_default());
+                return Err(held_elsewhere(
+                    "snapshot",
+                    &r.name,
+                    self.ids()[i],
+                    said,
+                    &why,
+                ));
+            }
+        }
+        Ok(passed(self.members[home].forward(b.replay()).await?))
     }
 
     /// The appliances' controller capabilities, as every appliance runs the same driver.
@@ -793,6 +949,55 @@ impl Fleet {
             return Err(Status::unavailable(down.join("; ")));
         }
         Ok(reply(&L::join(entries, next)))
+    }
+}
+
+/// `req` as the existing-only question to appliance `id`: marked, and with the topology it
+/// checks (none when `id` lies outside the requisite topology: the name is asked anyway).
+fn existing_only_probe(req: &CreateVolumeRequest, id: &str) -> CreateVolumeRequest {
+    let mut probe = req.clone();
+    probe
+        .parameters
+        .insert(placement::EXISTING_ONLY_PARAM.to_owned(), "true".to_owned());
+    if let Some(t) = &req.accessibility_requirements {
+        probe.accessibility_requirements = Some(placement::requirement_for(t, id));
+    }
+    probe
+}
+
+/// ALREADY_EXISTS: appliance `appliance` holds the `kind` `name` (`said`: its id, or its
+/// refusal), where this request cannot have it (`why`).
+fn held_elsewhere<M: HoldsId>(
+    kind: &str,
+    name: &str,
+    appliance: &str,
+    said: Result<M, Status>,
+    why: &str,
+) -> Status {
+    let what = match said {
+        Ok(m) => m.held_id(),
+        Err(s) => s.message().to_owned(),
+    };
+    Status::already_exists(format!(
+        "{kind} {name:?} already exists on appliance {appliance} ({what}), {why}: a name is this \
+         driver's across all its appliances"
+    ))
+}
+
+/// What a holder answered, by id.
+trait HoldsId {
+    fn held_id(self) -> String;
+}
+
+impl HoldsId for CreateVolumeResponse {
+    fn held_id(self) -> String {
+        self.volume.map(|v| v.volume_id).unwrap_or_default()
+    }
+}
+
+impl HoldsId for String {
+    fn held_id(self) -> String {
+        self
     }
 }
 

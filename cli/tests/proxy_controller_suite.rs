@@ -104,43 +104,105 @@ mod through_a_two_appliance_proxy {
 }
 
 /// Rows the suite cannot ask one appliance, as CSI states them for the driver: a name is the
-/// plugin's, not one box's. Fails today: each box checks names only among its own objects, so
-/// through two boxes a snapshot name already taken by a snapshot of a volume on the other box
-/// makes a second snapshot, and a volume name asked again with a requisite that places it on
-/// the other box makes a second volume.
+/// plugin's, not one box's. Through two boxes a snapshot name already taken by a snapshot of a
+/// volume on the other box, and a volume name asked again with a requisite that places it on
+/// the other box, are ALREADY_EXISTS naming the box that holds them, and nothing is made.
 #[tokio::test]
-#[ignore = "known bug in the fleet router: names are checked per appliance, not per driver"]
 async fn names_are_the_drivers_across_appliances() {
     use controller_suite::{create, pinned, snapshot, vol, MIB};
     use edgevol_proto::csi::v1::controller_client::ControllerClient;
-    use edgevol_proto::csi::v1::CreateSnapshotRequest;
+    use edgevol_proto::csi::v1::volume_content_source::{SnapshotSource, Type as SourceType};
+    use edgevol_proto::csi::v1::{
+        CreateSnapshotRequest, ListSnapshotsRequest, ListVolumesRequest, VolumeContentSource,
+    };
     use tonic::Code;
     let d = two_boxes().await;
     let mut c = ControllerClient::new(controller_suite::Driver::channel(&d).await);
     let a = vol(&mut c, pinned(create("a", MIB), "box-a")).await;
     let b = vol(&mut c, pinned(create("b", MIB), "box-b")).await;
-    snapshot(&mut c, &a.volume_id, "s1").await;
+    let s1 = snapshot(&mut c, &a.volume_id, "s1").await;
+    let sb = snapshot(&mut c, &b.volume_id, "sb").await;
     let other_source = c
         .create_snapshot(CreateSnapshotRequest {
             source_volume_id: b.volume_id.clone(),
             name: "s1".into(),
             ..Default::default()
         })
-        .await;
+        .await
+        .map(|r| r.into_inner().snapshot)
+        .unwrap_err();
     assert_eq!(
-        other_source
-            .map(|r| r.into_inner().snapshot)
-            .unwrap_err()
-            .code(),
+        other_source.code(),
         Code::AlreadyExists,
-        "s1 is a snapshot of {}",
+        "s1 is a snapshot of {}: {other_source:?}",
         a.volume_id
     );
-    let elsewhere = c.create_volume(pinned(create("a", MIB), "box-b")).await;
+    assert!(other_source.message().contains("box-a"), "{other_source:?}");
+    // The CO cannot ask the proxy's question itself.
+    let asked = c
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: b.volume_id.clone(),
+            name: "s9".into(),
+            parameters: [("edgevol.io/existing-only".into(), "true".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(asked.code(), Code::InvalidArgument, "{asked:?}");
+
+    let elsewhere = c
+        .create_volume(pinned(create("a", MIB), "box-b"))
+        .await
+        .map(|r| r.into_inner().volume)
+        .unwrap_err();
     assert_eq!(
-        elsewhere.map(|r| r.into_inner().volume).unwrap_err().code(),
+        elsewhere.code(),
         Code::AlreadyExists,
-        "volume a is {} on box-a",
+        "volume a is {} on box-a: {elsewhere:?}",
         a.volume_id
     );
+    assert!(
+        elsewhere.message().contains(&a.volume_id),
+        "names the volume and its box: {elsewhere:?}"
+    );
+    // A restore named a, from a snapshot on box-b: that name is box-a's volume too.
+    let mut restore = create("a", MIB);
+    restore.volume_content_source = Some(VolumeContentSource {
+        r#type: Some(SourceType::Snapshot(SnapshotSource {
+            snapshot_id: sb.snapshot_id.clone(),
+        })),
+    });
+    let restored = c
+        .create_volume(restore)
+        .await
+        .map(|r| r.into_inner().volume)
+        .unwrap_err();
+    assert_eq!(restored.code(), Code::AlreadyExists, "{restored:?}");
+    assert!(restored.message().contains("box-a"), "{restored:?}");
+    // Asked again where it is, compatibly: the same volume.
+    assert_eq!(
+        vol(&mut c, pinned(create("a", MIB), "box-a"))
+            .await
+            .volume_id,
+        a.volume_id
+    );
+
+    // Nothing was made by the refused calls.
+    let volumes = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert_eq!(volumes.len(), 2, "{volumes:?}");
+    let snapshots: Vec<String> = c
+        .list_snapshots(ListSnapshotsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries
+        .into_iter()
+        .map(|e| e.snapshot.unwrap().snapshot_id)
+        .collect();
+    assert_eq!(snapshots, vec![s1.snapshot_id, sb.snapshot_id]);
 }

@@ -901,11 +901,11 @@ async fn an_appliance_refusing_a_leg_size_is_named_with_the_leg_and_its_applianc
     stop_all(&mut boxes).await;
 }
 
-/// Fails today: a restore (or clone) whose later leg an appliance refuses keeps the legs made
-/// before it. The CO has no id to delete them by; they are hidden from ListVolumes (legs but
-/// the last are); a retry with a size every leg can take meets ALREADY_EXISTS on the kept leg.
+/// A restore (or clone) whose later leg an appliance refuses for good (OUT_OF_RANGE here)
+/// deletes the legs made before it: the CO has no id to delete them by, ListVolumes would hide
+/// them (legs but the last are), and a retry with a size every leg can take would meet
+/// ALREADY_EXISTS on a kept leg. The refusal says which legs went.
 #[tokio::test]
-#[ignore = "known bug in fleet_replicas: a refused restore leaves its first leg behind"]
 async fn a_refused_restore_leaves_no_leg_behind() {
     let dir = tempfile::tempdir().unwrap();
     let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
@@ -916,6 +916,12 @@ async fn a_refused_restore_leaves_no_leg_behind() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("the legs made before it were deleted"),
+        "{status:?}"
+    );
     let first = home(legs(&v.volume_id)[0]);
     assert!(
         !names_on(&boxes, first).contains(&"restored+leg".to_owned()),
@@ -923,5 +929,119 @@ async fn a_refused_restore_leaves_no_leg_behind() {
     );
     let r = create_ok(&mut c, restore_of("restored", 48 * MIB, &snap.snapshot_id)).await;
     assert_eq!(r.capacity_bytes, 48 * MIB);
+
+    // Legs are deleted only when the refusing box holds no leg of the name: one that does may
+    // belong to a volume the CO was answered. Here the second box holds a plain volume named
+    // like the leg: the refusal (ALREADY_EXISTS) is passed on and the first leg is kept.
+    let second = home(legs(&v.volume_id)[1]);
+    let mut squatter = create("held+leg", MIB);
+    squatter.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![topology(&[("edgevol.io/appliance", second)])],
+        preferred: vec![],
+    });
+    create_ok(&mut c, squatter).await;
+    let status = c
+        .create_volume(restore_of("held", 48 * MIB, &snap.snapshot_id))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    assert!(!status.message().contains("deleted"), "{status:?}");
+    assert!(names_on(&boxes, first).contains(&"held+leg".to_owned()));
+    stop_all(&mut boxes).await;
+}
+
+/// A volume group is one appliance's: a replicated volume, whose legs lie on several, is a
+/// volume no group can take (INVALID_ARGUMENT naming its appliances), not one that does not
+/// exist (the NOT_FOUND the group's box alone would answer).
+#[tokio::test]
+async fn a_replicated_volume_joins_no_volume_group() {
+    use edgevol_proto::volumegroup::controller_client::ControllerClient as GroupsClient;
+    use edgevol_proto::volumegroup::{
+        CreateVolumeGroupRequest, ModifyVolumeGroupMembershipRequest,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let v = create_ok(&mut c, replicated("mirrored", 8 * MIB, "2")).await;
+    let mut groups = GroupsClient::new(common::unix_channel(dir.path().join("csi.sock")).await);
+    let group = groups
+        .create_volume_group(CreateVolumeGroupRequest {
+            name: "g".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    let status = groups
+        .modify_volume_group_membership(ModifyVolumeGroupMembershipRequest {
+            volume_group_id: group.volume_group_id.clone(),
+            volume_ids: vec![v.volume_id.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let msg = status.message();
+    assert!(msg.contains("replicated over appliances"), "{msg}");
+    assert!(msg.contains("box-a") && msg.contains("box-b"), "{msg}");
+    stop_all(&mut boxes).await;
+}
+
+/// The other side of a refused restore: a box too full for its thick leg (RESOURCE_EXHAUSTED,
+/// which room made later cures) keeps the first leg, and the retry completes the volume from it.
+#[tokio::test]
+async fn a_restore_refused_for_room_keeps_its_first_leg_for_the_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let v = create_ok(&mut c, replicated("orig", 8 * MIB, "2")).await;
+    let snap = snapshot_ok(&mut c, snapshot_of(&v.volume_id, "snap")).await;
+    let (first, second) = (home(legs(&v.volume_id)[0]), home(legs(&v.volume_id)[1]));
+    let thick = || HashMap::from([("provisioning".to_owned(), "thick".to_owned())]);
+    let on_second = || {
+        Some(TopologyRequirement {
+            requisite: vec![topology(&[("edgevol.io/appliance", second)])],
+            preferred: vec![],
+        })
+    };
+    let free = c
+        .get_capacity(GetCapacityRequest {
+            parameters: thick(),
+            accessible_topology: on_second().map(|t| t.requisite[0].clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .available_capacity;
+    let mut filler = create("filler", free - 8 * MIB);
+    filler.parameters = thick();
+    filler.accessibility_requirements = on_second();
+    let filler = create_ok(&mut c, filler).await;
+
+    let mut req = restore_of("restored", 32 * MIB, &snap.snapshot_id);
+    req.parameters.extend(thick());
+    let status = c.create_volume(req.clone()).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(!status.message().contains("deleted"), "{status:?}");
+    assert!(names_on(&boxes, first).contains(&"restored+leg".to_owned()));
+
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: filler.volume_id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let done = create_ok(&mut c, req).await;
+    assert_eq!(done.capacity_bytes, 32 * MIB);
+    for id in [first, second] {
+        let restored_legs = names_on(&boxes, id)
+            .into_iter()
+            .filter(|n| n == "restored+leg")
+            .count();
+        assert_eq!(restored_legs, 1, "{id}");
+    }
     stop_all(&mut boxes).await;
 }

@@ -234,9 +234,23 @@ impl Controller for ControllerService {
         request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
         let op = CreateSnapshot::try_from(request.into_inner())?;
+        let name = op.name.clone();
+        // Looked up and answered under one pool lock, like CreateVolume's question.
         let snapshot = self
-            .call(move |state, pool| volumes::create_snapshot(state, pool, &op))
+            .call(move |state, pool| {
+                if op.existing_only {
+                    volumes::find_snapshot(state, pool, &op)
+                } else {
+                    volumes::create_snapshot(state, pool, &op).map(Some)
+                }
+            })
             .await?;
+        let Some(snapshot) = snapshot else {
+            return Err(Status::not_found(format!(
+                "no snapshot named {name:?} on this appliance (asked with {}; none was created)",
+                super::params::EXISTING_ONLY_PARAM
+            )));
+        };
         Ok(Response::new(CreateSnapshotResponse {
             snapshot: Some(snapshot),
         }))

@@ -20,8 +20,9 @@
 //! position) and stored and shown like the Kubernetes metadata, so a listing can tell legs apart.
 //!
 //! [`EXISTING_ONLY_PARAM`] (`edgevol.io/existing-only: "true"`) is set only by `edgevol proxy`
-//! on CreateVolume, to ask whether this appliance already holds a volume of the name before it
-//! places one: taken off by [`take_existing_only`], never stored, refused everywhere else.
+//! on CreateVolume and CreateSnapshot, to ask whether this appliance already holds a volume
+//! (snapshot) of the name before it places one elsewhere: taken off by [`take_existing_only`],
+//! never stored, refused everywhere else.
 
 use std::collections::HashMap;
 
@@ -41,12 +42,14 @@ pub const K8S_METADATA: [&str; 3] = [
     "csi.storage.k8s.io/pv/name",
 ];
 
-/// Set by `edgevol proxy` on CreateVolume: answer the volume of that name as an idempotent
-/// CreateVolume would (ALREADY_EXISTS for an incompatible one), NOT_FOUND when there is none,
-/// and create nothing. The proxy refuses it from a StorageClass and spells it the same.
+/// Set by `edgevol proxy` on CreateVolume (CreateSnapshot): answer the volume (snapshot) of that
+/// name as an idempotent call would (ALREADY_EXISTS for an incompatible one, a snapshot of
+/// another source), NOT_FOUND when there is none, and create nothing. The proxy refuses it from
+/// a CO and spells it the same.
 pub const EXISTING_ONLY_PARAM: &str = "edgevol.io/existing-only";
 
-/// Takes [`EXISTING_ONLY_PARAM`] off CreateVolume's `map`: whether it was `"true"`.
+/// Takes [`EXISTING_ONLY_PARAM`] off CreateVolume's (CreateSnapshot's) `map`: whether it was
+/// `"true"`.
 pub fn take_existing_only(map: &mut HashMap<String, String>) -> Result<bool, Status> {
     match map.remove(EXISTING_ONLY_PARAM).as_deref() {
         None => Ok(false),

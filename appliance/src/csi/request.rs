@@ -325,15 +325,19 @@ pub struct CreateSnapshot {
     pub source_volume_id: String,
     /// The name (the idempotency key).
     pub name: String,
+    /// Only the existing snapshot of the name is wanted ([`params::EXISTING_ONLY_PARAM`]).
+    pub existing_only: bool,
 }
 
 impl TryFrom<CreateSnapshotRequest> for CreateSnapshot {
     type Error = Status;
 
-    fn try_from(r: CreateSnapshotRequest) -> Result<Self, Status> {
+    fn try_from(mut r: CreateSnapshotRequest) -> Result<Self, Status> {
         validate::required("source_volume_id", &r.source_volume_id)?;
         validate::required("name", &r.name)?;
         validate::map("parameters", &r.parameters)?;
+        // The proxy's question, not a snapshot parameter (snapshots take none).
+        let existing_only = params::take_existing_only(&mut r.parameters)?;
         validate::secrets(&r.secrets)?;
         if let Some(key) = r.parameters.keys().next() {
             return Err(Status::invalid_argument(format!(
@@ -343,6 +347,7 @@ impl TryFrom<CreateSnapshotRequest> for CreateSnapshot {
         Ok(CreateSnapshot {
             source_volume_id: r.source_volume_id,
             name: r.name,
+            existing_only,
         })
     }
 }

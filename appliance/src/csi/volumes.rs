@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 
 use edgevol_core::{
-    AccessMode, BlockDevice, ContentSource, DeviceError, Pool, Precondition, Provisioning,
-    ReadSegment, SnapshotId, VolumeId, VolumeSpec,
+    AccessMode, BlockDevice, ContentSource, DeviceError, ObjectRef, Pool, Precondition,
+    Provisioning, ReadSegment, SnapshotId, VolumeId, VolumeSpec,
 };
 use edgevol_proto::csi::v1::validate_volume_capabilities_response::Confirmed;
 use edgevol_proto::csi::v1::{
@@ -356,6 +356,26 @@ pub fn create_snapshot(
     let source = ids.require_volume(&op.source_volume_id)?;
     let id = pool.create_snapshot(source, &op.name, now_nanos())?;
     Ok(encode::snapshot(ids, pool.snapshot(id)?))
+}
+
+/// CreateSnapshot asked with [`super::params::EXISTING_ONLY_PARAM`]: the snapshot of that name
+/// as an idempotent CreateSnapshot answers it (ALREADY_EXISTS when its source is not the one
+/// asked), `None` when there is none; creates nothing. The name is looked up before the source
+/// id is resolved: the proxy asks with a volume of another appliance, which names nothing here
+/// and must not hide a snapshot of the name.
+pub fn find_snapshot(
+    state: &State,
+    pool: &mut Core,
+    op: &CreateSnapshot,
+) -> Result<Option<Snapshot>, Error> {
+    let ids = ids(state);
+    let Some(found) = pool.snapshot_by_name(&op.name) else {
+        return Ok(None);
+    };
+    if ids.volume(found.source_volume()) != op.source_volume_id {
+        return Err(edgevol_core::Error::AlreadyExists(ObjectRef::Snapshot(found.id())).into());
+    }
+    Ok(Some(encode::snapshot(ids, found)))
 }
 
 /// DeleteSnapshot: gone, or never ours, is success.

@@ -490,6 +490,12 @@ pub async fn list_volumes_paginates_while_volumes_come_and_go(d: &mut impl Drive
                 .volume_id,
         );
     }
+    let homes: std::collections::BTreeSet<&str> = ids.iter().map(|id| home(id)).collect();
+    assert_eq!(
+        homes.len(),
+        boxes.len(),
+        "the pages cross every appliance: {ids:?}"
+    );
     let page = |token: String| ListVolumesRequest {
         max_entries: 2,
         starting_token: token,
@@ -613,8 +619,14 @@ pub async fn get_capacity_tracks_thick_reservations_and_topology(d: &mut impl Dr
 pub async fn snapshots_are_idempotent_listed_and_deleted(d: &mut impl Driver) {
     let mut c = client(d).await;
     let a = vol(&mut c, create("a", 2 * MIB)).await.volume_id;
-    // b on a's appliance, so that the ALREADY_EXISTS row below asks the box that holds the name.
-    let b = vol(&mut c, pinned(create("b", MIB), home(&a)))
+    // b on another appliance than a's where the driver has one: the ALREADY_EXISTS row below
+    // then asks a box that does not hold the name (a name is the driver's).
+    let apps = d.appliances();
+    let b_home = apps
+        .iter()
+        .find(|id| id.as_str() != home(&a))
+        .map_or(home(&a), String::as_str);
+    let b = vol(&mut c, pinned(create("b", MIB), b_home))
         .await
         .volume_id;
     let snap = |source: &str, name: &str| CreateSnapshotRequest {
@@ -717,7 +729,8 @@ pub async fn snapshots_are_idempotent_listed_and_deleted(d: &mut impl Driver) {
         ..Default::default()
     })
     .await;
-    assert_eq!(rest, vec![s3.snapshot_id.clone()]);
+    let every = [&s1, &s2, &s3].map(|s| s.snapshot_id.clone()).to_vec();
+    assert_eq!(rest, in_listing_order(&apps, every)[2..].to_vec());
     assert_eq!(
         code(
             c.list_snapshots(ListSnapshotsRequest {
@@ -743,7 +756,10 @@ pub async fn snapshots_are_idempotent_listed_and_deleted(d: &mut impl Driver) {
         Code::InvalidArgument
     );
     let all = list(ListSnapshotsRequest::default()).await;
-    assert_eq!(all, vec![s2.snapshot_id, s3.snapshot_id]);
+    assert_eq!(
+        all,
+        in_listing_order(&apps, vec![s2.snapshot_id, s3.snapshot_id])
+    );
 }
 
 pub async fn expand_grows_and_reports_node_expansion(d: &mut impl Driver) {
@@ -861,7 +877,7 @@ pub async fn a_volume_looks_the_same_from_the_volume_group_service(d: &mut impl 
     .unwrap();
     let got = vg
         .controller_get_volume_group(ControllerGetVolumeGroupRequest {
-            volume_group_id: group.volume_group_id,
+            volume_group_id: group.volume_group_id.clone(),
             ..Default::default()
         })
         .await
@@ -876,6 +892,39 @@ pub async fn a_volume_looks_the_same_from_the_volume_group_service(d: &mut impl 
         member.accessible_topology[0].segments,
         v.accessible_topology[0].segments
     );
+
+    // Through several appliances: a volume of another box than the group's is a volume the
+    // group cannot take (INVALID_ARGUMENT, naming both boxes), not one that does not exist;
+    // the group is left as it was.
+    let group_home = d.group_home("g");
+    let apps = d.appliances();
+    if let Some(other) = apps.iter().find(|a| **a != group_home) {
+        let far = vol(&mut c, pinned(create("far", MIB), other)).await;
+        let (code_, msg) = code(
+            vg.modify_volume_group_membership(ModifyVolumeGroupMembershipRequest {
+                volume_group_id: group.volume_group_id.clone(),
+                volume_ids: vec![v.volume_id.clone(), far.volume_id.clone()],
+                ..Default::default()
+            })
+            .await,
+        );
+        assert_eq!(code_, Code::InvalidArgument, "{msg}");
+        for named in [&far.volume_id, other, &group_home] {
+            assert!(msg.contains(named.as_str()), "{named} in {msg}");
+        }
+        let still = vg
+            .controller_get_volume_group(ControllerGetVolumeGroupRequest {
+                volume_group_id: group.volume_group_id.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .volume_group
+            .unwrap();
+        let kept: Vec<&str> = still.volumes.iter().map(|m| m.volume_id.as_str()).collect();
+        assert_eq!(kept, vec![v.volume_id.as_str()]);
+    }
 }
 
 pub async fn modify_volume_stores_qos_and_refuses_unknown_keys(d: &mut impl Driver) {
