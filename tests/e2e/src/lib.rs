@@ -18,6 +18,7 @@ use tonic::transport::{Channel, Endpoint};
 
 pub mod fio;
 pub mod host_appliance;
+pub mod md_resync;
 pub mod rig;
 
 /// How much wider budgets and real-time windows are on a busy machine:

@@ -6,11 +6,16 @@
 //! * [`replicated_volumes_survive_the_loss_of_either_box`]: a `replicas: "2"` volume staged with
 //!   ext4 and another staged as raw block carry `fio --verify=crc32c` writers while box-a is
 //!   SIGKILLed, kept down 30 s and restarted, then box-b the same. Pass: no writer error and no
-//!   verify error, the volume condition reports the missing leg while its box is down and is
-//!   normal again once md has resynced, the resync covered only the write-intent bitmap's dirty
-//!   chunks, and md's own check finds both legs identical. Then the ext4 volume grows online and
-//!   a snapshot of it restores into a new replicated volume with the same content; at the end
-//!   nothing is left on either box or the node.
+//!   verify error; while the box is down md itself has failed its leg out (`md/degraded` 1, the
+//!   member faulty or removed) within the documented bound, the volume condition reports the
+//!   missing leg, and the writers' writes keep completing on both md devices; once it is back
+//!   md resyncs (idle, not degraded, the leg `in_sync`), the bytes written onto the returning
+//!   leg's disk meanwhile stay within the surviving leg's dirty bitmap chunks plus what the
+//!   surviving leg got over the same time (a full copy cannot; for the raw volume they are
+//!   under half its size), the volume condition is normal again, and md's own check finds both
+//!   legs identical. Then the ext4 volume grows online and a snapshot of it restores into a new
+//!   replicated volume with the same content; at the end nothing is left on either box or the
+//!   node.
 //! * [`a_replicated_volume_survives_a_power_cut_of_a_box`]: the same two volumes and writers with
 //!   one leg each on box-a and one on box-c, an appliance firmware image VM (emulated NVMe
 //!   drive, the site's PKI, reached over a dgram link): box-c's QEMU is SIGKILLed (a power cut:
@@ -27,6 +32,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use edgevol_e2e::host_appliance::{env_path, wait_probe_ready, HostAppliance as Appliance};
+use edgevol_e2e::md_resync::{written, BeforeReAdd, LegView, ResyncFigures};
 use edgevol_e2e::rig::{capability, Attached, Rig};
 use edgevol_e2e::{within, Agent};
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
@@ -121,6 +127,18 @@ impl Down<'_> {
             Down::Kill9 { b, .. } => b.id,
             Down::PowerCut { b, .. } => b.id,
         }
+    }
+
+    /// How soon md must have failed the box's legs out, as docs/node.md puts it: the legs'
+    /// `fast_io_fail_tmo` (5 s) after the host notices the loss (at once for a daemon killed,
+    /// whose connections close; within about twice `keep_alive_tmo`, 10 s, for a box whose
+    /// power is cut), plus 10 s for polling on a busy machine.
+    fn md_fail_bound(&self) -> Duration {
+        let noticed = match self {
+            Down::Kill9 { .. } => 0,
+            Down::PowerCut { .. } => 10,
+        };
+        edgevol_e2e::scaled_secs(5 + noticed + 10)
     }
 
     fn go(&mut self) {
@@ -296,21 +314,6 @@ async fn wait_condition(
     }
 }
 
-/// `mdadm -X` of a member: (bits, dirty bits) of its write-intent bitmap.
-async fn bitmap(agent: &Agent, dev: &str) -> (u64, u64) {
-    let out = agent.ok(20, &format!("mdadm -X /dev/{dev}")).await;
-    let line = out
-        .lines()
-        .find(|l| l.trim_start().starts_with("Bitmap :"))
-        .unwrap_or_else(|| panic!("mdadm -X /dev/{dev}:\n{out}"));
-    let nums: Vec<u64> = line
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    assert!(nums.len() >= 2, "bitmap line {line:?}");
-    (nums[0], nums[1])
-}
-
 /// A writer loop in the VM: `fio --verify=crc32c` rounds over `file` until /tmp/stop exists.
 /// Leaves /tmp/fio-TAG.fail (the failing round) or /tmp/fio-TAG.done (rounds run).
 async fn start_writer(agent: &Agent, tag: &str, file: &str, size: &str) {
@@ -340,13 +343,83 @@ async fn writers_alive(agent: &Agent, tags: &[&str]) {
     }
 }
 
+/// True when the comma-separated md member `state` has `flag`.
+fn raid_flag(state: &str, flag: &str) -> bool {
+    state.split(',').any(|f| f == flag)
+}
+
+/// One array of the [`Pair`] during an outage: its leg on the box that goes away, and the leg
+/// that carries it meanwhile.
+struct ArrayLegs {
+    md: String,
+    away: String,
+    survivor: String,
+}
+
+impl ArrayLegs {
+    async fn of(agent: &Agent, md: &str, id: &str) -> ArrayLegs {
+        let legs = legs_of(agent, md).await;
+        let on_box = |(_, nqn): &&(String, String)| nqn.contains(&format!(":{id}:"));
+        let away = legs.iter().find(on_box);
+        let survivor = legs.iter().find(|l| !on_box(l));
+        let (Some(away), Some(survivor)) = (away, survivor) else {
+            panic!("{md}: no leg on {id} and one elsewhere: {legs:?}");
+        };
+        ArrayLegs {
+            md: md.to_owned(),
+            away: away.0.clone(),
+            survivor: survivor.0.clone(),
+        }
+    }
+}
+
+/// Polls md until it has failed the leg of every array in `arrays` out (`md/degraded` 1, the
+/// member faulty or removed); fails past `bound`. Returns when it saw that.
+async fn md_fails_the_legs_out(agent: &Agent, arrays: &[ArrayLegs], bound: Duration) -> Duration {
+    let t = Instant::now();
+    for a in arrays {
+        loop {
+            let v = LegView::read(agent, &a.md, &a.away).await;
+            if v.leg_failed_out() {
+                eprintln!(
+                    "replicated: {}: md/degraded {}, member {} {:?}, {:?} after the loss",
+                    a.md,
+                    v.degraded,
+                    a.away,
+                    v.leg_state,
+                    t.elapsed()
+                );
+                break;
+            }
+            assert!(
+                t.elapsed() < bound,
+                "{}: md did not fail the leg {} out within {bound:?}: {v:?}",
+                a.md,
+                a.away
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    t.elapsed()
+}
+
 /// Takes box `b` down, keeps it down [`DOWN_S`] while the writers run, brings it back, and
-/// waits for both volumes to be whole again. Returns (bitmap bits, dirty bits) of the block
-/// volume's surviving leg just before it came back.
-async fn outage(rig: &mut Rig, mut b: Down<'_>, vols: &[&Attached], block_md: &str) -> (u64, u64) {
+/// waits for both volumes to be whole again. While it is down: md has failed its legs out
+/// within the documented bound, the volume condition names it, and the writers' writes keep
+/// reaching both md arrays. Once back: md's resync wrote onto each returning leg no more than
+/// its bitmap's dirty chunks (see [`ResyncFigures`]), and for the raw volume, whose writer
+/// touches its first 64 MiB, far less than the leg's size. Returns (bitmap bits, dirty bits)
+/// of the block volume's surviving leg just before it came back.
+async fn outage(rig: &mut Rig, mut b: Down<'_>, pair: &Pair) -> (u64, u64) {
     let id = b.id();
+    let vols = [&pair.fs, &pair.blk];
+    let mut arrays = Vec::new();
+    for md in [&pair.fs_md, &pair.blk_md] {
+        arrays.push(ArrayLegs::of(&rig.agent, md, id).await);
+    }
     b.go();
     let down = Instant::now();
+    let failed_out = md_fails_the_legs_out(&rig.agent, &arrays, b.md_fail_bound()).await;
     for a in vols {
         let c = wait_condition(rig, a, DEGRADED_S, "the degraded condition", |c| c.abnormal).await;
         assert!(
@@ -362,40 +435,130 @@ async fn outage(rig: &mut Rig, mut b: Down<'_>, vols: &[&Attached], block_md: &s
         );
     }
     writers_alive(&rig.agent, &["fs", "blk"]).await;
-    let left = Duration::from_secs(DOWN_S).saturating_sub(down.elapsed());
+    // The writers' I/O keeps completing on the degraded arrays: md's own write counters grow
+    // over the rest of the outage (at least a few seconds of it).
+    let mut md_written = Vec::new();
+    for a in &arrays {
+        md_written.push(written(&rig.agent, &a.md).await);
+    }
+    let window = Instant::now();
+    let left = Duration::from_secs(DOWN_S)
+        .saturating_sub(down.elapsed())
+        .max(Duration::from_secs(5));
     tokio::time::sleep(left).await;
+    for (a, before) in arrays.iter().zip(md_written) {
+        let now = written(&rig.agent, &a.md).await;
+        let v = LegView::read(&rig.agent, &a.md, &a.away).await;
+        assert!(
+            v.leg_failed_out(),
+            "{}: still down, yet md has the leg {} back: {v:?}",
+            a.md,
+            a.away
+        );
+        assert!(
+            now > before,
+            "{}: no write completed in the {:?} of the outage after md failed the leg out",
+            a.md,
+            window.elapsed()
+        );
+        eprintln!(
+            "replicated: {}: {:.1} MiB written to md in {:?} while {id} was down (degraded {})",
+            a.md,
+            (now - before) as f64 / MIB as f64,
+            window.elapsed(),
+            v.degraded
+        );
+    }
     writers_alive(&rig.agent, &["fs", "blk"]).await;
-    let survivor = legs_of(&rig.agent, block_md)
-        .await
-        .into_iter()
-        .find(|(_, nqn)| !nqn.contains(&format!(":{id}:")))
-        .expect("the surviving leg")
-        .0;
-    let bits = bitmap(&rig.agent, &survivor).await;
-    eprintln!("replicated: {id} comes back (block volume bitmap {bits:?} bits/dirty)");
+    eprintln!(
+        "replicated: md failed {id}'s legs out {failed_out:?} after the loss; it was down {:?}",
+        down.elapsed()
+    );
+    let mut before = Vec::new();
+    for a in &arrays {
+        let early = BeforeReAdd::read(&rig.agent, &a.md, &a.away, &a.survivor).await;
+        assert!(
+            early.leg_out,
+            "{}: {} back while {id} is down",
+            a.md, a.away
+        );
+        before.push(early);
+    }
+    let blk_bits = before[1].bitmap;
+    eprintln!("replicated: {id} comes back (block volume bitmap {blk_bits:?})");
     b.come_back().await;
     let back = Instant::now();
+    // Read again now that the box answers, if md has not taken the leg back yet: the closer to
+    // the re-add, the tighter the bound (the surviving leg's writes before it count in it).
+    for (a, early) in arrays.iter().zip(before.iter_mut()) {
+        let late = BeforeReAdd::read(&rig.agent, &a.md, &a.away, &a.survivor).await;
+        if late.leg_out {
+            *early = late;
+        }
+    }
     for a in vols {
         wait_condition(rig, a, RESYNC_S, "normal after the resync", |c| !c.abnormal).await;
     }
-    let sync = rig
-        .agent
-        .ok(
-            10,
-            &format!("cat /sys/block/{block_md}/md/sync_action /sys/block/{block_md}/md/degraded"),
-        )
-        .await;
-    assert_eq!(
-        sync.split_whitespace().collect::<Vec<_>>(),
-        ["idle", "0"],
-        "{block_md}: {sync}"
-    );
+    for (a, before) in arrays.iter().zip(&before) {
+        let sync = rig
+            .agent
+            .ok(
+                10,
+                &format!(
+                    "cat /sys/block/{md}/md/sync_action /sys/block/{md}/md/degraded                      /sys/block/{md}/md/dev-{leg}/state",
+                    md = a.md,
+                    leg = a.away
+                ),
+            )
+            .await;
+        let words: Vec<&str> = sync.split_whitespace().collect();
+        assert!(
+            words.len() == 3
+                && words[..2] == ["idle", "0"]
+                && raid_flag(words[2], "in_sync")
+                && !raid_flag(words[2], "faulty"),
+            "{}: sync_action, degraded, state of {}: {sync}",
+            a.md,
+            a.away
+        );
+        let again = ArrayLegs::of(&rig.agent, &a.md, id).await;
+        assert_eq!(
+            again.away, a.away,
+            "{}: {id}'s leg came back on another disk; its write counter restarted",
+            a.md
+        );
+        let size: u64 = rig
+            .agent
+            .ok(10, &format!("cat /sys/block/{}/size", a.md))
+            .await
+            .trim()
+            .parse()
+            .expect("md size in sectors");
+        let figures = ResyncFigures::new(
+            before,
+            written(&rig.agent, &a.away).await,
+            written(&rig.agent, &a.survivor).await,
+            size * 512,
+        );
+        eprintln!(
+            "replicated: {} resync of {id}'s leg {}: {figures}",
+            a.md, a.away
+        );
+        let checked = if a.md == pair.blk_md {
+            figures.check_well_below_size()
+        } else {
+            figures.check()
+        };
+        if let Err(e) = checked {
+            panic!("{}: {e}", a.md);
+        }
+    }
     eprintln!(
         "replicated: {id} back, both volumes whole {:?} after it came back",
         back.elapsed()
     );
     writers_alive(&rig.agent, &["fs", "blk"]).await;
-    bits
+    (blk_bits.bits, blk_bits.dirty)
 }
 
 /// The set-up both tests share: the two boxes, the proxy in front of them, the node VM's rig.
@@ -603,11 +766,8 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
     } = Site::start().await;
 
     let pair = replicated_pair(&mut rig, "rep", ["box-a", "box-b"]).await;
-    let Pair {
-        fs, blk, blk_md, ..
-    } = &pair;
+    let Pair { fs, .. } = &pair;
     let (bin, pki) = (bin.as_path(), pki.as_path());
-    let vols = [fs, blk];
     let partial = [
         outage(
             &mut rig,
@@ -616,8 +776,7 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
                 bin,
                 pki,
             },
-            &vols,
-            blk_md,
+            &pair,
         )
         .await,
         outage(
@@ -627,8 +786,7 @@ async fn replicated_volumes_survive_the_loss_of_either_box() {
                 bin,
                 pki,
             },
-            &vols,
-            blk_md,
+            &pair,
         )
         .await,
     ];
@@ -716,9 +874,8 @@ async fn a_replicated_volume_survives_a_power_cut_of_a_box() {
     let mut rig = Rig::with_controller(ControllerClient::new(channel)).await;
 
     let pair = replicated_pair(&mut rig, "cut", ["box-a", "box-c"]).await;
-    let vols = [&pair.fs, &pair.blk];
     let cut = Down::PowerCut { b: &c, pki: &pki };
-    let partial = [outage(&mut rig, cut, &vols, &pair.blk_md).await];
+    let partial = [outage(&mut rig, cut, &pair).await];
     writers_and_legs_check_out(&mut rig, &pair, &partial).await;
     nothing_left(&mut rig, &pair).await;
 }
