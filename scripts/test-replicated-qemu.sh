@@ -4,8 +4,10 @@
 # raid1, Debian's mdadm and fio, static edgevol-node reaching the boxes through slirp at 10.0.2.2).
 # tests/e2e/tests/replicated.rs then checks, for a `replicas: "2"` ext4 volume and a raw block
 # one: fio --verify=crc32c writers survive box-a SIGKILLed and kept down 30 s, then box-b the
-# same, without an I/O or verify error; the degraded condition while a box is down; a resync of
-# only the bitmap's dirty chunks once it is back; md's check finds the legs identical; online
+# same, without an I/O or verify error; the degraded condition while a box is down, and md's own
+# view (md/degraded, the member faulty, writes still completing); a resync that wrote onto the
+# returning leg no more than the bitmap's dirty chunks (the block layer's counters) once it is
+# back; md's check finds the legs identical; online
 # growth; a snapshot restored into a new replicated volume. Nothing is left.
 # Then a power cut: box-c, the appliance firmware image VM (image/build.sh --pki with the site's
 # PKI and a server certificate of its own, emulated NVMe drive, reached by the node over a
