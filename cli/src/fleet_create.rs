@@ -13,10 +13,10 @@ use prost::Message;
 use tonic::{Code, Status};
 
 use crate::fleet_placement as placement;
-use crate::fleet_replicas::{is_replicated, replicas_param};
+use crate::fleet_replicas::{is_replicated, replicas_param, MAX_NAME};
 use crate::fleet_router::{passed, Fleet};
 use crate::grpc_unary::{reply, request, Buffered, ProxyBody};
-use edgevol_driver::fleet::{legs, LEGS_BEFORE_PARAM, LEG_PARAM, REPLICAS_PARAM};
+use edgevol_driver::fleet::{legs, LEGS_BEFORE_PARAM, LEG_NAME_SUFFIX, LEG_PARAM, REPLICAS_PARAM};
 
 /// How long CreateVolume waits for the allowed appliances to say whether they hold the name
 /// and how much they have free; one that has not answered by then counts as unknown.
@@ -81,15 +81,119 @@ impl Fleet {
             )));
         }
         let source_legs = content_source_id(&req).map_or(1, |s| legs(s).count());
-        match (replicas_param(&req.parameters)?, source_legs) {
-            (None, 1) => {}
+        let replicas = match (replicas_param(&req.parameters)?, source_legs) {
+            (None, 1) => None,
             (Some(1), 1) => {
                 req.parameters.remove(REPLICAS_PARAM);
-                return self.create_plain(b, req).await;
+                None
             }
-            (Some(n), _) | (None, n) => return self.create_replicated(b, req, n).await,
+            (Some(n), _) | (None, n) => Some(n),
+        };
+        self.no_volume_of_the_other_kind(b, &req, replicas).await?;
+        match replicas {
+            Some(n) => self.create_replicated(b, req, n).await,
+            None => self.create_plain(b, req).await,
         }
-        self.create_plain(b, req).await
+    }
+
+    /// A name is one volume's, plain or replicated: ALREADY_EXISTS when an appliance holds the
+    /// other kind of volume of `req`'s name (for a replicated request of `replicas` legs, a
+    /// plain volume of the name; for a plain one, a leg `<name>+leg`). Every appliance is asked
+    /// the existing-only question at once; a compatible repeat of the same kind finds nothing
+    /// of the other and goes on to its own idempotent path.
+    async fn no_volume_of_the_other_kind(
+        &self,
+        b: &Buffered,
+        req: &CreateVolumeRequest,
+        replicas: Option<usize>,
+    ) -> Result<(), Status> {
+        let mut probe = req.clone();
+        probe.parameters.remove(REPLICAS_PARAM);
+        // Asked without the source: a source id of another appliance would answer NOT_FOUND there.
+        probe.volume_content_source = None;
+        if replicas.is_none() {
+            probe.name = format!("{}{LEG_NAME_SUFFIX}", req.name);
+            if probe.name.len() > MAX_NAME {
+                return Ok(()); // no replicated volume can have this name
+            }
+        }
+        let ids = self.ids();
+        let all: Vec<usize> = (0..ids.len()).collect();
+        let held = self.holder_among::<CreateVolumeResponse>(&probe.name, &all, |i| {
+            b.with_message(&existing_only_probe(&probe, ids[i]))
+        });
+        let Some((i, said)) = held.await else {
+            return Ok(());
+        };
+        let what = match said {
+            Ok(m) => m.held_id(),
+            Err(s) => s.message().to_owned(),
+        };
+        let name = &req.name;
+        Err(Status::already_exists(match replicas {
+            Some(n) => format!(
+                "volume {name:?} already exists on appliance {} as a plain volume ({what}), and \
+                 this request is for a replicated one ({REPLICAS_PARAM}={n}): a name is this \
+                 driver's across all its appliances",
+                ids[i]
+            ),
+            None => format!(
+                "volume {name:?} already exists as a replicated volume: appliance {} holds its \
+                 leg {:?} ({what}), and this request is for a plain one: a name is this \
+                 driver's across all its appliances",
+                ids[i], probe.name
+            ),
+        }))
+    }
+
+    /// A snapshot name is one snapshot's, plain or replicated: ALREADY_EXISTS when an appliance
+    /// holds the other kind of snapshot of `r`'s name (for a snapshot of a replicated volume, a
+    /// plain snapshot of the name; for one of a plain volume, a leg snapshot `<name>+leg`).
+    async fn no_snapshot_of_the_other_kind(
+        &self,
+        b: &Buffered,
+        r: &CreateSnapshotRequest,
+    ) -> Result<(), Status> {
+        let replicated = is_replicated(&r.source_volume_id);
+        let mut probe = r.clone();
+        probe
+            .parameters
+            .insert(placement::EXISTING_ONLY_PARAM.to_owned(), "true".to_owned());
+        if !replicated {
+            probe.name = format!("{}{LEG_NAME_SUFFIX}", r.name);
+            if probe.name.len() > MAX_NAME {
+                return Ok(());
+            }
+        }
+        // The source asked is not the holder's (a leg snapshot's source is a leg, a plain
+        // snapshot's is not a replicated volume): a holder answers ALREADY_EXISTS.
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        let held = self
+            .holder_among::<CreateSnapshotResponse>(&probe.name, &all, |_| b.with_message(&probe))
+            .await;
+        let Some((i, said)) = held else {
+            return Ok(());
+        };
+        let what = match said {
+            Ok(a) => a.snapshot.map(|s| s.snapshot_id).unwrap_or_default(),
+            Err(s) => s.message().to_owned(),
+        };
+        let (name, at) = (&r.name, self.ids()[i]);
+        Err(Status::already_exists(if replicated {
+            format!(
+                "snapshot {name:?} already exists on appliance {at} as a snapshot of a plain \
+                 volume ({what}), and {} is replicated: a name is this driver's across all its \
+                 appliances",
+                r.source_volume_id
+            )
+        } else {
+            format!(
+                "snapshot {name:?} already exists as a snapshot of a replicated volume: \
+                 appliance {at} holds its leg {:?} ({what}), not of {}: a name is this \
+                 driver's across all its appliances",
+                probe.name, r.source_volume_id
+            )
+        }))
     }
 
     /// CreateVolume of a volume on one appliance.
@@ -318,6 +422,9 @@ impl Fleet {
                  already holds",
                 placement::EXISTING_ONLY_PARAM
             )));
+        }
+        if !r.name.is_empty() {
+            self.no_snapshot_of_the_other_kind(b, &r).await?;
         }
         if is_replicated(&r.source_volume_id) {
             let path = "/csi.v1.Controller/CreateSnapshot";

@@ -7,9 +7,9 @@ use http::Response;
 use tonic::Status;
 
 use crate::fleet_replica_calls::leg_status;
-use crate::fleet_replicas::{offered, MAX_NAME};
+use crate::fleet_replicas::{offered, refused_for_good, MAX_NAME};
 use crate::fleet_router::Fleet;
-use crate::grpc_unary::{reply, Buffered, ProxyBody};
+use crate::grpc_unary::{reply, request, Buffered, ProxyBody};
 
 impl Fleet {
     pub(crate) async fn snapshot(
@@ -30,17 +30,75 @@ impl Fleet {
         } else {
             format!("{}{LEG_NAME_SUFFIX}", r.name)
         };
-        let answers = self
-            .on_every_leg::<_, CreateSnapshotResponse>(b, id, |leg| CreateSnapshotRequest {
-                source_volume_id: leg.to_owned(),
+        let mut made: Vec<(usize, Snapshot)> = Vec::new();
+        for (leg, i) in self.leg_homes(id)? {
+            let m = &self.members[i];
+            let req = CreateSnapshotRequest {
+                source_volume_id: leg.clone(),
                 name: name.clone(),
                 ..r.clone()
-            })
-            .await?;
-        let snaps: Vec<Snapshot> = answers.into_iter().filter_map(|a| a.snapshot).collect();
+            };
+            match m.call::<CreateSnapshotResponse>(b.with_message(&req)).await {
+                Ok(a) => made.extend(a.snapshot.map(|s| (i, s))),
+                Err(s) => {
+                    let refused = leg_status(&s, &leg, m.id());
+                    return Err(self.undo_refused_snapshot(&r, &made, refused).await);
+                }
+            }
+        }
+        let snaps: Vec<Snapshot> = made.into_iter().map(|(_, s)| s).collect();
         Ok(reply(&CreateSnapshotResponse {
             snapshot: Some(merge_snapshots(&snaps, id)),
         }))
+    }
+
+    /// `refused`, a later leg's answer to CreateSnapshot `r`, after the leg snapshots `made`
+    /// before it are deleted when the refusal is for good ([`refused_for_good`]): kept, they
+    /// would be hidden (ListSnapshots shows only whole replicated snapshots), have no id the CO
+    /// could delete, and stand in the way of the name. A leg snapshot is of its leg volume,
+    /// which is this replicated volume's alone, so a snapshot of the name the CO was answered
+    /// would have been answered again by the refusing leg's appliance too: the legs made here
+    /// belong to no snapshot the CO has. A transient refusal (RESOURCE_EXHAUSTED, UNAVAILABLE)
+    /// keeps them: the retry finds them by name and completes the snapshot.
+    async fn undo_refused_snapshot(
+        &self,
+        r: &CreateSnapshotRequest,
+        made: &[(usize, Snapshot)],
+        refused: Status,
+    ) -> Status {
+        if !refused_for_good(refused.code()) || made.is_empty() {
+            return refused;
+        }
+        let mut left = Vec::new();
+        for (i, s) in made.iter().rev() {
+            let m = &self.members[*i];
+            let req = DeleteSnapshotRequest {
+                snapshot_id: s.snapshot_id.clone(),
+                secrets: r.secrets.clone(),
+            };
+            match m
+                .call::<DeleteSnapshotResponse>(request("/csi.v1.Controller/DeleteSnapshot", &req))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(leg = %s.snapshot_id, appliance = %m.id(), "leg snapshot deleted: a later leg was refused for good");
+                }
+                Err(e) => left.push(leg_status(&e, &s.snapshot_id, m.id()).message().to_owned()),
+            }
+        }
+        let said = if left.is_empty() {
+            let removed: Vec<&str> = made.iter().map(|(_, s)| s.snapshot_id.as_str()).collect();
+            format!(
+                "the leg snapshots made before it were deleted: {}",
+                removed.join(", ")
+            )
+        } else {
+            format!(
+                "and leg snapshots made before it could not be deleted: {}",
+                left.join("; ")
+            )
+        };
+        Status::new(refused.code(), format!("{} ({said})", refused.message()))
     }
 
     pub(crate) async fn list_snapshot(

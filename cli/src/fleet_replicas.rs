@@ -57,6 +57,16 @@ pub fn replicas_param(params: &HashMap<String, String>) -> Result<Option<usize>,
     }
 }
 
+/// Whether a leg's refusal comes again for the same request (OUT_OF_RANGE, INVALID_ARGUMENT,
+/// ALREADY_EXISTS, NOT_FOUND), so the legs made before it can never be completed into the
+/// volume or snapshot; RESOURCE_EXHAUSTED, UNAVAILABLE and the rest may pass.
+pub(crate) fn refused_for_good(code: Code) -> bool {
+    matches!(
+        code,
+        Code::OutOfRange | Code::InvalidArgument | Code::AlreadyExists | Code::NotFound
+    )
+}
+
 /// Whether `id` names a replicated volume or snapshot.
 pub fn is_replicated(id: &str) -> bool {
     legs(id).nth(1).is_some()
@@ -453,11 +463,7 @@ impl Fleet {
         made: &[(usize, Volume)],
         refused: Status,
     ) -> Status {
-        let permanent = matches!(
-            refused.code(),
-            Code::OutOfRange | Code::InvalidArgument | Code::AlreadyExists | Code::NotFound
-        );
-        if !permanent || made.is_empty() {
+        if !refused_for_good(refused.code()) || made.is_empty() {
             return refused;
         }
         let m = &self.members[i];

@@ -17,11 +17,15 @@
 //!   appliances are asked at the same time, and one that holds the name answers the call
 //!   ALREADY_EXISTS (the request cannot have that volume there); one of them that does not
 //!   answer is passed over (logged). A clone or restore asks every appliance but its source's.
+//!   A name is one volume's, plain or replicated: every appliance is also asked for the other
+//!   kind (a plain volume of the name, or a replicated volume's leg `<name>+leg`), and one that
+//!   holds it answers the call ALREADY_EXISTS; snapshots likewise.
 //! * CreateSnapshot of a plain volume asks every other appliance the same (a snapshot of the
 //!   name there is of another volume: ALREADY_EXISTS), then goes to the volume's appliance.
 //! * A volume group is one appliance's: ModifyVolumeGroupMembership with a volume of another
 //!   appliance (or a replicated one) is INVALID_ARGUMENT naming both appliances, not the
-//!   NOT_FOUND the group's box alone would answer for a volume that exists.
+//!   NOT_FOUND the group's box alone would answer for a volume that exists; so is
+//!   CreateVolumeGroupSnapshot of volumes on several appliances (or a replicated one).
 //! * ListVolumes, ListSnapshots (unfiltered) and ListVolumeGroups page across appliances
 //!   ([`crate::fleet_paging`]), ListVolumes showing each replicated volume once
 //!   ([`crate::fleet_legs`]); an appliance that is down is left out of the listing (logged),
@@ -260,6 +264,14 @@ impl Fleet {
                 }
                 self.by_id(&b, &r.volume_group_id).await
             }
+            "/csi.v1.GroupController/CreateVolumeGroupSnapshot" => {
+                let r: CreateVolumeGroupSnapshotRequest = b.message()?;
+                self.sources_of_one_appliance(&r.source_volume_ids)?;
+                match r.source_volume_ids.first() {
+                    Some(id) => self.by_id(&b, id).await,
+                    None => self.any(&b).await, // INVALID_ARGUMENT, in the appliance's words
+                }
+            }
             "/volumegroup.Controller/ListVolumeGroups" => {
                 self.list::<ListVolumeGroupsRequest>(&b).await
             }
@@ -305,6 +317,43 @@ impl Fleet {
                  live on the group's one appliance (create the volume there, with the requisite \
                  topology {APPLIANCE_KEY}={})",
                 r.volume_group_id, ids[home], ids[home]
+            )));
+        }
+        Ok(())
+    }
+
+    /// INVALID_ARGUMENT for CreateVolumeGroupSnapshot of `volumes` that lie on several
+    /// appliances (or a replicated one, whose legs do): a group snapshot is made by one
+    /// appliance, which could not find the others' volumes and would answer NOT_FOUND for
+    /// volumes that exist. Ids of no appliance are left to the box (NOT_FOUND, truthfully).
+    fn sources_of_one_appliance(&self, volumes: &[String]) -> Result<(), Status> {
+        let ids = self.ids();
+        let rule = "a group snapshot's volumes must share one appliance";
+        let mut placed: Vec<(&str, &str)> = Vec::new();
+        for v in volumes {
+            if is_replicated(v) {
+                let boxes: Vec<&str> = legs(v)
+                    .filter_map(|l| self.owner(l))
+                    .map(|i| ids[i])
+                    .collect();
+                return Err(Status::invalid_argument(format!(
+                    "volume {v} is replicated over appliances {}: {rule}",
+                    boxes.join(" and ")
+                )));
+            }
+            if let Some(i) = self.owner(v) {
+                placed.push((v, ids[i]));
+            }
+        }
+        if placed.iter().any(|(_, at)| *at != placed[0].1) {
+            let on: Vec<String> = placed
+                .iter()
+                .map(|(v, at)| format!("{v} on appliance {at}"))
+                .collect();
+            return Err(Status::invalid_argument(format!(
+                "the source volumes lie on several appliances ({}): {rule} (create them there, \
+                 with the requisite topology {APPLIANCE_KEY}=<that appliance>)",
+                on.join(", ")
             )));
         }
         Ok(())

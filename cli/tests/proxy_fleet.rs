@@ -802,6 +802,30 @@ async fn volume_groups_and_group_snapshots_are_served_by_their_appliance() {
         .group_snapshot
         .unwrap();
     assert_eq!(home(&gs.group_snapshot_id), "box-b");
+    // Volumes of two appliances: a group snapshot is one appliance's, so INVALID_ARGUMENT
+    // naming both, not the NOT_FOUND box-b (the first volume's) would answer for box-a's.
+    let mut r = create("m3", 1 << 20);
+    r.accessibility_requirements = requisite(vec![topology(&[(APPLIANCE, "box-a")])], vec![]);
+    let far = create_ok(&mut c, r).await.volume_id;
+    let status = gc
+        .create_volume_group_snapshot(CreateVolumeGroupSnapshotRequest {
+            name: "gs-spread".into(),
+            source_volume_ids: vec![vols[0].clone(), far.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let msg = status.message();
+    for named in [
+        far.as_str(),
+        vols[0].as_str(),
+        "box-a",
+        "box-b",
+        "must share one appliance",
+    ] {
+        assert!(msg.contains(named), "{named} in {msg}");
+    }
     let snaps: Vec<String> = gs.snapshots.iter().map(|s| s.snapshot_id.clone()).collect();
     let again = gc
         .get_volume_group_snapshot(GetVolumeGroupSnapshotRequest {

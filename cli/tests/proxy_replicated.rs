@@ -986,6 +986,23 @@ async fn a_replicated_volume_joins_no_volume_group() {
     let msg = status.message();
     assert!(msg.contains("replicated over appliances"), "{msg}");
     assert!(msg.contains("box-a") && msg.contains("box-b"), "{msg}");
+    // Nor a group snapshot: its volumes share one appliance, a replicated volume's legs do not.
+    let plain = create_ok(&mut c, create("plain", 8 * MIB)).await;
+    let mut gc = edgevol_proto::csi::v1::group_controller_client::GroupControllerClient::new(
+        common::unix_channel(dir.path().join("csi.sock")).await,
+    );
+    let status = gc
+        .create_volume_group_snapshot(CreateVolumeGroupSnapshotRequest {
+            name: "gs".into(),
+            source_volume_ids: vec![plain.volume_id.clone(), v.volume_id.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let msg = status.message();
+    assert!(msg.contains("must share one appliance"), "{msg}");
+    assert!(msg.contains("box-a") && msg.contains("box-b"), "{msg}");
     stop_all(&mut boxes).await;
 }
 
@@ -1042,6 +1059,148 @@ async fn a_restore_refused_for_room_keeps_its_first_leg_for_the_retry() {
             .filter(|n| n == "restored+leg")
             .count();
         assert_eq!(restored_legs, 1, "{id}");
+    }
+    stop_all(&mut boxes).await;
+}
+
+/// The names of the snapshots appliance `id`'s pool holds (leg snapshots included).
+fn snapshot_names_on(boxes: &[fleet::Box_], id: &str) -> Vec<String> {
+    let b = boxes.iter().find(|b| b.id == id).unwrap();
+    let pool = b.running.as_ref().unwrap().state.lock_pool().unwrap();
+    pool.snapshots(None).map(|s| s.name().to_owned()).collect()
+}
+
+/// `req` placed on appliance `id` only.
+fn pinned_to(mut req: CreateVolumeRequest, id: &str) -> CreateVolumeRequest {
+    req.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![topology(&[("edgevol.io/appliance", id)])],
+        preferred: vec![],
+    });
+    req
+}
+
+/// A name is one volume's (one snapshot's), plain or replicated: a plain CreateVolume of a
+/// replicated volume's name, and a replicated one of a plain volume's, are ALREADY_EXISTS naming
+/// where the other one is, and make nothing; snapshots likewise. A compatible repeat of the
+/// same kind still answers the existing one.
+#[tokio::test]
+async fn plain_and_replicated_share_one_name_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = ["box-a", "box-b"];
+    let mut boxes = start_fleet(dir.path(), &ids).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let mirrored = create_ok(&mut c, replicated("mirrored", 8 * MIB, "2")).await;
+    let solo = create_ok(&mut c, pinned_to(create("solo", 8 * MIB), "box-a")).await;
+
+    let status = c
+        .create_volume(create("mirrored", 8 * MIB))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    let msg = status.message();
+    assert!(msg.contains("replicated volume"), "{msg}");
+    assert!(msg.contains("mirrored+leg"), "{msg}");
+    let status = c
+        .create_volume(replicated("solo", 8 * MIB, "2"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    let msg = status.message();
+    assert!(
+        msg.contains("box-a") && msg.contains(&solo.volume_id),
+        "{msg}"
+    );
+    assert!(msg.contains("plain volume"), "{msg}");
+    for id in ids {
+        let names = names_on(&boxes, id);
+        assert!(!names.contains(&"mirrored".to_owned()), "{id}: {names:?}");
+        assert!(!names.contains(&"solo+leg".to_owned()), "{id}: {names:?}");
+    }
+    // Compatible repeats of the same kind: the same volumes.
+    let again = create_ok(&mut c, replicated("mirrored", 8 * MIB, "2")).await;
+    assert_eq!(again.volume_id, mirrored.volume_id);
+    let again = create_ok(&mut c, pinned_to(create("solo", 8 * MIB), "box-a")).await;
+    assert_eq!(again.volume_id, solo.volume_id);
+
+    // Snapshots: "plain" of the plain volume, "mirror" of the replicated one.
+    let plain = snapshot_ok(&mut c, snapshot_of(&solo.volume_id, "plain")).await;
+    let mirror = snapshot_ok(&mut c, snapshot_of(&mirrored.volume_id, "mirror")).await;
+    let status = c
+        .create_snapshot(snapshot_of(&mirrored.volume_id, "plain"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    let msg = status.message();
+    assert!(
+        msg.contains("box-a") && msg.contains("plain volume"),
+        "{msg}"
+    );
+    let status = c
+        .create_snapshot(snapshot_of(&solo.volume_id, "mirror"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    let msg = status.message();
+    assert!(
+        msg.contains("mirror+leg") && msg.contains("replicated"),
+        "{msg}"
+    );
+    for id in ids {
+        let names = snapshot_names_on(&boxes, id);
+        assert!(!names.contains(&"plain+leg".to_owned()), "{id}: {names:?}");
+        assert!(!names.contains(&"mirror".to_owned()), "{id}: {names:?}");
+    }
+    let again = snapshot_ok(&mut c, snapshot_of(&solo.volume_id, "plain")).await;
+    assert_eq!(again.snapshot_id, plain.snapshot_id);
+    let again = snapshot_ok(&mut c, snapshot_of(&mirrored.volume_id, "mirror")).await;
+    assert_eq!(again.snapshot_id, mirror.snapshot_id);
+    stop_all(&mut boxes).await;
+}
+
+/// A replicated CreateSnapshot whose later leg an appliance refuses for good (ALREADY_EXISTS
+/// here: the second box holds a plain snapshot named like the leg) deletes the leg snapshots it
+/// made before answering, and says so: nothing hidden is left, and once the name is free the
+/// retry makes the snapshot, one leg per box.
+#[tokio::test]
+async fn a_refused_replicated_snapshot_leaves_no_leg_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut boxes = start_fleet(dir.path(), &["box-a", "box-b"]).await;
+    let mut c = fleet_proxy(dir.path(), &boxes).await;
+    let v = create_ok(&mut c, replicated("orig", 8 * MIB, "2")).await;
+    let (first, second) = (home(legs(&v.volume_id)[0]), home(legs(&v.volume_id)[1]));
+    let other = create_ok(&mut c, pinned_to(create("other", MIB), second)).await;
+    let squatter = snapshot_ok(&mut c, snapshot_of(&other.volume_id, "snap+leg")).await;
+
+    let status = c
+        .create_snapshot(snapshot_of(&v.volume_id, "snap"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    let msg = status.message();
+    assert!(msg.contains(second), "the refusing box: {msg}");
+    assert!(
+        msg.contains("the leg snapshots made before it were deleted"),
+        "{msg}"
+    );
+    assert!(
+        !snapshot_names_on(&boxes, first).contains(&"snap+leg".to_owned()),
+        "{first} keeps a leg snapshot of the refused snapshot"
+    );
+
+    c.delete_snapshot(DeleteSnapshotRequest {
+        snapshot_id: squatter.snapshot_id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let snap = snapshot_ok(&mut c, snapshot_of(&v.volume_id, "snap")).await;
+    assert_eq!(legs(&snap.snapshot_id).len(), 2);
+    for id in [first, second] {
+        let n = snapshot_names_on(&boxes, id)
+            .into_iter()
+            .filter(|n| n == "snap+leg")
+            .count();
+        assert_eq!(n, 1, "{id}");
     }
     stop_all(&mut boxes).await;
 }
