@@ -12,9 +12,6 @@ mod common;
 mod counting_alloc;
 mod nvme_host;
 
-use std::path::Path;
-use std::time::Duration;
-
 use edgevol_appliance::start;
 use edgevol_core::VolumeSpec;
 use edgevol_nvmeof::pdu::Digests;
@@ -28,19 +25,9 @@ const WARM: u64 = 16;
 /// Allocating writes counted.
 const COUNTED: u64 = 64;
 
-/// tmpfs where there is one (it takes `O_DIRECT`, as a drive does), else the default temp dir.
-fn pool_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allocating_writes_allocate_nothing_per_command_once_warm() {
-    let dir = pool_dir();
+    let dir = common::tmpfs_dir();
     let running = start(common::dev_config(
         dir.path(),
         "127.0.0.1:0".parse().unwrap(),
@@ -48,7 +35,7 @@ async fn allocating_writes_allocate_nothing_per_command_once_warm() {
     .await
     .unwrap();
     let state = running.state.clone();
-    state.wait_ready(Duration::from_secs(60)).await.unwrap();
+    common::pool_ready(&state).await;
     let endpoint = running.target.endpoint;
     let (id, cluster) = state
         .on_pool(|_, pool| {

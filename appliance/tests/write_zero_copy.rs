@@ -8,9 +8,6 @@
 mod common;
 mod nvme_host;
 
-use std::path::Path;
-use std::time::Duration;
-
 use edgevol_appliance::nvme::io::aligned_copies;
 use edgevol_appliance::start;
 use edgevol_core::VolumeSpec;
@@ -22,16 +19,6 @@ const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-2222-3333-4444-7777
 const WRITES: u64 = 8;
 const SMALL: usize = 4 << 10;
 const LARGE: usize = 128 << 10;
-
-/// tmpfs where there is one (it takes `O_DIRECT`, as a drive does), else the default temp dir.
-fn pool_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    }
-}
 
 fn pattern(round: u8, i: u64, len: usize) -> Vec<u8> {
     (0..len)
@@ -48,7 +35,7 @@ fn slba(cluster_blocks: u64, large: bool, i: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_on_an_o_direct_pool_reach_the_device_without_a_copy() {
-    let dir = pool_dir();
+    let dir = common::tmpfs_dir();
     let running = start(common::dev_config(
         dir.path(),
         "127.0.0.1:0".parse().unwrap(),
@@ -56,7 +43,7 @@ async fn writes_on_an_o_direct_pool_reach_the_device_without_a_copy() {
     .await
     .unwrap();
     let state = running.state.clone();
-    state.wait_ready(Duration::from_secs(60)).await.unwrap();
+    common::pool_ready(&state).await;
     let endpoint = running.target.endpoint;
     let engines = running.target.engines.clone();
     let (id, cluster, direct) = state

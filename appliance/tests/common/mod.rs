@@ -47,6 +47,17 @@ pub fn scaled_ms(ms: u32) -> u32 {
     ms * time_scale()
 }
 
+/// A temp dir on tmpfs where there is one (it takes `O_DIRECT`, as a drive does), else the
+/// default temp dir: for pools whose data path should run as on a drive.
+pub fn tmpfs_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
 /// Waits until `state`'s pool is open; after [`POOL_READY`] panics saying whose pool it awaited.
 pub async fn pool_ready(state: &edgevol_appliance::state::State) {
     if let Err(e) = state.wait_ready(scaled(POOL_READY)).await {
