@@ -1,6 +1,7 @@
 //! On an `O_DIRECT` pool a write's data goes from the buffer the decoder received it into (page-
 //! aligned) to the device, with no copy into an aligned buffer of the target's: on the queue's
-//! io_uring, on the worker threads and in place, for the write that allocates a cluster (under
+//! io_uring, on the worker threads and in place (a drive's file system), and in place at any
+//! depth (tmpfs), for the write that allocates a cluster (under
 //! the pool lock) and for the overwrite (outside it). The target counts every copy of a write's
 //! data into aligned memory ([`aligned_copies`]); it stays at zero, and the data reads back
 //! exact.
@@ -33,9 +34,38 @@ fn slba(cluster_blocks: u64, large: bool, i: u64) -> u64 {
     cluster * cluster_blocks + if large { 32 } else { 1 }
 }
 
+/// Where the pool lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backing {
+    /// A file system on a drive: queued writes go on the queue's io_uring.
+    Drive,
+    /// tmpfs: every write is a copy to memory, done in place at any depth.
+    Memory,
+}
+
+/// A drive's file system that takes `O_DIRECT`: queued writes run on the ring, and none is
+/// copied on the way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_on_an_o_direct_pool_reach_the_device_without_a_copy() {
+async fn writes_on_an_o_direct_drive_pool_reach_the_device_without_a_copy() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    if let Some(on_ring) = writes_without_a_copy(&dir, Backing::Drive).await {
+        assert!(on_ring > 0, "some queued writes ran on the ring");
+    }
+}
+
+/// A pool on tmpfs with `O_DIRECT`: queued writes run in place too (no ring, whose operations
+/// the kernel would run on its worker threads), and none is copied on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_on_a_pool_in_memory_run_in_place_without_a_copy() {
     let dir = common::tmpfs_dir();
+    if let Some(on_ring) = writes_without_a_copy(&dir, Backing::Memory).await {
+        assert_eq!(on_ring, 0, "no write went on the ring");
+    }
+}
+
+/// Runs the rounds on a pool in `dir`; the ring operations they made, or `None` (skipped, with
+/// a message) where the pool is not `O_DIRECT` or not on the `backing` asked for.
+async fn writes_without_a_copy(dir: &tempfile::TempDir, backing: Backing) -> Option<u64> {
     let running = start(common::dev_config(
         dir.path(),
         "127.0.0.1:0".parse().unwrap(),
@@ -46,7 +76,7 @@ async fn writes_on_an_o_direct_pool_reach_the_device_without_a_copy() {
     common::pool_ready(&state).await;
     let endpoint = running.target.endpoint;
     let engines = running.target.engines.clone();
-    let (id, cluster, direct) = state
+    let (id, cluster, direct, in_memory) = state
         .on_pool(|_, pool| {
             let cluster = u64::from(pool.cluster_size());
             let id = pool
@@ -54,16 +84,19 @@ async fn writes_on_an_o_direct_pool_reach_the_device_without_a_copy() {
                 .unwrap();
             pool.publish(id, HOST, false).unwrap();
             // The data path's handle has the pool's O_DIRECT policy.
-            let direct = edgevol_hal::DataHandle::open(pool.device_mut())
-                .unwrap()
-                .is_direct();
-            (id, cluster, direct)
+            let handle = edgevol_hal::DataHandle::open(pool.device_mut()).unwrap();
+            (id, cluster, handle.is_direct(), handle.in_memory())
         })
         .await
         .unwrap();
-    if !direct {
-        eprintln!("no O_DIRECT on this file system (kernel before 6.6 tmpfs?): skipped");
-        return;
+    let found = if in_memory {
+        Backing::Memory
+    } else {
+        Backing::Drive
+    };
+    if !direct || found != backing {
+        eprintln!("{backing:?} asked, {found:?} found, O_DIRECT {direct}: skipped");
+        return None;
     }
     let cluster_blocks = cluster / io::BLOCK;
     let nqn = edgevol_appliance::naming::subsystem_nqn("test-box", id);
@@ -76,8 +109,8 @@ async fn writes_on_an_o_direct_pool_reach_the_device_without_a_copy() {
     let copies_before = aligned_copies();
     let ring_before = engines.ring_operations();
     // Round 0 allocates every cluster, rounds 1 and 2 overwrite. Rounds 0 and 1 submit all
-    // their writes before awaiting any (queued: on the ring, or the workers where there is no
-    // ring); round 2 awaits each (alone: in place).
+    // their writes before awaiting any (queued: on a drive on the ring, or the workers where
+    // there is no ring; in memory in place); round 2 awaits each (alone: in place).
     for round in 0..3u8 {
         let writes = (0..WRITES).flat_map(|i| [(false, i), (true, i)]);
         if round < 2 {
@@ -119,5 +152,5 @@ async fn writes_on_an_o_direct_pool_reach_the_device_without_a_copy() {
         6 * WRITES
     );
     assert_eq!(copies, 0, "writes copied into aligned memory");
-    assert!(on_ring > 0, "some queued writes ran on the ring");
+    Some(on_ring)
 }

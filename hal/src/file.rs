@@ -120,6 +120,13 @@ impl FileDevice {
         })
     }
 
+    /// Whether the file lives in memory (tmpfs): its reads and writes are copies that never
+    /// wait on a drive, with `O_DIRECT` or without.
+    pub fn in_memory(&self) -> bool {
+        use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
+        fstatfs(&self.io.file).is_ok_and(|s| s.filesystem_type() == TMPFS_MAGIC)
+    }
+
     /// Punches a hole over `count` blocks from `block` (reads return zeros). Where the filesystem
     /// cannot punch holes, writes zeros instead.
     pub fn discard_blocks(&self, block: u64, count: u64) -> Result<(), Error> {
@@ -196,6 +203,37 @@ mod tests {
         (0..len)
             .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
             .collect()
+    }
+
+    /// The file system type `/proc/self/mounts` gives for `dir` (its longest mount point).
+    fn mounted_type(dir: &Path) -> String {
+        let dir = dir.canonicalize().unwrap();
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        mounts
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split(' ');
+                let (point, kind) = (f.nth(1)?, f.next()?);
+                dir.starts_with(point).then(|| (point.len(), kind.to_owned()))
+            })
+            .max()
+            .map(|(_, kind)| kind)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_file_on_tmpfs_is_memory_and_one_on_a_drive_is_not() {
+        let shm = Path::new("/dev/shm");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for parent in [shm, source] {
+            if !parent.is_dir() {
+                continue;
+            }
+            let dir = tempfile::tempdir_in(parent).unwrap();
+            let d = FileDevice::create(dir.path().join("dev.img"), 1 << 20).unwrap();
+            let tmpfs = mounted_type(dir.path()) == "tmpfs";
+            assert_eq!(d.in_memory(), tmpfs, "{}", parent.display());
+        }
     }
 
     #[test]

@@ -132,6 +132,8 @@ forward_block_device!(PoolDevice);
 #[derive(Debug)]
 pub struct DataHandle {
     dev: PoolDevice,
+    /// The device is memory (a file on tmpfs).
+    in_memory: bool,
 }
 
 impl DataHandle {
@@ -143,6 +145,12 @@ impl DataHandle {
             #[cfg(feature = "testing")]
             PoolDevice::Faulty(_) => false,
         }
+    }
+
+    /// Whether the device is memory (a file on tmpfs): a read or write is then a copy
+    /// that never waits, `O_DIRECT` or not.
+    pub fn in_memory(&self) -> bool {
+        self.in_memory
     }
 
     /// Opens a second handle on `pool`'s device, with its block size, `O_DIRECT` policy and
@@ -176,7 +184,8 @@ impl DataHandle {
             #[cfg(feature = "testing")]
             PoolDevice::Faulty(f) => PoolDevice::Faulty(Arc::clone(f)),
         };
-        Ok(Self { dev })
+        let in_memory = matches!(&dev, PoolDevice::File(d) if d.in_memory());
+        Ok(Self { dev, in_memory })
     }
 
     /// Bytes per block.

@@ -40,6 +40,11 @@ impl PanickingHandle {
         self.inner.is_direct()
     }
 
+    /// As [`DataHandle::in_memory`].
+    pub fn in_memory(&self) -> bool {
+        self.inner.in_memory()
+    }
+
     /// As [`DataHandle::ring`].
     pub fn ring<T>(&self, ops: u32) -> Option<Result<Ring<T>, edgevol_hal::Error>> {
         self.inner.ring(ops)

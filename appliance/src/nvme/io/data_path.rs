@@ -42,11 +42,19 @@ impl DataPath {
         Ok(DataPath { dev, gate })
     }
 
-    /// Whether our handle bypasses the page cache (`O_DIRECT`): then a read or write waits on
-    /// the drive, and the transport runs it off the queue's thread so the queue depth reaches
-    /// the drive; otherwise it is a copy to or from the page cache, done in place.
+    /// Whether our handle bypasses the page cache (`O_DIRECT`): its buffers must then be
+    /// page-aligned.
     pub fn is_direct(&self) -> bool {
         self.dev.is_direct()
+    }
+
+    /// Whether a read or write waits on a drive: an `O_DIRECT` handle on anything but memory.
+    /// The transport then runs queued ones off the queue's thread, so that the queue depth
+    /// reaches the drive. Otherwise each is a copy to or from memory (the page cache, or a file
+    /// on tmpfs, `O_DIRECT` or not: there the kernel would run every ring operation on one of
+    /// its io_uring worker threads), done in place at any depth.
+    pub fn device_waits(&self) -> bool {
+        self.dev.is_direct() && !self.dev.in_memory()
     }
 
     /// The device handle, for the tests that make it fail.

@@ -67,10 +67,10 @@ pub(super) struct Done {
 pub(super) enum InPlace {
     /// Not on an engine (admin and discovery queues).
     Never,
-    /// `O_DIRECT` device: only a command with nothing to overlap (the drive's latency would
+    /// A drive (`O_DIRECT`, not memory): only a command with nothing to overlap (the drive's latency would
     /// otherwise hold back the commands queued behind it; alone, the hand-off is pure cost).
     WhenAlone,
-    /// Page-cache device: a copy is cheaper than any hand-off.
+    /// Page cache or memory (a pool on tmpfs): a copy is cheaper than any hand-off.
     Always,
 }
 

@@ -7,7 +7,7 @@
 //! A connection starts on the daemon's runtime; once its Connect binds an I/O queue it moves to
 //! that queue's engine thread ([`super::engine`]) for the rest of its life. There, Reads and
 //! cached Writes run in place, run-to-completion, when that is cheaper than a hand-off: always
-//! on a page-cache device, and on an `O_DIRECT` device when the command is alone (nothing in
+//! on the page cache or memory (a pool file on tmpfs), and on a drive (`O_DIRECT`) when the command is alone (nothing in
 //! flight or received behind it, so there is no depth to give the drive). Everything else
 //! (queued commands on a drive, Flush, FUA, Write Zeroes, Deallocate) runs concurrently, up to
 //! the queue's slots: queued Reads and cached Writes on the queue's own io_uring
@@ -184,12 +184,13 @@ pub async fn serve(
             Err(e) => return conn.moving_failed(e),
         };
         conn.in_place = match conn.subs.data_path() {
-            Some(data) if data.is_direct() => {
+            Some(data) if data.device_waits() => {
                 // On this engine's reactor: the ring's eventfd is registered where it is polled.
                 conn.ring = RingIo::open(&data);
                 InPlace::WhenAlone
             }
-            // Without a second handle every command takes the pool lock: that wait is short.
+            // Memory, or no second handle (every command takes the pool lock: that wait is
+            // short): a copy in place costs less than any hand-off.
             _ => InPlace::Always,
         };
         let end = match drive(&mut conn, &mut link, &mut stop).await {
