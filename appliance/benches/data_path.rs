@@ -13,7 +13,8 @@
 //! yet (stride: the pool's cluster size), so every one allocates, zero-fills the rest of its
 //! cluster and records a mapping. Each costs a cluster of tmpfs, so those cells also stop after
 //! 1.5 GiB of clusters. The write rows at QD1 also give mean / p50 / p99 latency. The pool is the
-//! dev pool (its default cluster size) unless `-- --cluster-kib N` formats it with another.
+//! dev pool (its default cluster size) unless `-- --cluster-kib N` formats it with another;
+//! `-- --busy-poll-us N` sets the engines' `nvme.busy_poll_us` (default: the daemon's).
 //!
 //! The host side (test initiator, TCP baseline) runs on its own runtime; a counting allocator
 //! counts the heap allocations of every other thread, the target's, and prints them per command.
@@ -512,17 +513,25 @@ async fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     // Profiling: only the edgevol cells, no baselines in the same process.
     let target_only = args.iter().any(|a| a == "--target-only");
-    let cluster_kib: Option<u32> = args.iter().position(|a| a == "--cluster-kib").map(|i| {
-        args.get(i + 1)
-            .and_then(|n| n.parse().ok())
-            .expect("--cluster-kib N")
-    });
+    let value = |flag: &str| {
+        args.iter().position(|a| a == flag).map(|i| {
+            args.get(i + 1)
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{flag} N"))
+        })
+    };
+    let cluster_kib =
+        value("--cluster-kib").map(|kib| u32::try_from(kib).expect("--cluster-kib N"));
+    let busy_poll_us = value("--busy-poll-us");
     // Words that are neither flags nor the value of one: workload name filters.
     let filters: Vec<String> = args
         .iter()
         .enumerate()
         .skip(1)
-        .filter(|&(i, a)| !a.starts_with("--") && args[i - 1] != "--cluster-kib")
+        .filter(|&(i, a)| {
+            !a.starts_with("--")
+                && !["--cluster-kib", "--busy-poll-us"].contains(&args[i - 1].as_str())
+        })
         .map(|(_, a)| a.clone())
         .collect();
     let (span, dur) = if quick {
@@ -546,12 +555,11 @@ async fn main() {
         let device = pool::open_device(&path).unwrap();
         drop(pool::format_device(device, &path, kib << 10, &mut |_| {}).unwrap());
     }
-    let running = start(common::dev_config(
-        dir.path(),
-        "127.0.0.1:0".parse().unwrap(),
-    ))
-    .await
-    .unwrap();
+    let mut config = common::dev_config(dir.path(), "127.0.0.1:0".parse().unwrap());
+    if let Some(us) = busy_poll_us {
+        config.nvme.busy_poll = Duration::from_micros(us);
+    }
+    let running = start(config).await.unwrap();
     let state = running.state.clone();
     if let Err(e) = state.wait_ready(Duration::from_secs(60)).await {
         panic!("{e}");

@@ -740,6 +740,9 @@ async fn connect_before_the_pool_is_open_is_retryable() {
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: "127.0.0.1".parse().unwrap(),
             io_threads: 0,
+            busy_poll: std::time::Duration::from_micros(
+                edgevol_appliance::config::DEFAULT_BUSY_POLL_US,
+            ),
         },
         edgevol_appliance::nvme::auth::HostAuth::new(
             std::sync::Arc::new(edgevol_appliance::hostkeys::HostKeys::open(dir.path()).unwrap()),

@@ -214,7 +214,8 @@ mod tests {
             .filter_map(|l| {
                 let mut f = l.split(' ');
                 let (point, kind) = (f.nth(1)?, f.next()?);
-                dir.starts_with(point).then(|| (point.len(), kind.to_owned()))
+                dir.starts_with(point)
+                    .then(|| (point.len(), kind.to_owned()))
             })
             .max()
             .map(|(_, kind)| kind)

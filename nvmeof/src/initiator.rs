@@ -406,6 +406,8 @@ impl Initiator {
         }
         p.read.extend_from_slice(&d.data);
         p.data_digest_ok &= digest_ok;
+        // Copied out: the PDU's buffer receives the next one.
+        self.decoder.recycle(d.data);
         if d.success {
             if p.read.len() != usize::try_from(p.read_len).unwrap_or(usize::MAX) {
                 return Err(PduError::DataOutOfRange {

@@ -81,6 +81,9 @@ pub struct NvmeConfig {
     pub advertise: IpAddr,
     /// Threads I/O queues run on (`nvme.io_threads`); 0: one per core.
     pub io_threads: usize,
+    /// How long an engine thread polls its queues before it sleeps, when it was woken soon
+    /// after its last sleep (`nvme.busy_poll_us`); zero: never.
+    pub busy_poll: Duration,
 }
 
 /// The resolved configuration.
@@ -120,6 +123,14 @@ pub const DEFAULT_SYNC_INTERVAL_MS: u64 = 1000;
 /// Bounds of `sync_interval_ms`: below 10 ms the syncs cost more than they save; above a
 /// minute the window is no longer a bound an operator can reason about.
 const SYNC_INTERVAL_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
+
+/// Default of `nvme.busy_poll_us`: longer than a host at queue depth 1 takes to send its next
+/// command over a fast link, shorter than the sleep and wake-up it saves (see
+/// [`crate::nvme::busy_poll`]).
+pub const DEFAULT_BUSY_POLL_US: u64 = 50;
+/// Bound of `nvme.busy_poll_us`: past a millisecond an engine that polls delays its other
+/// queues' timers and teardowns more than any host gains.
+const BUSY_POLL_US_MAX: u64 = 1000;
 
 /// A configuration error: one line naming the file, flag or value at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +239,12 @@ impl Config {
                 SYNC_INTERVAL_MS.end()
             )));
         }
+        let busy_poll_us = file_nvme.busy_poll_us.unwrap_or(DEFAULT_BUSY_POLL_US);
+        if busy_poll_us > BUSY_POLL_US_MAX {
+            return Err(ConfigError(format!(
+                "nvme.busy_poll_us {busy_poll_us} is above {BUSY_POLL_US_MAX} (0 turns polling off)"
+            )));
+        }
         let defaults = HostAuthPolicy::default();
         let host_auth = HostAuthPolicy {
             allow_unauthenticated_hosts: args
@@ -284,6 +301,7 @@ impl Config {
                 listen: nvme_listen,
                 advertise,
                 io_threads: file_nvme.io_threads.unwrap_or(0),
+                busy_poll: Duration::from_micros(busy_poll_us),
             },
             format_blank: args.format_blank || file.format_blank,
             sync_interval: Duration::from_millis(sync_ms),

@@ -128,6 +128,7 @@ devices = ["/dev/nvme0n1", "pool.img"]
 listen = "0.0.0.0:4420"
 advertise = "192.0.2.1"
 io_threads = 3
+busy_poll_us = 20
 [tls]
 ca = "pki/ca.pem"
 [topology]
@@ -143,6 +144,7 @@ ca = "pki/ca.pem"
     assert_eq!(c.appliance_id.as_deref(), Some("box-1"));
     assert_eq!(c.listen.to_string(), "127.0.0.1:1");
     assert_eq!(c.nvme.io_threads, 3);
+    assert_eq!(c.nvme.busy_poll, std::time::Duration::from_micros(20));
     assert_eq!(c.data_dir, dir.path().join("state"));
     assert_eq!(
         c.devices,

@@ -139,6 +139,12 @@ impl<T: Record> DeviceRing<T> {
         Ok(())
     }
 
+    /// The eventfd the kernel signals on a completion.
+    pub fn eventfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.ready.get_ref().as_fd()
+    }
+
     /// Until the kernel may have posted a completion.
     pub async fn ready(&self) {
         match self.ready.readable().await {

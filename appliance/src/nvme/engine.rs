@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
@@ -32,6 +33,8 @@ pub struct Engines {
     engines: Vec<Engine>,
     /// Device operations started on queues' io_uring rings.
     ring_operations: AtomicU64,
+    /// Busy polls that found work before the engine slept.
+    busy_polls_found: Arc<AtomicU64>,
 }
 
 /// Counts a queue on its engine while it lives there.
@@ -47,16 +50,24 @@ impl Drop for Placement {
 }
 
 impl Engines {
-    /// Starts `threads` engines (at least one), named `edgevol-io-N`.
-    pub fn start(threads: usize) -> std::io::Result<Self> {
+    /// Starts `threads` engines (at least one), named `edgevol-io-N`, each polling its queues
+    /// for up to `busy_poll` before it sleeps ([`super::busy_poll`]; zero: never).
+    pub fn start(threads: usize, busy_poll: Duration) -> std::io::Result<Self> {
+        let found = Arc::new(AtomicU64::new(0));
         let engines = (0..threads.max(1))
             .map(|i| {
-                let rt = Builder::new_current_thread().enable_all().build()?;
+                let rt = Builder::new_current_thread()
+                    .enable_all()
+                    .on_thread_park(super::busy_poll::before_sleep)
+                    .on_thread_unpark(super::busy_poll::after_wake)
+                    .build()?;
                 let handle = rt.handle().clone();
                 let (stop, stopped) = oneshot::channel::<()>();
+                let found = found.clone();
                 let thread = thread::Builder::new()
                     .name(format!("edgevol-io-{i}"))
                     .spawn(move || {
+                        super::busy_poll::start(busy_poll, found);
                         // Runs the thread's queues until the target drops its engines.
                         let _ = rt.block_on(stopped);
                     })?;
@@ -71,12 +82,16 @@ impl Engines {
         Ok(Engines {
             engines,
             ring_operations: AtomicU64::new(0),
+            busy_polls_found: found,
         })
     }
 
     /// One engine per core the process may use.
-    pub fn per_core() -> std::io::Result<Self> {
-        Self::start(thread::available_parallelism().map_or(1, usize::from))
+    pub fn per_core(busy_poll: Duration) -> std::io::Result<Self> {
+        Self::start(
+            thread::available_parallelism().map_or(1, usize::from),
+            busy_poll,
+        )
     }
 
     /// Number of engine threads.
@@ -88,6 +103,12 @@ impl Engines {
     /// place or on the worker threads).
     pub fn ring_operations(&self) -> u64 {
         self.ring_operations.load(Ordering::Relaxed)
+    }
+
+    /// Busy polls that found a command or a completion before the engine slept
+    /// ([`super::busy_poll`]).
+    pub fn busy_polls_found(&self) -> u64 {
+        self.busy_polls_found.load(Ordering::Relaxed)
     }
 
     pub(crate) fn count_ring_operation(&self) {
@@ -154,7 +175,7 @@ mod tests {
 
     #[tokio::test]
     async fn io_queues_spread_over_the_engines_and_are_counted_while_they_live() {
-        let engines = Engines::start(2).unwrap();
+        let engines = Engines::start(2, Duration::ZERO).unwrap();
         let (release, wait) = tokio::sync::watch::channel(false);
         let names: Vec<_> = (1..=4u16)
             .map(|qid| {
@@ -184,7 +205,7 @@ mod tests {
 
     #[tokio::test]
     async fn single_queues_of_many_controllers_spread_too() {
-        let engines = Engines::start(2).unwrap();
+        let engines = Engines::start(2, Duration::ZERO).unwrap();
         let (release, wait) = tokio::sync::watch::channel(false);
         let handles: Vec<_> = (0..4)
             .map(|_| {

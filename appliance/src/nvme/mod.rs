@@ -6,7 +6,8 @@
 //!   `edgevol_nvmeof::queue::Queue`; parse → validate → execute → complete → transmit. Its
 //!   files: the loop, the socket, dispatch, and an I/O command's three paths (in place, the
 //!   queue's io_uring, the worker threads).
-//! - [`engine`]: the threads I/O queues run on (one per core, run-to-completion).
+//! - [`engine`]: the threads I/O queues run on (one per core, run-to-completion);
+//!   [`busy_poll`]: how an engine that was just woken polls before it sleeps again.
 //! - [`subsys`]: controllers, dynamic cntlids, the host ACL (the volume's durable
 //!   publications), and [`subsys::Access`], the [`HostAccess`] the CSI controller calls.
 //! - [`controller`]: one controller's registers (CC/CSTS), features, keep-alive, events.
@@ -28,6 +29,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod busy_poll;
 pub mod controller;
 pub mod device_ring;
 pub mod discovery;
@@ -173,8 +175,8 @@ pub async fn start(
         let _ = revoked_tx.send(r.host_nqn.clone());
     }));
     let engines = match config.io_threads {
-        0 => Engines::per_core(),
-        n => Engines::start(n),
+        0 => Engines::per_core(config.busy_poll),
+        n => Engines::start(n, config.busy_poll),
     }
     .map_err(|e| {
         bind_err(std::io::Error::new(

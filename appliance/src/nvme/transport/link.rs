@@ -90,6 +90,12 @@ impl Link {
         }
     }
 
+    /// The socket, for the engine's busy polling.
+    pub(super) fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.rd.as_ref().as_fd()
+    }
+
     /// Received bytes wait that the queue did not take yet.
     pub(super) fn has_buffered(&self) -> bool {
         self.rx_start < self.rx.len()

@@ -59,6 +59,7 @@ use self::link::{transmit, Link};
 use self::qos_hold::Qos;
 use self::ring_io::RingIo;
 use super::auth::QueueAuth;
+use super::busy_poll;
 use super::errors::Origin;
 use super::fabrics::Bound;
 use super::queue_config;
@@ -193,6 +194,10 @@ pub async fn serve(
             // short): a copy in place costs less than any hand-off.
             _ => InPlace::Always,
         };
+        let fds = std::iter::once(link.socket()).chain(conn.ring.as_ref().map(RingIo::eventfd));
+        let _polled = busy_poll::watch(fds)
+            .inspect_err(|e| tracing::debug!(%e, "queue not busy-polled"))
+            .ok();
         let end = match drive(&mut conn, &mut link, &mut stop).await {
             Exit::Ended(end) => end,
             // A queue binds once; `dispatch` refuses a second Connect.

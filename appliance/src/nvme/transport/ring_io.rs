@@ -73,6 +73,11 @@ impl RingIo {
         self.ring.in_flight()
     }
 
+    /// The ring's completion eventfd.
+    pub(super) fn eventfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.ring.eventfd()
+    }
+
     /// Until the ring has finished operations.
     pub(super) async fn ready(&self) {
         self.ring.ready().await;

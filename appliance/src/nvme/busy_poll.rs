@@ -1,0 +1,181 @@
+//! Busy polling before an engine thread sleeps, as Linux's `net.core.busy_read` does for a
+//! socket: a thread that sleeps and is woken again costs tens of µs on small or virtual cores
+//! (the scheduler, an inter-processor interrupt, the timer), and a host at low queue depth
+//! waits for that on every command. So when the engine was woken soon after it last slept,
+//! it first watches its queues' sockets and rings for up to `nvme.busy_poll_us` before it
+//! sleeps in its reactor; the reactor then finds what came without sleeping at all.
+//!
+//! Only a thread whose last sleep was shorter than the budget polls: an idle queue, or a host
+//! slower than that, leaves the engine asleep and costs nothing, and a poll that finds nothing
+//! makes that sleep long, so the next one does not poll. Polling yields the core between
+//! checks, so a thread woken on it (often the host's, on one machine) runs. What polling does
+//! not watch (a worker thread's finished Flush, a controller's teardown, a timer) waits at most
+//! the budget longer.
+
+use std::cell::RefCell;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use smallvec::SmallVec;
+
+/// When to poll: the budget and what the last sleep says.
+#[derive(Debug, Default)]
+struct Policy {
+    budget: Duration,
+    /// When the thread last went to sleep (polling included).
+    slept_at: Option<Instant>,
+    /// The last sleep was shorter than the budget.
+    hot: bool,
+}
+
+impl Policy {
+    /// Going to sleep at `now`: until when to poll first, if at all.
+    fn sleeping(&mut self, now: Instant) -> Option<Instant> {
+        self.slept_at = Some(now);
+        (self.hot && !self.budget.is_zero()).then(|| now + self.budget)
+    }
+
+    /// Woken at `now`.
+    fn woken(&mut self, now: Instant) {
+        if let Some(at) = self.slept_at.take() {
+            self.hot = now.saturating_duration_since(at) < self.budget;
+        }
+    }
+}
+
+/// One engine thread's polling state.
+#[derive(Debug, Default)]
+struct Engine {
+    policy: Policy,
+    /// What the queues on this thread wait on (their own duplicates of the descriptors), by
+    /// the queue's key.
+    watched: Vec<(u64, OwnedFd)>,
+    next_key: u64,
+    /// Polls that found something to do, for every engine of the target.
+    found: Arc<AtomicU64>,
+}
+
+thread_local! {
+    static ENGINE: RefCell<Engine> = RefCell::default();
+}
+
+/// Makes the current thread an engine that polls for up to `budget` (zero: never), counting
+/// the polls that found work in `found`.
+pub(crate) fn start(budget: Duration, found: Arc<AtomicU64>) {
+    ENGINE.with_borrow_mut(|e| {
+        e.policy.budget = budget;
+        e.found = found;
+    });
+}
+
+/// Runs right before the engine's runtime sleeps: polls if the last sleep was short.
+pub(crate) fn before_sleep() {
+    ENGINE.with_borrow_mut(|e| {
+        if e.watched.is_empty() {
+            e.policy.sleeping(Instant::now());
+            return;
+        }
+        if let Some(until) = e.policy.sleeping(Instant::now()) {
+            if spin(&e.watched, until) {
+                e.found.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+}
+
+/// Runs when the engine's runtime wakes up.
+pub(crate) fn after_wake() {
+    ENGINE.with_borrow_mut(|e| e.policy.woken(Instant::now()));
+}
+
+/// Polls `watched` until one is readable (true) or `until` passes.
+fn spin(watched: &[(u64, OwnedFd)], until: Instant) -> bool {
+    let mut fds: SmallVec<[PollFd<'_>; 16]> = watched
+        .iter()
+        .map(|(_, fd)| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
+        .collect();
+    while Instant::now() < until {
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(0) => std::thread::yield_now(),
+            Ok(_) => return true,
+            // The reactor reports what failed.
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// A queue's descriptors, watched by its engine's polling while it lives. Drop it on the
+/// thread that made it (the queue's engine).
+#[derive(Debug)]
+pub(crate) struct Watched {
+    key: u64,
+}
+
+/// Watches `fds` (a queue's socket, its ring's eventfd) from the current engine thread.
+pub(crate) fn watch<'a>(fds: impl IntoIterator<Item = BorrowedFd<'a>>) -> std::io::Result<Watched> {
+    let owned = fds
+        .into_iter()
+        .map(|fd| fd.try_clone_to_owned())
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok(ENGINE.with_borrow_mut(|e| {
+        let key = e.next_key;
+        e.next_key += 1;
+        e.watched.extend(owned.into_iter().map(|fd| (key, fd)));
+        Watched { key }
+    }))
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let key = self.key;
+        // A thread being torn down has no state left to clean.
+        let _ = ENGINE.try_with(|e| {
+            if let Ok(mut e) = e.try_borrow_mut() {
+                e.watched.retain(|(k, _)| *k != key);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn only_a_thread_whose_last_sleep_was_short_polls_and_never_past_the_budget() {
+        let mut p = Policy {
+            budget: 50 * US,
+            ..Policy::default()
+        };
+        let t = Instant::now();
+        // The first sleep: nothing known yet.
+        assert_eq!(p.sleeping(t), None);
+        p.woken(t + 20 * US);
+        // Woken soon: poll next time, for the budget.
+        assert_eq!(p.sleeping(t + 30 * US), Some(t + 80 * US));
+        // That poll found nothing and the thread slept on: a long sleep, no poll next time.
+        p.woken(t + 500 * US);
+        assert_eq!(p.sleeping(t + 510 * US), None);
+        p.woken(t + 10_000 * US);
+        assert_eq!(p.sleeping(t + 10_010 * US), None);
+        // A short sleep again.
+        p.woken(t + 10_040 * US);
+        assert_eq!(p.sleeping(t + 10_050 * US), Some(t + 10_100 * US));
+    }
+
+    #[test]
+    fn a_zero_budget_never_polls() {
+        let mut p = Policy::default();
+        let t = Instant::now();
+        for i in 0..4u32 {
+            assert_eq!(p.sleeping(t + i * US), None);
+            p.woken(t + i * US);
+        }
+    }
+}
