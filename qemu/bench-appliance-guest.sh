@@ -5,6 +5,7 @@
 # targets serve the same kind of backing from the same VM and CPU.
 #   edgevold: CSI over mTLS on :9500 (host PKI in /etc/edgevol-pki), NVMe/TCP on :4420
 #   nvmet-tcp: NQN from edgevol.nvmet_nqn, port 4421, allow_any_host
+#   edgevol.busy_poll_us (optional): edgevold's nvme.busy_poll_us
 #   e2e-agent: shell commands on :7001 (the host reads this VM's /proc/stat around each fio run
 #              through it, as it does the node VM's); started last, idle between commands
 # Markers: EDGEVOL-BENCH-APPLIANCE READY | EDGEVOL-BENCH-APPLIANCE FAILED <why>
@@ -44,6 +45,7 @@ echo "edgevol-bench: nvmet-tcp exports $other as $nqn on 192.168.77.1:4421"
 
 # --- edgevold ---------------------------------------------------------------------------------
 mkdir -p /tmp/state
+busy_poll_us="$(arg busy_poll_us)"
 cat >/tmp/edgevold.toml <<CFG
 data_dir = "/tmp/state"
 listen = "0.0.0.0:9500"
@@ -59,6 +61,7 @@ listen = "0.0.0.0:4420"
 advertise = "192.168.77.1"
 # The node VM's 6.1 kernel has no NVMe authentication (and nvmet-tcp, the baseline, runs none).
 allow_unauthenticated_hosts = true
+${busy_poll_us:+busy_poll_us = $busy_poll_us}
 CFG
 log=/tmp/edgevold.log
 : >"$log"

@@ -18,15 +18,16 @@
 #    generation + pool format) and 3 later boots; the median of the later boots is reported.
 # Prints markdown tables on stdout (logs on stderr); every VM and step has a time budget.
 #
-# usage: scripts/bench-qemu.sh [--secs N] [--runs N] [--only NAMES] [--skip-data-path] [--skip-boot]
+# usage: scripts/bench-qemu.sh [--secs N] [--runs N] [--only NAMES] [--busy-poll-us N] [--skip-data-path] [--skip-boot]
 #   --secs  fio runtime per run (default 10)    --runs  runs per workload and target (default 3)
 #   --only  comma-separated workload names, e.g. '4k randread QD1,4k randwrite QD1' (default: all)
+#   --busy-poll-us  edgevold's nvme.busy_poll_us in the appliance VM (default: edgevold's)
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
-secs=10 runs=3 only='' skip_data_path=0 skip_boot=0 failed=0
-opts_parse 'secs runs only skip-data-path! skip-boot!' "$@"
+secs=10 runs=3 only='' busy_poll_us='' skip_data_path=0 skip_boot=0 failed=0
+opts_parse 'secs runs only busy-poll-us skip-data-path! skip-boot!' "$@"
 do_data=$((!skip_data_path)) do_boot=$((!skip_boot))
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
@@ -72,7 +73,7 @@ if ((do_data)); then
     vm_track "$CACHE/run/bench-appliance.pid"
     "$ROOT/qemu/run-guest.sh" --name bench-appliance --pidfile "$CACHE/run/bench-appliance.pid" \
         --timeout 180 --lifetime "$((budget + 300))" --mem 1024 --smp 1 \
-        --append "edgevol.nvmet_nqn=$nqn" \
+        --append "edgevol.nvmet_nqn=$nqn${busy_poll_us:+ edgevol.busy_poll_us=$busy_poll_us}" \
         --bin "$BIN/edgevold" --bin "$BIN/e2e-agent" "${pfiles[@]}" \
         --file "$ROOT/qemu/bench-appliance-guest.sh:/etc/edgevol-bench-appliance.sh" \
         --module virtio_pci --module virtio_net --module virtio_blk --module nvmet --module nvmet-tcp \
