@@ -6,8 +6,9 @@
 //! sleeps in its reactor; the reactor then finds what came without sleeping at all.
 //!
 //! Only a thread whose last sleep was shorter than the budget polls: an idle queue, or a host
-//! slower than that, leaves the engine asleep and costs nothing, and a poll that finds nothing
-//! makes that sleep long, so the next one does not poll. Polling yields the core between
+//! slower than that, leaves the engine asleep and costs nothing. A poll that finds nothing
+//! makes that sleep long, so the next one does not poll, and holds polling back for 1, 2, 4 ...
+//! up to 64 sleeps, until a poll finds work again. Polling yields the core between
 //! checks, so a thread woken on it (often the host's, on one machine) runs. What polling does
 //! not watch (a worker thread's finished Flush, a controller's teardown, a timer) waits at most
 //! the budget longer.
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use smallvec::SmallVec;
 
-/// When to poll: the budget and what the last sleep says.
+/// When to poll: the budget, what the last sleep says, and how the last polls went.
 #[derive(Debug, Default)]
 struct Policy {
     budget: Duration,
@@ -29,13 +30,37 @@ struct Policy {
     slept_at: Option<Instant>,
     /// The last sleep was shorter than the budget.
     hot: bool,
+    /// Sleeps left that do not poll, after polls that found nothing.
+    skip: u32,
+    /// What `skip` becomes after the next poll that finds nothing (doubling, up to
+    /// [`MAX_BACKOFF`]; back to none once a poll finds work).
+    backoff: u32,
 }
+
+/// Most sleeps a poll that found nothing makes the thread skip polling for.
+const MAX_BACKOFF: u32 = 64;
 
 impl Policy {
     /// Going to sleep at `now`: until when to poll first, if at all.
     fn sleeping(&mut self, now: Instant) -> Option<Instant> {
         self.slept_at = Some(now);
+        if self.skip > 0 {
+            self.skip -= 1;
+            return None;
+        }
         (self.hot && !self.budget.is_zero()).then(|| now + self.budget)
+    }
+
+    /// A poll found work, or found nothing for its whole budget: then the next polls wait
+    /// for twice as many sleeps as last time, so a host a little slower than the budget does
+    /// not cost a budget of CPU on every other command.
+    fn polled(&mut self, found: bool) {
+        if found {
+            self.backoff = 0;
+        } else {
+            self.backoff = (self.backoff * 2).clamp(1, MAX_BACKOFF);
+            self.skip = self.backoff;
+        }
     }
 
     /// Woken at `now`.
@@ -79,7 +104,9 @@ pub(crate) fn before_sleep() {
             return;
         }
         if let Some(until) = e.policy.sleeping(Instant::now()) {
-            if spin(&e.watched, until) {
+            let found = spin(&e.watched, until);
+            e.policy.polled(found);
+            if found {
                 e.found.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -157,9 +184,13 @@ mod tests {
         // The first sleep: nothing known yet.
         assert_eq!(p.sleeping(t), None);
         p.woken(t + 20 * US);
-        // Woken soon: poll next time, for the budget.
+        // Woken soon: poll next time, for the budget; it finds work.
         assert_eq!(p.sleeping(t + 30 * US), Some(t + 80 * US));
+        p.polled(true);
+        p.woken(t + 40 * US);
+        assert_eq!(p.sleeping(t + 50 * US), Some(t + 100 * US));
         // That poll found nothing and the thread slept on: a long sleep, no poll next time.
+        p.polled(false);
         p.woken(t + 500 * US);
         assert_eq!(p.sleeping(t + 510 * US), None);
         p.woken(t + 10_000 * US);
@@ -167,6 +198,41 @@ mod tests {
         // A short sleep again.
         p.woken(t + 10_040 * US);
         assert_eq!(p.sleeping(t + 10_050 * US), Some(t + 10_100 * US));
+    }
+
+    /// Sleeps that poll, of `n` short ones, after each poll found `found`.
+    fn polls(p: &mut Policy, n: u32, found: bool) -> u32 {
+        let t = Instant::now();
+        let mut polled = 0;
+        for i in 0..n {
+            let at = t + i * 100 * US;
+            if p.sleeping(at).is_some() {
+                polled += 1;
+                p.polled(found);
+            }
+            // Woken soon after every sleep.
+            p.woken(at + 10 * US);
+        }
+        polled
+    }
+
+    #[test]
+    fn polls_that_find_nothing_back_off_and_one_that_finds_work_ends_it() {
+        let mut p = Policy {
+            budget: 50 * US,
+            hot: true,
+            ..Policy::default()
+        };
+        // Every poll finds work: every sleep polls.
+        assert_eq!(polls(&mut p, 100, true), 100);
+        // None does: each poll is followed by 1, 2, 4 ... 64 sleeps that do not (polls at
+        // sleeps 0, 2, 5, 10, 19, 36, 69, 134), then every 65th sleep polls.
+        assert_eq!(polls(&mut p, 128, false), 7);
+        assert_eq!(polls(&mut p, 650, false), 10);
+        // The next poll finds work: from then on every sleep polls again.
+        let until_next = p.skip;
+        assert_eq!(polls(&mut p, until_next + 1, true), 1);
+        assert_eq!(polls(&mut p, 50, true), 50);
     }
 
     #[test]
