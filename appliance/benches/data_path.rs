@@ -23,6 +23,11 @@
 //! daemon's runtime), from each thread's `/proc/self/task/<tid>/schedstat` (nanoseconds; the
 //! `stat` file's utime + stime, in clock ticks, where there is no schedstat). The QD32 rows
 //! also give p99 / mean latency (how far the tail is from the average).
+//!
+//! The `polling host` rows run queue depth 1 with a host that never sleeps: it spins on
+//! non-blocking reads for each answer (`Queue::cmd_polling`), as SPDK's `spdk_nvme_perf` does,
+//! so that the latency is the target's and the link's and not the host's wake-up; their raw TCP
+//! baseline polls at both ends, each on a thread of its own (the floor of a round trip here).
 // Host-only bench on 64-bit machines: byte counts fit in usize, rates are printed as floats.
 #![allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
 
@@ -72,6 +77,9 @@ struct Workload {
     pattern: Pattern,
     /// I/O queues, each at depth `qd` (the raw TCP baseline stays one connection at `qd`).
     queues: usize,
+    /// The host polls (never sleeps) waiting for each answer, and so does the raw TCP
+    /// baseline's: queue depth 1 only.
+    polling: bool,
 }
 
 impl Workload {
@@ -82,11 +90,11 @@ impl Workload {
 
     /// Whether latency rows follow the throughput row.
     fn latency(&self) -> bool {
-        self.write && self.qd == 1
+        self.qd == 1 && (self.write || self.polling)
     }
 }
 
-const WORKLOADS: [Workload; 9] = [
+const WORKLOADS: [Workload; 11] = [
     Workload {
         name: "4k randread QD1",
         bytes: 4096,
@@ -94,6 +102,7 @@ const WORKLOADS: [Workload; 9] = [
         write: false,
         pattern: Pattern::Random,
         queues: 1,
+        polling: false,
     },
     Workload {
         name: "4k randread QD32",
@@ -102,6 +111,7 @@ const WORKLOADS: [Workload; 9] = [
         write: false,
         pattern: Pattern::Random,
         queues: 1,
+        polling: false,
     },
     Workload {
         name: "4k randread QD32 2 queues",
@@ -110,6 +120,7 @@ const WORKLOADS: [Workload; 9] = [
         write: false,
         pattern: Pattern::Random,
         queues: 2,
+        polling: false,
     },
     Workload {
         name: "4k randwrite QD1",
@@ -118,6 +129,7 @@ const WORKLOADS: [Workload; 9] = [
         write: true,
         pattern: Pattern::Random,
         queues: 1,
+        polling: false,
     },
     Workload {
         name: "4k randwrite QD32",
@@ -126,6 +138,7 @@ const WORKLOADS: [Workload; 9] = [
         write: true,
         pattern: Pattern::Random,
         queues: 1,
+        polling: false,
     },
     Workload {
         name: "4k allocwrite QD1",
@@ -134,6 +147,7 @@ const WORKLOADS: [Workload; 9] = [
         write: true,
         pattern: Pattern::Fresh,
         queues: 1,
+        polling: false,
     },
     Workload {
         name: "4k allocwrite QD32",
@@ -142,6 +156,7 @@ const WORKLOADS: [Workload; 9] = [
         write: true,
         pattern: Pattern::Fresh,
         queues: 1,
+        polling: false,
     },
     Workload {
         name: "128k seqread QD8",
@@ -150,6 +165,7 @@ const WORKLOADS: [Workload; 9] = [
         write: false,
         pattern: Pattern::Sequential,
         queues: 1,
+        polling: false,
     },
     Workload {
         name: "128k seqwrite QD8",
@@ -158,6 +174,25 @@ const WORKLOADS: [Workload; 9] = [
         write: true,
         pattern: Pattern::Sequential,
         queues: 1,
+        polling: false,
+    },
+    Workload {
+        name: "4k randread QD1 polling host",
+        bytes: 4096,
+        qd: 1,
+        write: false,
+        pattern: Pattern::Random,
+        queues: 1,
+        polling: true,
+    },
+    Workload {
+        name: "4k randwrite QD1 polling host",
+        bytes: 4096,
+        qd: 1,
+        write: true,
+        pattern: Pattern::Random,
+        queues: 1,
+        polling: true,
     },
 ];
 
@@ -332,7 +367,39 @@ impl Run {
     }
 }
 
+/// One command at a time with a host that polls for each answer (blocks this thread).
+fn edgevol_polling(q: &mut Queue, w: &Workload, t: Target, b: Budget) -> Run {
+    let mut offsets = Offsets::new(w, t);
+    let payload = vec![0x5a; w.bytes as usize];
+    let blocks = u32::try_from(w.bytes / BLOCK).unwrap();
+    let mut lat = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < b.dur && (lat.len() as u64) < b.max_ops {
+        let slba = offsets.next();
+        let (sqe, data) = if w.write {
+            io::write(slba, &payload, false)
+        } else {
+            io::read(slba, blocks)
+        };
+        let sent = Instant::now();
+        let c = q.cmd_polling(sqe, data);
+        lat.push(sent.elapsed());
+        ok(&c);
+        if !w.write {
+            assert_eq!(c.data.len() as u64, w.bytes);
+        }
+    }
+    Run {
+        ops: lat.len() as u64,
+        elapsed: t0.elapsed(),
+        lat,
+    }
+}
+
 async fn edgevol(q: &mut Queue, w: &Workload, t: Target, b: Budget) -> Run {
+    if w.polling {
+        return edgevol_polling(q, w, t, b);
+    }
     let mut offsets = Offsets::new(w, t);
     let payload = vec![0x5a; w.bytes as usize];
     let blocks = u32::try_from(w.bytes / BLOCK).unwrap();
@@ -446,6 +513,80 @@ async fn tcp(addr: SocketAddr, w: &Workload, dur: Duration) -> Run {
         ops: lat.len() as u64,
         elapsed: t0.elapsed(),
         lat,
+    }
+}
+
+/// Raw loopback TCP with both ends polling, each on a thread of its own that never sleeps (reads
+/// that do not block, in a loop): what one request and its answer cost on this machine when
+/// neither side waits to be woken. Queue depth 1, the bytes of [`tcp`].
+fn tcp_polling(w: &Workload, dur: Duration) -> Run {
+    let (up, down) = if w.write {
+        (64 + w.bytes as usize, 16)
+    } else {
+        (64, 16 + w.bytes as usize)
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        spinning(&s);
+        let mut request = vec![0u8; up];
+        let answer = vec![0u8; down];
+        while read_spinning(&mut s, &mut request) {
+            write_spinning(&mut s, &answer);
+        }
+    });
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    spinning(&c);
+    let request = vec![0x5au8; up];
+    let mut answer = vec![0u8; down];
+    let mut lat = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < dur {
+        let at = Instant::now();
+        write_spinning(&mut c, &request);
+        assert!(read_spinning(&mut c, &mut answer), "echo server closed");
+        lat.push(at.elapsed());
+    }
+    let elapsed = t0.elapsed();
+    drop(c);
+    server.join().unwrap();
+    Run {
+        ops: lat.len() as u64,
+        elapsed,
+        lat,
+    }
+}
+
+fn spinning(s: &std::net::TcpStream) {
+    s.set_nodelay(true).unwrap();
+    s.set_nonblocking(true).unwrap();
+}
+
+/// Fills `buf`, retrying reads that would block; false at end of stream.
+fn read_spinning(s: &mut std::net::TcpStream, buf: &mut [u8]) -> bool {
+    use std::io::{ErrorKind, Read};
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return false,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    true
+}
+
+fn write_spinning(s: &mut std::net::TcpStream, buf: &[u8]) {
+    use std::io::{ErrorKind, Write};
+    let mut sent = 0;
+    while sent < buf.len() {
+        match s.write(&buf[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 
@@ -716,7 +857,11 @@ async fn main() {
                 );
                 continue;
             }
-            let mut t = tcp(echo, w, dur).await;
+            let mut t = if w.polling {
+                tcp_polling(w, dur)
+            } else {
+                tcp(echo, w, dur).await
+            };
             let mut d = device(dev, w, target[1], budget).await;
             let (er, tr, dr) = (e.per_sec(w), t.per_sec(w), d.per_sec(w));
             println!(

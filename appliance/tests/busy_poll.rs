@@ -1,6 +1,8 @@
 //! Engine busy polling (`nvme.busy_poll_us`, `nvme::busy_poll`): a host at queue depth 1 finds
 //! the engine polling for its next command instead of asleep, polling off never polls, and an
-//! engine whose queue falls idle goes back to sleep and spends (almost) no CPU.
+//! engine whose queue falls idle goes back to sleep and spends (almost) no CPU. A host that
+//! polls for its answers (`Queue::cmd_polling`, the data-path bench's polling rows) reads back
+//! what it wrote.
 
 mod common;
 mod nvme_host;
@@ -70,6 +72,16 @@ async fn depth_one(budget: Duration) -> (u64, Duration) {
         let c = q.cmd(sqe, data).await;
         ok(&c);
         assert_eq!(c.data, block);
+    }
+    // A host that polls for each answer instead of sleeping (the bench's polling rows).
+    for i in 0..COMMANDS / 8 {
+        let block = vec![u8::try_from(i).unwrap(); 4096];
+        let (sqe, data) = io::write(i, &block, false);
+        ok(&q.cmd_polling(sqe, data));
+        let (sqe, data) = io::read(i, 1);
+        let c = q.cmd_polling(sqe, data);
+        ok(&c);
+        assert_eq!(c.data, block, "polled read {i}");
     }
     let found = engines.busy_polls_found();
     // The queue stays connected and idle.

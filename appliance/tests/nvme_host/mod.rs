@@ -46,6 +46,9 @@ pub struct Queue {
     /// Receive buffer, kept across reads (a fresh 256 KiB buffer per read costs the host an
     /// mmap and page faults each time, which benchmarks would charge to the target).
     rx: Vec<u8>,
+    /// The socket as a std stream (a duplicate descriptor, non-blocking like tokio's), for
+    /// [`Queue::cmd_polling`].
+    polled: Option<std::net::TcpStream>,
 }
 
 impl Queue {
@@ -64,6 +67,7 @@ impl Queue {
             closed: None,
             eof: false,
             rx: vec![0u8; 256 * 1024],
+            polled: None,
         };
         while !q.ini.is_live() {
             q.pump().await;
@@ -98,6 +102,12 @@ impl Queue {
             self.eof = true;
             return;
         }
+        self.feed(n);
+        self.flush_out().await;
+    }
+
+    /// Hands the initiator the first `n` bytes of the receive buffer.
+    fn feed(&mut self, n: usize) {
         let buf = std::mem::take(&mut self.rx);
         let mut at = 0;
         while at < n {
@@ -109,7 +119,54 @@ impl Queue {
             }
         }
         self.rx = buf;
-        self.flush_out().await;
+    }
+
+    /// Runs one command without ever sleeping: sends, then reads the socket without blocking in
+    /// a loop until the command completes, as a polling initiator (SPDK's `spdk_nvme_perf`)
+    /// does, so that a benchmark's queue-depth-1 latency is the target's and the link's, not
+    /// this host's wake-up. Blocks the calling thread; nothing else may use the queue meanwhile.
+    pub fn cmd_polling(&mut self, sqe: Sqe, data: Data) -> Completed {
+        use std::io::{ErrorKind, Read, Write};
+        let cid = self.submit(sqe, data);
+        let mut sock = match self.polled.take() {
+            Some(s) => s,
+            None => {
+                use std::os::fd::AsFd;
+                let fd = self.stream.as_fd().try_clone_to_owned().unwrap();
+                std::net::TcpStream::from(fd)
+            }
+        };
+        let deadline = std::time::Instant::now() + WAIT;
+        let completed = loop {
+            let mut out = Vec::new();
+            if self.ini.poll_transmit(&mut out) {
+                let mut sent = 0;
+                while sent < out.len() {
+                    match sock.write(&out[sent..]) {
+                        Ok(n) => sent += n,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+                        Err(e) => panic!("send to the target: {e}"),
+                    }
+                }
+            }
+            if let Some(c) = self.done.remove(&cid) {
+                break c;
+            }
+            match sock.read(&mut self.rx) {
+                Ok(0) => panic!("the target closed the connection waiting for cid {cid}"),
+                Ok(n) => self.feed(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "no answer from the target within {WAIT:?}"
+                    );
+                    std::hint::spin_loop();
+                }
+                Err(e) => panic!("receive from the target: {e}"),
+            }
+        };
+        self.polled = Some(sock);
+        completed
     }
 
     fn drain(&mut self) {
