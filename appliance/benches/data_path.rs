@@ -50,7 +50,7 @@ use edgevol_appliance::{pool, start};
 use edgevol_core::VolumeSpec;
 use edgevol_hal::FileDevice;
 use edgevol_nvmeof::pdu::Digests;
-use nvme_host::{io, ok, Admin, Queue};
+use nvme_host::{admin_and_queue, io, ok, read_spinning, write_spinning, Queue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -563,33 +563,6 @@ fn spinning(s: &std::net::TcpStream) {
     s.set_nonblocking(true).unwrap();
 }
 
-/// Fills `buf`, retrying reads that would block; false at end of stream.
-fn read_spinning(s: &mut std::net::TcpStream, buf: &mut [u8]) -> bool {
-    use std::io::{ErrorKind, Read};
-    let mut got = 0;
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return false,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(e) => panic!("{e}"),
-        }
-    }
-    true
-}
-
-fn write_spinning(s: &mut std::net::TcpStream, buf: &[u8]) {
-    use std::io::{ErrorKind, Write};
-    let mut sent = 0;
-    while sent < buf.len() {
-        match s.write(&buf[sent..]) {
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
-
 /// Raw device: `qd` blocking workers doing pread/pwrite on a hal file device. Fresh workloads
 /// write one never-written block per cluster stride of a sparse file, the workers sharing one
 /// sequence of slots.
@@ -731,11 +704,7 @@ async fn main() {
     let dir_path = dir.path().to_path_buf();
     host.spawn(async move {
         let nqn = edgevol_appliance::naming::subsystem_nqn("test-box", id);
-        let admin = Admin::connect(endpoint, &nqn, HOST, 0).await.unwrap();
-        let mut q = admin
-            .io_queue(endpoint, 1, &nqn, HOST, Digests::NONE)
-            .await
-            .unwrap();
+        let (admin, mut q) = admin_and_queue(endpoint, &nqn, HOST).await;
         // Queue 2 lands on the other engine thread (one per core).
         let mut q2 = Some(
             admin

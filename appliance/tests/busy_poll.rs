@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use common::DevAppliance;
 use edgevol_core::VolumeSpec;
-use edgevol_nvmeof::pdu::Digests;
-use nvme_host::{io, ok, Admin};
+use nvme_host::{admin_and_queue, io, ok};
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-2222-3333-4444-888888888888";
 /// Commands, one at a time.
@@ -59,11 +58,7 @@ async fn depth_one(budget: Duration) -> (u64, Duration) {
     let endpoint = app.running.target.endpoint;
     let engines = app.running.target.engines.clone();
     let nqn = edgevol_appliance::naming::subsystem_nqn("test-box", id);
-    let admin = Admin::connect(endpoint, &nqn, HOST, 0).await.unwrap();
-    let mut q = admin
-        .io_queue(endpoint, 1, &nqn, HOST, Digests::NONE)
-        .await
-        .unwrap();
+    let (_admin, mut q) = admin_and_queue(endpoint, &nqn, HOST).await;
     let block = vec![0x5au8; 4096];
     for i in 0..COMMANDS {
         let (sqe, data) = io::write(i % 256, &block, false);

@@ -85,13 +85,7 @@ impl Fixture {
     /// An admin queue of `HOST` on volume `id` and its I/O queue 1 (the admin queue keeps the
     /// controller).
     async fn connect(&self, id: VolumeId) -> (Admin, Queue) {
-        let nqn = self.nqn(id);
-        let admin = Admin::connect(self.addr, &nqn, HOST, 0).await.unwrap();
-        let q = admin
-            .io_queue(self.addr, 1, &nqn, HOST, Digests::NONE)
-            .await
-            .unwrap();
-        (admin, q)
+        nvme_host::admin_and_queue(self.addr, &self.nqn(id), HOST).await
     }
 
     fn nqn(&self, id: VolumeId) -> String {

@@ -14,8 +14,7 @@ mod nvme_host;
 
 use edgevol_appliance::start;
 use edgevol_core::VolumeSpec;
-use edgevol_nvmeof::pdu::Digests;
-use nvme_host::{io, ok, Admin};
+use nvme_host::{admin_and_queue, io, ok};
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-2222-3333-4444-666666666666";
 const BLOCK: u64 = 4096;
@@ -56,11 +55,7 @@ async fn allocating_writes_allocate_nothing_per_command_once_warm() {
     let allocs = host
         .spawn(async move {
             let nqn = edgevol_appliance::naming::subsystem_nqn("test-box", id);
-            let admin = Admin::connect(endpoint, &nqn, HOST, 0).await.unwrap();
-            let mut q = admin
-                .io_queue(endpoint, 1, &nqn, HOST, Digests::NONE)
-                .await
-                .unwrap();
+            let (_admin, mut q) = admin_and_queue(endpoint, &nqn, HOST).await;
             let payload = vec![0x5a; BLOCK_LEN];
             let stride = cluster / BLOCK;
             let mut before = 0;

@@ -12,8 +12,7 @@ mod nvme_host;
 use edgevol_appliance::nvme::io::aligned_copies;
 use edgevol_appliance::start;
 use edgevol_core::VolumeSpec;
-use edgevol_nvmeof::pdu::Digests;
-use nvme_host::{io, ok, Admin};
+use nvme_host::{admin_and_queue, io, ok};
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-2222-3333-4444-777777777777";
 /// Writes of each size per round.
@@ -100,11 +99,7 @@ async fn writes_without_a_copy(dir: &tempfile::TempDir, backing: Backing) -> Opt
     }
     let cluster_blocks = cluster / io::BLOCK;
     let nqn = edgevol_appliance::naming::subsystem_nqn("test-box", id);
-    let admin = Admin::connect(endpoint, &nqn, HOST, 0).await.unwrap();
-    let mut q = admin
-        .io_queue(endpoint, 1, &nqn, HOST, Digests::NONE)
-        .await
-        .unwrap();
+    let (_admin, mut q) = admin_and_queue(endpoint, &nqn, HOST).await;
 
     let copies_before = aligned_copies();
     let ring_before = engines.ring_operations();

@@ -99,11 +99,8 @@ pub(crate) fn start(budget: Duration, found: Arc<AtomicU64>) {
 /// Runs right before the engine's runtime sleeps: polls if the last sleep was short.
 pub(crate) fn before_sleep() {
     ENGINE.with_borrow_mut(|e| {
-        if e.watched.is_empty() {
-            e.policy.sleeping(Instant::now());
-            return;
-        }
-        if let Some(until) = e.policy.sleeping(Instant::now()) {
+        let poll_until = e.policy.sleeping(Instant::now());
+        if let Some(until) = poll_until.filter(|_| !e.watched.is_empty()) {
             let found = spin(&e.watched, until);
             e.policy.polled(found);
             if found {

@@ -126,7 +126,7 @@ impl Queue {
     /// does, so that a benchmark's queue-depth-1 latency is the target's and the link's, not
     /// this host's wake-up. Blocks the calling thread; nothing else may use the queue meanwhile.
     pub fn cmd_polling(&mut self, sqe: Sqe, data: Data) -> Completed {
-        use std::io::{ErrorKind, Read, Write};
+        use std::io::{ErrorKind, Read};
         let cid = self.submit(sqe, data);
         let mut sock = match self.polled.take() {
             Some(s) => s,
@@ -140,14 +140,7 @@ impl Queue {
         let completed = loop {
             let mut out = Vec::new();
             if self.ini.poll_transmit(&mut out) {
-                let mut sent = 0;
-                while sent < out.len() {
-                    match sock.write(&out[sent..]) {
-                        Ok(n) => sent += n,
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
-                        Err(e) => panic!("send to the target: {e}"),
-                    }
-                }
+                write_spinning(&mut sock, &out);
             }
             if let Some(c) = self.done.remove(&cid) {
                 break c;
@@ -440,6 +433,46 @@ impl Admin {
             Ok(q)
         } else {
             Err(c)
+        }
+    }
+}
+
+/// An admin queue of `hostnqn` on subsystem `subnqn` at `addr`, and its I/O queue 1 (no
+/// digests). Keep the admin queue while the I/O queue is used: it keeps the controller.
+pub async fn admin_and_queue(addr: SocketAddr, subnqn: &str, hostnqn: &str) -> (Admin, Queue) {
+    let admin = Admin::connect(addr, subnqn, hostnqn, 0).await.unwrap();
+    let q = admin
+        .io_queue(addr, 1, subnqn, hostnqn, Digests::NONE)
+        .await
+        .unwrap();
+    (admin, q)
+}
+
+/// Fills `buf` from a non-blocking socket, retrying reads that would block (a polling host
+/// never sleeps); false at end of stream.
+pub fn read_spinning(s: &mut std::net::TcpStream, buf: &mut [u8]) -> bool {
+    use std::io::{ErrorKind, Read};
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return false,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => panic!("receive: {e}"),
+        }
+    }
+    true
+}
+
+/// Writes all of `buf` to a non-blocking socket, retrying writes that would block.
+pub fn write_spinning(s: &mut std::net::TcpStream, buf: &[u8]) {
+    use std::io::{ErrorKind, Write};
+    let mut sent = 0;
+    while sent < buf.len() {
+        match s.write(&buf[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => panic!("send: {e}"),
         }
     }
 }
