@@ -227,7 +227,29 @@ link_netdev() {
 
 # A free port on 127.0.0.1: free_port SOCK_STREAM (TCP) or SOCK_DGRAM (UDP).
 free_port() {
-    python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET, getattr(socket, sys.argv[1])); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' "$1"
+    # bind(0) hands out a port the kernel may hand out again to the very next call (two
+    # forwarding rules of one VM once got the same port), so the ports handed out lately are
+    # remembered (under a lock: scripts run side by side) and never given twice in a row.
+    python3 - "$1" "$CACHE/run/free-ports" <<'PY'
+import fcntl, os, socket, sys
+kind, path = getattr(socket, sys.argv[1]), sys.argv[2]
+os.makedirs(os.path.dirname(path), exist_ok=True)
+with open(path, "a+") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    recent = f.read().split()[-256:]
+    while True:
+        s = socket.socket(socket.AF_INET, kind)
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+        s.close()
+        if port not in recent:
+            break
+    f.seek(0)
+    f.truncate()
+    f.write("\n".join(recent + [port]) + "\n")
+print(port)
+PY
 }
 
 # wait_log FILE TEXT [SECS]: waits up to SECS (default 15; times TIME_SCALE) for TEXT in a VM's
