@@ -14,7 +14,9 @@
 //! cluster and records a mapping. Each costs a cluster of tmpfs, so those cells also stop after
 //! 1.5 GiB of clusters. The write rows at QD1 also give mean / p50 / p99 latency. The pool is the
 //! dev pool (its default cluster size) unless `-- --cluster-kib N` formats it with another;
-//! `-- --busy-poll-us N` sets the engines' `nvme.busy_poll_us` (default: the daemon's).
+//! `-- --busy-poll-us N` sets the engines' `nvme.busy_poll_us` (default: the daemon's). The pool
+//! is on tmpfs, where Reads and Writes run in place; `-- --pool-dir DIR` puts it on DIR's file
+//! system instead, where `O_DIRECT` I/O goes on the queue's io_uring as on a drive.
 //!
 //! The host side (test initiator, TCP baseline) runs on its own runtime; a counting allocator
 //! counts the heap allocations of every other thread, the target's, and prints them per command.
@@ -611,7 +613,12 @@ async fn device(dev: Arc<FileDevice>, w: &Workload, t: Target, b: Budget) -> Run
     }
 }
 
-fn tmpfs_dir() -> tempfile::TempDir {
+/// The pool's folder: under `under` (a drive's file system: Reads and Writes go on the queue's
+/// io_uring, as on a drive), else on tmpfs (they run in place, as on memory).
+fn pool_dir(under: Option<&str>) -> tempfile::TempDir {
+    if let Some(dir) = under {
+        return tempfile::tempdir_in(dir).unwrap();
+    }
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
         tempfile::tempdir_in(shm).unwrap()
@@ -637,6 +644,10 @@ async fn main() {
     let cluster_kib =
         value("--cluster-kib").map(|kib| u32::try_from(kib).expect("--cluster-kib N"));
     let busy_poll_us = value("--busy-poll-us");
+    let pool_under = args
+        .iter()
+        .position(|a| a == "--pool-dir")
+        .map(|i| args.get(i + 1).expect("--pool-dir DIR").as_str());
     // Words that are neither flags nor the value of one: workload name filters.
     let filters: Vec<String> = args
         .iter()
@@ -644,7 +655,8 @@ async fn main() {
         .skip(1)
         .filter(|&(i, a)| {
             !a.starts_with("--")
-                && !["--cluster-kib", "--busy-poll-us"].contains(&args[i - 1].as_str())
+                && !["--cluster-kib", "--busy-poll-us", "--pool-dir"]
+                    .contains(&args[i - 1].as_str())
         })
         .map(|(_, a)| a.clone())
         .collect();
@@ -658,7 +670,7 @@ async fn main() {
         .filter(|w| w.pattern == Pattern::Fresh)
         .count() as u64;
 
-    let dir = tmpfs_dir();
+    let dir = pool_dir(pool_under);
     if let Some(kib) = cluster_kib {
         // The dev pool file, formatted here: the daemon opens it as it finds it.
         let path = dir.path().join("pool.img");

@@ -7,6 +7,11 @@
 //! waits on the ring's eventfd with the rest of its events, and [`Ring::reap`]s whole
 //! operations: every part done, the buffer handed back.
 //!
+//! The kernel signals the eventfd on every completion and the ring never reads it back (that
+//! would be a system call per reap, most of them finding nothing): wait on it edge-triggered,
+//! as tokio's reactor does, and ask [`Ring::has_completions`] (a look at the completion queue's
+//! memory) whether there is anything to reap before sleeping, never the eventfd's level.
+//!
 //! Buffers are moved into the ring and owned by it until the kernel has finished with them: the
 //! caller cannot touch or free memory the kernel writes. Dropping a ring waits for what is in
 //! flight for the same reason. A buffer is an [`AlignedBuf`] or a region of a `Vec<u8>`
@@ -158,8 +163,7 @@ pub struct Refused<T> {
     pub error: io::Error,
 }
 
-/// An io_uring over one device file, with an eventfd that is readable once a completion is
-/// posted.
+/// An io_uring over one device file, with an eventfd the kernel signals on each completion.
 pub struct Ring<T> {
     ring: IoUring,
     file: File,
@@ -219,9 +223,14 @@ impl<T> Ring<T> {
         })
     }
 
-    /// Readable when completions may be waiting; [`Ring::reap`] drains it.
+    /// Signalled on every completion and never reset (module docs): an edge, not a level.
     pub fn eventfd(&self) -> BorrowedFd<'_> {
         self.event.as_fd()
+    }
+
+    /// Completions wait to be reaped (read from the ring's memory, no system call).
+    pub fn has_completions(&mut self) -> bool {
+        !self.ring.completion().is_empty()
     }
 
     /// Operations in flight.
@@ -359,12 +368,8 @@ impl<T> Ring<T> {
         Ok(())
     }
 
-    /// Collects completions: every operation whose parts all finished goes to `done`. Also
-    /// resets the eventfd.
+    /// Collects completions: every operation whose parts all finished goes to `done`.
     pub fn reap(&mut self, mut done: impl FnMut(Finished<T>)) {
-        let mut counter = [0u8; 8];
-        // Non-blocking; a failure only means there was nothing to reset.
-        let _ = read_counter(&self.event, &mut counter);
         loop {
             let Some(cqe) = self.ring.completion().next() else {
                 break;
@@ -423,20 +428,10 @@ impl<T> Ring<T> {
     }
 }
 
-/// Reads the eventfd's counter (resetting it); `WouldBlock` when it was zero.
-fn read_counter(fd: &OwnedFd, counter: &mut [u8; 8]) -> io::Result<()> {
-    // SAFETY: reads at most 8 bytes into a live 8-byte buffer.
-    let n = unsafe { libc::read(fd.as_raw_fd(), counter.as_mut_ptr().cast(), counter.len()) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 impl<T> Ring<T> {
-    /// Makes the eventfd readable: for whoever reaped on the owner's behalf ([`Ring::wait_all`]
-    /// from another thread), which took the completions and the eventfd's count with them, so
-    /// that the owner, waiting on the eventfd, still looks.
+    /// Signals the eventfd: for whoever reaped on the owner's behalf ([`Ring::wait_all`] from
+    /// another thread) and took the completions, so that the owner, waiting on the eventfd,
+    /// still looks.
     pub fn notify(&self) -> io::Result<()> {
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live 8-byte buffer.
@@ -508,6 +503,43 @@ mod tests {
             }
             ring.ring.submit_and_wait(1).unwrap();
         }
+    }
+
+    /// Readiness comes from the completion queue's memory: a posted completion shows before it
+    /// is reaped and not after, and each one signals the eventfd, which reaping leaves as is.
+    #[test]
+    fn completions_show_in_memory_and_each_signals_the_eventfd() {
+        let (_dir, f) = file_with(&[7u8; 8192]);
+        let Some(mut ring) = ring_or_skip(&f) else {
+            return;
+        };
+        let counter = |ring: &Ring<u64>| {
+            let mut c = [0u8; 8];
+            // SAFETY: reads at most 8 bytes into a live 8-byte buffer.
+            let n = unsafe { libc::read(ring.event.as_raw_fd(), c.as_mut_ptr().cast(), 8) };
+            if n == 8 {
+                u64::from_ne_bytes(c)
+            } else {
+                0
+            }
+        };
+        assert!(!ring.has_completions());
+        for round in 1..=2u64 {
+            let part = Part {
+                device_offset: 0,
+                at: 0,
+                len: 4096,
+            };
+            ring.read(AlignedBuf::zeroed(4096), &[part], round).unwrap();
+            ring.ring.submit_and_wait(1).unwrap();
+            assert!(ring.has_completions(), "a posted completion shows");
+            let mut got = Vec::new();
+            ring.reap(|f| got.push(f.tag));
+            assert_eq!(got, [round]);
+            assert!(!ring.has_completions(), "nothing left once reaped");
+        }
+        // Two completions, two signals; reaping read none of them.
+        assert_eq!(counter(&ring), 2);
     }
 
     #[test]

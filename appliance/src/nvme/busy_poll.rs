@@ -71,13 +71,21 @@ impl Policy {
     }
 }
 
+/// Work a queue has that no descriptor's level shows: its io_uring's completions, read from
+/// the ring's memory.
+pub(crate) trait Pending {
+    /// Whether there is work (cheap: no system call, no waiting for a lock).
+    fn pending(&self) -> bool;
+}
+
 /// One engine thread's polling state.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Engine {
     policy: Policy,
-    /// What the queues on this thread wait on (their own duplicates of the descriptors), by
-    /// the queue's key.
-    watched: Vec<(u64, OwnedFd)>,
+    /// The sockets of the queues on this thread (their own duplicates), by the queue's key.
+    sockets: Vec<(u64, OwnedFd)>,
+    /// Their rings, by the queue's key.
+    rings: Vec<(u64, Arc<dyn Pending>)>,
     next_key: u64,
     /// Polls that found something to do, for every engine of the target.
     found: Arc<AtomicU64>,
@@ -100,8 +108,8 @@ pub(crate) fn start(budget: Duration, found: Arc<AtomicU64>) {
 pub(crate) fn before_sleep() {
     ENGINE.with_borrow_mut(|e| {
         let poll_until = e.policy.sleeping(Instant::now());
-        if let Some(until) = poll_until.filter(|_| !e.watched.is_empty()) {
-            let found = spin(&e.watched, until);
+        if let Some(until) = poll_until.filter(|_| !e.sockets.is_empty()) {
+            let found = spin(&e.sockets, &e.rings, until);
             e.policy.polled(found);
             if found {
                 e.found.fetch_add(1, Ordering::Relaxed);
@@ -115,13 +123,16 @@ pub(crate) fn after_wake() {
     ENGINE.with_borrow_mut(|e| e.policy.woken(Instant::now()));
 }
 
-/// Polls `watched` until one is readable (true) or `until` passes.
-fn spin(watched: &[(u64, OwnedFd)], until: Instant) -> bool {
-    let mut fds: SmallVec<[PollFd<'_>; 16]> = watched
+/// Polls until a ring has completions or a socket is readable (true), or `until` passes.
+fn spin(sockets: &[(u64, OwnedFd)], rings: &[(u64, Arc<dyn Pending>)], until: Instant) -> bool {
+    let mut fds: SmallVec<[PollFd<'_>; 16]> = sockets
         .iter()
         .map(|(_, fd)| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
         .collect();
     while Instant::now() < until {
+        if rings.iter().any(|(_, r)| r.pending()) {
+            return true;
+        }
         match poll(&mut fds, PollTimeout::ZERO) {
             Ok(0) => std::thread::yield_now(),
             Ok(_) => return true,
@@ -139,16 +150,17 @@ pub(crate) struct Watched {
     key: u64,
 }
 
-/// Watches `fds` (a queue's socket, its ring's eventfd) from the current engine thread.
-pub(crate) fn watch<'a>(fds: impl IntoIterator<Item = BorrowedFd<'a>>) -> std::io::Result<Watched> {
-    let owned = fds
-        .into_iter()
-        .map(|fd| fd.try_clone_to_owned())
-        .collect::<std::io::Result<Vec<_>>>()?;
+/// Watches a queue's socket, and its ring if it has one, from the current engine thread.
+pub(crate) fn watch(
+    socket: BorrowedFd<'_>,
+    ring: Option<Arc<dyn Pending>>,
+) -> std::io::Result<Watched> {
+    let socket = socket.try_clone_to_owned()?;
     Ok(ENGINE.with_borrow_mut(|e| {
         let key = e.next_key;
         e.next_key += 1;
-        e.watched.extend(owned.into_iter().map(|fd| (key, fd)));
+        e.sockets.push((key, socket));
+        e.rings.extend(ring.map(|r| (key, r)));
         Watched { key }
     }))
 }
@@ -159,7 +171,8 @@ impl Drop for Watched {
         // A thread being torn down has no state left to clean.
         let _ = ENGINE.try_with(|e| {
             if let Ok(mut e) = e.try_borrow_mut() {
-                e.watched.retain(|(k, _)| *k != key);
+                e.sockets.retain(|(k, _)| *k != key);
+                e.rings.retain(|(k, _)| *k != key);
             }
         });
     }

@@ -13,18 +13,25 @@
 //! waiting for that lock, so it cannot be the only one to reap its ring: the ring is shared with
 //! the gate, which lands the writes itself ([`Landing`]). It waits for the ring's operations,
 //! lets each record leave the gate ([`Record::landed`]) and keeps the finished operations for
-//! the queue, which completes them when it next reaps: the gate signals the ring's eventfd
-//! (its reaping reset it), so that a queue idle in its reactor wakes for them. Nothing the gate
-//! does needs the pool lock, and the queue never holds the ring's lock while it takes the
-//! pool's.
+//! the queue, which completes them when it next reaps: the gate signals the ring's eventfd, so
+//! that a queue idle in its reactor wakes for them. Nothing the gate does needs the pool lock,
+//! and the queue never holds the ring's lock while it takes the pool's.
+//!
+//! # Waking
+//!
+//! The kernel signals the eventfd on every completion and nothing reads it
+//! ([`edgevol_hal::uring`]): the reactor sees each signal as an edge, and whether there is
+//! anything to reap is read from the ring's memory ([`DeviceRing::ready`], and the engine's
+//! busy polling through [`Pending`]). A pass that submits and reaps costs one system call.
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use edgevol_hal::uring::{IoBuf, Part, Refused, Ring};
 use tokio::io::unix::AsyncFd;
 
+use super::busy_poll::Pending;
 use super::io::{Gate, Landing};
 
 /// A finished operation: the command's record, its buffer, and how it went.
@@ -62,6 +69,24 @@ impl<T> Shared<T> {
     }
 }
 
+impl<T> Inner<T> {
+    /// Finished operations wait for the queue.
+    fn has_finished(&mut self) -> bool {
+        !self.landed.is_empty() || self.ring.has_completions()
+    }
+}
+
+impl<T: Send> Pending for Shared<T> {
+    fn pending(&self) -> bool {
+        match self.inner.try_lock() {
+            Ok(mut inner) => inner.has_finished(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().has_finished(),
+            // The gate is landing the ring's writes: it signals the eventfd when done.
+            Err(TryLockError::WouldBlock) => false,
+        }
+    }
+}
+
 impl<T: Record> Landing for Shared<T> {
     fn land(&self) {
         let mut inner = self.lock();
@@ -75,8 +100,8 @@ impl<T: Record> Landing for Shared<T> {
         if let Err(e) = waited {
             tracing::error!(%e, "io_uring wait for a snapshot failed");
         }
-        // Reaping here reset the eventfd: wake the queue, or, idle in its reactor, it would
-        // not complete what landed until the host sent something else.
+        // Wake the queue for what landed: it may have looked at the ring before the kernel
+        // posted these, and they are no longer there for it to find.
         if landed.len() > before {
             if let Err(e) = ring.notify() {
                 tracing::error!(%e, "io_uring eventfd signal failed");
@@ -139,19 +164,21 @@ impl<T: Record> DeviceRing<T> {
         Ok(())
     }
 
-    /// The eventfd the kernel signals on a completion.
-    pub fn eventfd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
-        self.ready.get_ref().as_fd()
+    /// What the engine's busy polling asks whether the ring has finished operations.
+    pub(crate) fn pending(&self) -> Arc<dyn Pending> {
+        self.shared.clone()
     }
 
-    /// Until the kernel may have posted a completion.
+    /// Until the ring has finished operations to reap.
     pub async fn ready(&self) {
-        match self.ready.readable().await {
-            // Cleared before reaping: a completion posted after this signals the eventfd again.
-            Ok(mut guard) => guard.clear_ready(),
-            // The reactor is gone (runtime shutting down): nothing will complete through it.
-            Err(_) => std::future::pending().await,
+        while !self.shared.lock().has_finished() {
+            match self.ready.readable().await {
+                // A signal since the last wait (perhaps for what was reaped since): look again.
+                // A completion posted after this signals again.
+                Ok(mut guard) => guard.clear_ready(),
+                // The reactor is gone (runtime shutting down): nothing will complete through it.
+                Err(_) => std::future::pending().await,
+            }
         }
     }
 

@@ -9,11 +9,20 @@ use edgevol_core::Quiesce;
 /// Detached writes whose device I/O has not ended: the pool's [`Quiesce`] hook.
 #[derive(Debug, Default)]
 pub struct Gate {
-    running: Mutex<u64>,
+    count: Mutex<Count>,
     idle: Condvar,
     /// Queues' io_uring rings, which may hold detached writes that only the gate can reap
     /// while their queue waits for the pool lock (`device_ring` module docs).
     rings: Mutex<Vec<Weak<dyn Landing>>>,
+}
+
+#[derive(Debug, Default)]
+struct Count {
+    /// Detached writes whose I/O has not ended.
+    running: u64,
+    /// Snapshots waiting for `running` to drop to zero: only then does the last write leave
+    /// with a wake-up (a system call on every write otherwise).
+    waiting: u32,
 }
 
 /// Something holding detached writes that the gate can see to the end of by itself.
@@ -27,19 +36,19 @@ pub trait Landing: Send + Sync {
 const LAND_AGAIN: Duration = Duration::from_millis(1);
 
 impl Gate {
-    fn count(&self) -> MutexGuard<'_, u64> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    fn count(&self) -> MutexGuard<'_, Count> {
+        self.count.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Counts a detached write in; call with the pool lock held, before releasing it.
     pub(crate) fn enter(self: &Arc<Self>) -> GateGuard {
-        *self.count() += 1;
+        self.count().running += 1;
         GateGuard(self.clone())
     }
 
     /// Detached writes running now.
     pub fn running(&self) -> u64 {
-        *self.count()
+        self.count().running
     }
 
     /// Lets the gate land `ring`'s writes itself (until the ring is gone).
@@ -65,9 +74,14 @@ impl Quiesce for Gate {
     fn wait_writes_landed(&self) {
         while self.running() > 0 {
             self.land_rings();
-            let n = self.count();
-            if *n > 0 {
-                drop(self.idle.wait_timeout(n, LAND_AGAIN));
+            let mut n = self.count();
+            if n.running > 0 {
+                n.waiting += 1;
+                let (mut n, _) = self
+                    .idle
+                    .wait_timeout(n, LAND_AGAIN)
+                    .unwrap_or_else(|p| p.into_inner());
+                n.waiting -= 1;
             }
         }
     }
@@ -80,9 +94,34 @@ pub(crate) struct GateGuard(Arc<Gate>);
 impl Drop for GateGuard {
     fn drop(&mut self) {
         let mut n = self.0.count();
-        *n -= 1;
-        if *n == 0 {
+        n.running -= 1;
+        if n.running == 0 && n.waiting > 0 {
             self.0.idle.notify_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot waits while writes run and is counted as waiting (so the last write wakes
+    /// it); once they have landed it returns and is no longer counted.
+    #[test]
+    fn a_snapshot_waits_for_the_last_write_and_is_counted_only_while_it_waits() {
+        let gate = Arc::new(Gate::default());
+        let writes = [gate.enter(), gate.enter()];
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || gate.wait_writes_landed())
+        };
+        while gate.count().waiting == 0 {
+            std::thread::yield_now();
+        }
+        assert!(!waiter.is_finished());
+        drop(writes);
+        waiter.join().unwrap();
+        let count = gate.count();
+        assert_eq!((count.running, count.waiting), (0, 0));
     }
 }

@@ -194,8 +194,7 @@ pub async fn serve(
             // short): a copy in place costs less than any hand-off.
             _ => InPlace::Always,
         };
-        let fds = std::iter::once(link.socket()).chain(conn.ring.as_ref().map(RingIo::eventfd));
-        let _polled = busy_poll::watch(fds)
+        let _polled = busy_poll::watch(link.socket(), conn.ring.as_ref().map(RingIo::pending))
             .inspect_err(|e| tracing::debug!(%e, "queue not busy-polled"))
             .ok();
         let end = match drive(&mut conn, &mut link, &mut stop).await {

@@ -3,6 +3,8 @@
 //! once per pass and reaped in the queue's loop. Mapping runs under the pool lock first; a
 //! command the ring cannot take now runs in place.
 
+use std::sync::Arc;
+
 use edgevol_core::DeviceError;
 use edgevol_hal::uring::{IoBuf, IoBufParts, Refused};
 use edgevol_nvmeof::data_buf::DataBuf;
@@ -11,6 +13,7 @@ use edgevol_nvmeof::status::StatusCode;
 use super::in_place::caught;
 use super::io_command::Begun;
 use super::Conn;
+use crate::nvme::busy_poll::Pending;
 use crate::nvme::device_ring::{DeviceRing, Reaped, Record};
 use crate::nvme::io::{self, DataPath};
 use crate::nvme::status::{from_device, Access, TargetStatus};
@@ -73,9 +76,9 @@ impl RingIo {
         self.ring.in_flight()
     }
 
-    /// The ring's completion eventfd.
-    pub(super) fn eventfd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.ring.eventfd()
+    /// What busy polling asks whether the ring has finished operations.
+    pub(super) fn pending(&self) -> Arc<dyn Pending> {
+        self.ring.pending()
     }
 
     /// Until the ring has finished operations.
