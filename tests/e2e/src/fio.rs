@@ -56,10 +56,9 @@ pub fn terse_clat_percentile(output: &str, write: bool, pct: f64) -> f64 {
         .unwrap_or_else(|| panic!("no {pct} % completion latency in:\n{output}"))
 }
 
-/// CPU ticks (USER_HZ, 1/100 s on x86) between the first and the last `/proc/stat` "cpu" line of
-/// `output`: (busy, total). Busy is everything but idle and iowait: user, nice, system, irq,
-/// softirq, steal. guest and guest_nice are left out (the kernel already counts them in user).
-pub fn cpu_ticks(output: &str) -> (u64, u64) {
+/// The change of each field of the `/proc/stat` "cpu" line (user, nice, system, idle, iowait,
+/// irq, softirq, steal) between the first and the last such line of `output`.
+fn cpu_deltas(output: &str) -> [u64; 8] {
     let stats: Vec<Vec<u64>> = output
         .lines()
         .filter(|l| l.starts_with("cpu "))
@@ -74,10 +73,26 @@ pub fn cpu_ticks(output: &str) -> (u64, u64) {
     let (Some(a), Some(b)) = (stats.first(), stats.last()) else {
         panic!("no /proc/stat lines in:\n{output}");
     };
-    let d: Vec<u64> = b.iter().zip(a).map(|(y, x)| y.saturating_sub(*x)).collect();
+    let mut d = [0; 8];
+    for (i, (y, x)) in b.iter().zip(a).enumerate() {
+        d[i] = y.saturating_sub(*x);
+    }
+    d
+}
+
+/// CPU ticks (USER_HZ, 1/100 s on x86) between the first and the last `/proc/stat` "cpu" line of
+/// `output`: (busy, total). Busy is everything but idle and iowait: user, nice, system, irq,
+/// softirq, steal. guest and guest_nice are left out (the kernel already counts them in user).
+pub fn cpu_ticks(output: &str) -> (u64, u64) {
+    let d = cpu_deltas(output);
     let total: u64 = d.iter().sum();
-    let idle = d.iter().skip(3).take(2).sum::<u64>();
-    (total - idle, total)
+    (total - d[3] - d[4], total)
+}
+
+/// Where the busy ticks of [`cpu_ticks`] went: (user + nice, system, irq + softirq + steal).
+pub fn cpu_split(output: &str) -> (u64, u64, u64) {
+    let d = cpu_deltas(output);
+    (d[0] + d[1], d[2], d[5] + d[6] + d[7])
 }
 
 /// How busy the node VM's CPU was between the first and the last `/proc/stat` "cpu" line of
@@ -132,5 +147,7 @@ mod tests {
         // busy: 60 + 1 + 30 + 4 + 3 + 2 = 100; total: busy + 400 idle + 20 iowait.
         assert_eq!(cpu_ticks(out), (100, 520));
         assert!((node_busy(out) - 100.0 / 520.0).abs() < 1e-12);
+        // user + nice, system, irq + softirq + steal: the busy ticks, split.
+        assert_eq!(cpu_split(out), (61, 30, 9));
     }
 }

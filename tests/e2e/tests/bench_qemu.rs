@@ -467,7 +467,9 @@ async fn bench_qemu() {
                 let before = appliance_stat(&appliance).await;
                 let output = agent.ok(secs + 120, &w.fio(dev, secs, &pace_opt)).await;
                 let after = appliance_stat(&appliance).await;
-                let (ticks, _) = edgevol_e2e::fio::cpu_ticks(&format!("{before}\n{after}"));
+                let stat = format!("{before}\n{after}");
+                let (ticks, _) = edgevol_e2e::fio::cpu_ticks(&stat);
+                let (user, system, irq) = edgevol_e2e::fio::cpu_split(&stat);
                 let ios = edgevol_e2e::fio::terse_ios(&output, w.write(), w.bs_kib());
                 assert!(
                     ios > 0,
@@ -478,7 +480,8 @@ async fn bench_qemu() {
                 let v = parse_fio(&output, w);
                 eprintln!(
                     "bench-qemu: {} paced run {} {name}: {} achieved, appliance VM {ticks} ticks \
-                     over {ios} I/Os = {us:.1} µs per I/O",
+                     over {ios} I/Os = {us:.1} µs per I/O (user {user}, system {system}, \
+                     irq+softirq {irq})",
                     w.name,
                     run + 1,
                     fmt(v, w.iops)
