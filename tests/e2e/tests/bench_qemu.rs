@@ -400,6 +400,14 @@ async fn bench_qemu() {
         "bench-qemu: appliance VM {:.1} % busy over {secs} s with no fio running",
         idle_busy * 100.0
     );
+    // Where a clock read goes: the vDSO (user time) with tsc, a system call without.
+    let clock = appliance
+        .ok(
+            30,
+            "cat /sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .await;
+    eprintln!("bench-qemu: appliance VM clocksource {}", clock.trim());
     let mut tables = Tables {
         throughput: String::new(),
         cpu: String::new(),

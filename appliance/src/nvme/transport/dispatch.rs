@@ -11,7 +11,7 @@ use edgevol_nvmeof::queue::{self, Completion};
 use edgevol_nvmeof::status::{Status, StatusCode};
 
 use super::qos_hold::Qos;
-use super::{Conn, End, Issued};
+use super::{Conn, End, IoView, Issued};
 use crate::nvme::admin;
 use crate::nvme::controller::{CcEffect, Controller, MAX_AERS};
 use crate::nvme::errors::Origin;
@@ -47,6 +47,23 @@ impl Conn {
     /// command has one.
     fn controller(&self) -> Option<Arc<Controller>> {
         self.bound.as_ref().map(|b| b.controller().clone())
+    }
+
+    /// What this pass's I/O commands read of their controller, read (and the controller
+    /// touched) at the pass's first one: the registers are shared by every queue of the
+    /// controller, so a batch takes their lock and reads the clock once, not per command. I/O
+    /// commands change neither; what an admin command changes reaches the next pass, as it
+    /// would reach a command already received on another queue's thread.
+    pub(super) fn io_view(&mut self, ctrl: &Controller) -> IoView {
+        *self.view.get_or_insert_with(|| {
+            let mut regs = ctrl.regs();
+            regs.last_activity = tokio::time::Instant::now();
+            IoView {
+                ready: regs.ready(),
+                wce: regs.wce,
+                at: std::time::Instant::now(),
+            }
+        })
     }
 
     /// Every completion goes through here: a failure is recorded in the controller's error log
@@ -131,12 +148,19 @@ impl Conn {
             if !fabrics_cmd {
                 return self.complete(issued, command::authentication_required(), 0, &[]);
             }
+        } else if matches!(cmd, Command::Io(_)) {
+            // Touched once per pass, with the registers the pass's I/O reads.
+            self.io_view(&ctrl);
         } else {
             ctrl.touch();
         }
         // Linux `nvmet_check_ctrl_status`: admin and I/O commands need an enabled, ready
         // controller.
-        if !fabrics_cmd && !ctrl.regs().ready() {
+        let ready = match (&cmd, self.view) {
+            (Command::Io(_), Some(view)) => view.ready,
+            _ => ctrl.regs().ready(),
+        };
+        if !fabrics_cmd && !ready {
             return self.fail(issued, StatusCode::CommandSequenceError.into());
         }
         match cmd {

@@ -29,6 +29,7 @@ pub(super) async fn drive(
     stop: &mut watch::Receiver<bool>,
 ) -> Exit {
     loop {
+        conn.view = None;
         link.feed(&mut conn.queue);
         while let Some(event) = conn.queue.poll_event() {
             match event {

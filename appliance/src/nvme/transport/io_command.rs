@@ -86,15 +86,16 @@ impl Conn {
         let Kind::Volume { id, readonly } = ctrl.kind else {
             return self.fail(issued, StatusCode::InvalidOpcode.into());
         };
+        let view = self.io_view(ctrl);
         let request = io::Request {
             volume: id,
             readonly,
-            wce: ctrl.regs().wce,
+            wce: view.wce,
             lba_shift: self.lba_shift,
             cmd,
             data,
         };
-        let started = StdInstant::now();
+        let started = view.at;
         if let Some(q) = &mut self.qos {
             if !q.passes(&request) {
                 return q.hold(Held {

@@ -20,8 +20,8 @@ const READ_CHUNK: usize = 64 * 1024;
 /// rest comes with what follows it, in one read into the receive buffer.
 const SINK_MIN: usize = 8 * 1024;
 
-/// Slices per `writev`: enough for a batch of 32 reads with their headers.
-const SLICES: usize = 72;
+/// Slices per `writev`: enough for a batch of 64 reads with their headers (two each).
+const SLICES: usize = 132;
 
 /// The socket side of a connection and its buffers.
 pub(super) struct Link {

@@ -73,6 +73,16 @@ struct Issued {
     origin: Origin,
 }
 
+/// An I/O queue's view of its controller for one pass ([`Conn::io_view`]).
+#[derive(Clone, Copy)]
+struct IoView {
+    ready: bool,
+    /// Volatile write cache enabled.
+    wce: bool,
+    /// When the pass's first I/O command came: the start of its commands' latency.
+    at: std::time::Instant,
+}
+
 /// Why a connection ended (for the log).
 enum End {
     Protocol(queue::CloseReason),
@@ -126,6 +136,8 @@ struct Conn {
     in_place: InPlace,
     /// The command being dispatched is the only one: nothing in flight, nothing else received.
     alone: bool,
+    /// This pass's view of the controller, once an I/O command read it.
+    view: Option<IoView>,
     /// Device I/O of Reads and cached Writes on an `O_DIRECT` device that do not run in place.
     ring: Option<RingIo>,
     /// Commands on the worker threads.
@@ -165,6 +177,7 @@ pub async fn serve(
         move_to_engine: None,
         in_place: InPlace::Never,
         alone: false,
+        view: None,
         ring: None,
         handoff: Handoff::default(),
         buffers: Buffers::default(),
