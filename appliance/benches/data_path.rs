@@ -16,7 +16,10 @@
 //! dev pool (its default cluster size) unless `-- --cluster-kib N` formats it with another;
 //! `-- --busy-poll-us N` sets the engines' `nvme.busy_poll_us` (default: the daemon's). The pool
 //! is on tmpfs, where Reads and Writes run in place; `-- --pool-dir DIR` puts it on DIR's file
-//! system instead, where `O_DIRECT` I/O goes on the queue's io_uring as on a drive.
+//! system instead, where `O_DIRECT` I/O goes on the queue's io_uring as on a drive. `-- --pin`
+//! runs the target on one engine thread pinned to CPU 0 (`nvme.io_cpus = [0]`) and the host's
+//! threads on CPU 1, so that neither waits for the other's core and no run differs from the
+//! next by where the scheduler put them.
 //!
 //! The host side (test initiator, TCP baseline) runs on its own runtime; a counting allocator
 //! counts the heap allocations of every other thread, the target's, and prints them per command.
@@ -269,6 +272,20 @@ impl Offsets {
 
 /// Names the host runtime's threads, so that their CPU time is not counted as the target's.
 const HOST_THREAD: &str = "bench-host";
+
+/// With `--pin`: the CPU of the target's one engine thread (and of the polling TCP baseline's
+/// server), and of the host's threads.
+const TARGET_CPU: usize = 0;
+const HOST_CPU: usize = 1;
+
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    let mut set = CpuSet::new();
+    set.set(cpu).unwrap();
+    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .unwrap_or_else(|e| panic!("--pin needs CPU {cpu}: {e}"));
+}
 /// The engine threads' name prefix (`edgevol-io-N`).
 const ENGINE_THREAD: &str = "edgevol-io-";
 
@@ -521,7 +538,7 @@ async fn tcp(addr: SocketAddr, w: &Workload, dur: Duration) -> Run {
 /// Raw loopback TCP with both ends polling, each on a thread of its own that never sleeps (reads
 /// that do not block, in a loop): what one request and its answer cost on this machine when
 /// neither side waits to be woken. Queue depth 1, the bytes of [`tcp`].
-fn tcp_polling(w: &Workload, dur: Duration) -> Run {
+fn tcp_polling(w: &Workload, dur: Duration, pin: bool) -> Run {
     let (up, down) = if w.write {
         (64 + w.bytes as usize, 16)
     } else {
@@ -530,6 +547,9 @@ fn tcp_polling(w: &Workload, dur: Duration) -> Run {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let server = std::thread::spawn(move || {
+        if pin {
+            pin_to(TARGET_CPU);
+        }
         let (mut s, _) = listener.accept().unwrap();
         spinning(&s);
         let mut request = vec![0u8; up];
@@ -644,6 +664,8 @@ async fn main() {
     let cluster_kib =
         value("--cluster-kib").map(|kib| u32::try_from(kib).expect("--cluster-kib N"));
     let busy_poll_us = value("--busy-poll-us");
+    // The issue's setup: the target's one engine on CPU 0, the host on CPU 1.
+    let pin = args.iter().any(|a| a == "--pin");
     let pool_under = args
         .iter()
         .position(|a| a == "--pool-dir")
@@ -685,6 +707,9 @@ async fn main() {
     if let Some(us) = busy_poll_us {
         config.nvme.busy_poll = Duration::from_micros(us);
     }
+    if pin {
+        config.nvme.io_cpus = vec![TARGET_CPU];
+    }
     let running = start(config).await.unwrap();
     let state = running.state.clone();
     if let Err(e) = state.wait_ready(Duration::from_secs(60)).await {
@@ -709,11 +734,17 @@ async fn main() {
     let host = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(HOST_THREAD)
-        .on_thread_start(counting_alloc::mark_host_thread)
+        .on_thread_start(move || {
+            counting_alloc::mark_host_thread();
+            if pin {
+                pin_to(HOST_CPU);
+            }
+        })
         .enable_all()
         .build()
         .unwrap();
     let dir_path = dir.path().to_path_buf();
+    let pool_on = pool_under.map(|d| format!("{d}'s file system"));
     host.spawn(async move {
         let nqn = edgevol_appliance::naming::subsystem_nqn("test-box", id);
         let (admin, mut q) = admin_and_queue(endpoint, &nqn, HOST).await;
@@ -752,13 +783,19 @@ async fn main() {
         );
 
         println!(
-            "Data path, {} mode: {} MiB volume on tmpfs, {:?} per cell (allocating cells: at most {} \
-             writes, one per {} KiB cluster), test initiator over loopback",
+            "Data path, {} mode: {} MiB volume on {}, {:?} per cell (allocating cells: at most {} \
+             writes, one per {} KiB cluster), test initiator over loopback{}",
             if quick { "quick" } else { "full" },
             span >> 20,
+            pool_on.as_deref().unwrap_or("tmpfs"),
             dur,
             fresh,
-            cluster >> 10
+            cluster >> 10,
+            if pin {
+                format!("; pinned: the target's engine on CPU {TARGET_CPU}, the host on CPU {HOST_CPU}")
+            } else {
+                String::new()
+            }
         );
         println!("| workload | unit | edgevol NVMe/TCP | raw loopback TCP | raw device | edgevol / TCP | edgevol / device | target allocations / command | engine CPU-µs / command | target CPU-µs / command | p99 / mean latency |");
         println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -839,7 +876,7 @@ async fn main() {
                 continue;
             }
             let mut t = if w.polling {
-                tcp_polling(w, dur)
+                tcp_polling(w, dur, pin)
             } else {
                 tcp(echo, w, dur).await
             };

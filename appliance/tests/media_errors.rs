@@ -80,6 +80,7 @@ async fn media_errors_fail_their_commands_and_mark_only_that_volume() {
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: "127.0.0.1".parse().unwrap(),
             io_threads: 0,
+            io_cpus: Vec::new(),
             busy_poll: std::time::Duration::from_micros(
                 edgevol_appliance::config::DEFAULT_BUSY_POLL_US,
             ),

@@ -734,6 +734,7 @@ async fn connect_before_the_pool_is_open_is_retryable() {
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: "127.0.0.1".parse().unwrap(),
             io_threads: 0,
+            io_cpus: Vec::new(),
             busy_poll: std::time::Duration::from_micros(
                 edgevol_appliance::config::DEFAULT_BUSY_POLL_US,
             ),

@@ -43,6 +43,7 @@ pub(super) struct FileNvme {
     pub(super) listen: Option<SocketAddr>,
     pub(super) advertise: Option<IpAddr>,
     pub(super) io_threads: Option<usize>,
+    pub(super) io_cpus: Option<Vec<usize>>,
     pub(super) busy_poll_us: Option<u64>,
     pub(super) allow_unauthenticated_hosts: Option<bool>,
     pub(super) auth_hashes: Option<Vec<String>>,

@@ -73,14 +73,17 @@ pub struct TlsPaths {
 }
 
 /// Where the NVMe/TCP target listens, and the address hosts are told to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NvmeConfig {
     /// Listen address (port 0 picks a free port: tests).
     pub listen: SocketAddr,
     /// Address for publish_context and discovery log pages.
     pub advertise: IpAddr,
-    /// Threads I/O queues run on (`nvme.io_threads`); 0: one per core.
+    /// Threads I/O queues run on (`nvme.io_threads`); 0: one per core, or one per CPU of
+    /// `io_cpus`.
     pub io_threads: usize,
+    /// CPUs the I/O threads are pinned to, one thread each (`nvme.io_cpus`); empty: not pinned.
+    pub io_cpus: Vec<usize>,
     /// How long an engine thread polls its queues before it sleeps, when it was woken soon
     /// after its last sleep (`nvme.busy_poll_us`); zero: never.
     pub busy_poll: Duration,
@@ -131,6 +134,37 @@ pub const DEFAULT_BUSY_POLL_US: u64 = 50;
 /// Bound of `nvme.busy_poll_us`: past a millisecond an engine that polls delays its other
 /// queues' timers and teardowns more than any host gains.
 const BUSY_POLL_US_MAX: u64 = 1000;
+
+/// Highest CPU number `nvme.io_cpus` may name (Linux's default `CPU_SETSIZE` is 1024).
+const IO_CPU_MAX: usize = 1023;
+
+/// `nvme.io_cpus`: distinct CPU numbers, one thread each, which `nvme.io_threads` (when set)
+/// must agree with. Whether the process may run on them is known only when the threads start.
+fn check_io_cpus(cpus: &[usize], io_threads: Option<usize>) -> Result<(), ConfigError> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    if let Some(&cpu) = cpus.iter().find(|&&c| c > IO_CPU_MAX) {
+        return Err(ConfigError(format!(
+            "nvme.io_cpus names CPU {cpu}, above {IO_CPU_MAX}"
+        )));
+    }
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(ConfigError(format!(
+            "nvme.io_cpus names CPU {} twice (one I/O thread per CPU)",
+            w[0]
+        )));
+    }
+    match io_threads {
+        Some(n) if n != 0 && n != cpus.len() => Err(ConfigError(format!(
+            "nvme.io_threads {n} disagrees with nvme.io_cpus ({} CPUs, one thread each): set one",
+            cpus.len()
+        ))),
+        _ => Ok(()),
+    }
+}
 
 /// A configuration error: one line naming the file, flag or value at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,7 +239,7 @@ impl Config {
                 "topology key {TOPOLOGY_KEY} is set by the appliance to its id; choose another key"
             )));
         }
-        let file_nvme = file.nvme.unwrap_or_default();
+        let mut file_nvme = file.nvme.unwrap_or_default();
         let nvme_listen = args.nvme_listen.or(file_nvme.listen).unwrap_or_else(|| {
             let ip = if args.dev {
                 IpAddr::from([127, 0, 0, 1])
@@ -245,6 +279,8 @@ impl Config {
                 "nvme.busy_poll_us {busy_poll_us} is above {BUSY_POLL_US_MAX} (0 turns polling off)"
             )));
         }
+        let io_cpus = file_nvme.io_cpus.take().unwrap_or_default();
+        check_io_cpus(&io_cpus, file_nvme.io_threads)?;
         let defaults = HostAuthPolicy::default();
         let host_auth = HostAuthPolicy {
             allow_unauthenticated_hosts: args
@@ -301,6 +337,7 @@ impl Config {
                 listen: nvme_listen,
                 advertise,
                 io_threads: file_nvme.io_threads.unwrap_or(0),
+                io_cpus,
                 busy_poll: Duration::from_micros(busy_poll_us),
             },
             format_blank: args.format_blank || file.format_blank,

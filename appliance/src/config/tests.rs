@@ -128,6 +128,7 @@ devices = ["/dev/nvme0n1", "pool.img"]
 listen = "0.0.0.0:4420"
 advertise = "192.0.2.1"
 io_threads = 3
+io_cpus = [5, 1, 3]
 busy_poll_us = 20
 [tls]
 ca = "pki/ca.pem"
@@ -144,6 +145,11 @@ ca = "pki/ca.pem"
     assert_eq!(c.appliance_id.as_deref(), Some("box-1"));
     assert_eq!(c.listen.to_string(), "127.0.0.1:1");
     assert_eq!(c.nvme.io_threads, 3);
+    assert_eq!(
+        c.nvme.io_cpus,
+        [5, 1, 3],
+        "in the order given: thread N on the Nth"
+    );
     assert_eq!(c.nvme.busy_poll, std::time::Duration::from_micros(20));
     assert_eq!(c.data_dir, dir.path().join("state"));
     assert_eq!(
@@ -190,6 +196,15 @@ fn bad_files_and_values_give_one_line_naming_the_culprit() {
     assert!(e.contains("set by the appliance"), "{e}");
     let e = config("[topology]\n\"rack\" = \"-bad\"");
     assert!(e.contains("topology value \"-bad\""), "{e}");
+    let e = config("[nvme]\nio_cpus = [0, 2, 0]");
+    assert!(e.contains("nvme.io_cpus names CPU 0 twice"), "{e}");
+    let e = config("[nvme]\nio_cpus = [4096]");
+    assert!(e.contains("nvme.io_cpus names CPU 4096, above 1023"), "{e}");
+    let e = config("[nvme]\nio_threads = 3\nio_cpus = [0, 1]");
+    assert!(
+        e.contains("nvme.io_threads 3 disagrees with nvme.io_cpus (2 CPUs"),
+        "{e}"
+    );
 
     let missing = dir.path().join("nope.toml");
     let e = Config::from_args(Args {

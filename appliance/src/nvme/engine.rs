@@ -53,37 +53,7 @@ impl Engines {
     /// Starts `threads` engines (at least one), named `edgevol-io-N`, each polling its queues
     /// for up to `busy_poll` before it sleeps ([`super::busy_poll`]; zero: never).
     pub fn start(threads: usize, busy_poll: Duration) -> std::io::Result<Self> {
-        let found = Arc::new(AtomicU64::new(0));
-        let engines = (0..threads.max(1))
-            .map(|i| {
-                let rt = Builder::new_current_thread()
-                    .enable_all()
-                    .on_thread_park(super::busy_poll::before_sleep)
-                    .on_thread_unpark(super::busy_poll::after_wake)
-                    .build()?;
-                let handle = rt.handle().clone();
-                let (stop, stopped) = oneshot::channel::<()>();
-                let found = found.clone();
-                let thread = thread::Builder::new()
-                    .name(format!("edgevol-io-{i}"))
-                    .spawn(move || {
-                        super::busy_poll::start(busy_poll, found);
-                        // Runs the thread's queues until the target drops its engines.
-                        let _ = rt.block_on(stopped);
-                    })?;
-                Ok(Engine {
-                    handle,
-                    queues: Arc::default(),
-                    stop: Some(stop),
-                    thread: Some(thread),
-                })
-            })
-            .collect::<std::io::Result<_>>()?;
-        Ok(Engines {
-            engines,
-            ring_operations: AtomicU64::new(0),
-            busy_polls_found: found,
-        })
+        Self::launch(&vec![None; threads.max(1)], busy_poll)
     }
 
     /// One engine per core the process may use.
@@ -92,6 +62,59 @@ impl Engines {
             thread::available_parallelism().map_or(1, usize::from),
             busy_poll,
         )
+    }
+
+    /// One engine per CPU of `cpus`, each pinned to its CPU (as SPDK's reactors are to their
+    /// cores): a queue's thread then never migrates, shares its core only with what the
+    /// system puts there, and keeps its caches warm. Fails, naming the CPU, where the process
+    /// may not run on one of them.
+    pub fn pinned(cpus: &[usize], busy_poll: Duration) -> std::io::Result<Self> {
+        let cpus: Vec<Option<usize>> = cpus.iter().copied().map(Some).collect();
+        Self::launch(&cpus, busy_poll)
+    }
+
+    /// An engine per entry of `cpus`, pinned where it names a CPU.
+    fn launch(cpus: &[Option<usize>], busy_poll: Duration) -> std::io::Result<Self> {
+        let found = Arc::new(AtomicU64::new(0));
+        let mut engines = Engines {
+            engines: Vec::with_capacity(cpus.len()),
+            ring_operations: AtomicU64::new(0),
+            busy_polls_found: found.clone(),
+        };
+        for (i, &cpu) in cpus.iter().enumerate() {
+            let rt = Builder::new_current_thread()
+                .enable_all()
+                .on_thread_park(super::busy_poll::before_sleep)
+                .on_thread_unpark(super::busy_poll::after_wake)
+                .build()?;
+            let handle = rt.handle().clone();
+            let (stop, stopped) = oneshot::channel::<()>();
+            let (pinned_tx, pinned) = std::sync::mpsc::channel();
+            let found = found.clone();
+            let thread = thread::Builder::new()
+                .name(format!("edgevol-io-{i}"))
+                .spawn(move || {
+                    let pin = cpu.map_or(Ok(()), pin_to);
+                    let ok = pin.is_ok();
+                    let _ = pinned_tx.send(pin);
+                    if ok {
+                        super::busy_poll::start(busy_poll, found);
+                        // Runs the thread's queues until the target drops its engines.
+                        let _ = rt.block_on(stopped);
+                    }
+                })?;
+            // Dropping `engines` on an error stops and joins the threads started so far.
+            engines.engines.push(Engine {
+                handle,
+                queues: Arc::default(),
+                stop: Some(stop),
+                thread: Some(thread),
+            });
+            pinned
+                .recv()
+                .map_err(|_| std::io::Error::other("an I/O thread ended at its start"))??;
+        }
+        Ok(engines)
     }
 
     /// Number of engine threads.
@@ -169,9 +192,27 @@ impl Drop for Engines {
     }
 }
 
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) -> std::io::Result<()> {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let mut set = CpuSet::new();
+    set.set(cpu)
+        .and_then(|()| sched_setaffinity(Pid::from_raw(0), &set))
+        .map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "nvme.io_cpus: cannot run on CPU {cpu} ({e}): not one this process may use"
+                ),
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sched::CpuSet;
 
     #[tokio::test]
     async fn io_queues_spread_over_the_engines_and_are_counted_while_they_live() {
@@ -221,6 +262,41 @@ mod tests {
         release.send_replace(true);
         let names = futures_names(handles).await;
         assert!(names.iter().any(|n| n == "edgevol-io-1"), "{names:?}");
+    }
+
+    /// Each pinned engine runs on its CPU alone; a CPU the process may not use fails the
+    /// start, naming it, and leaves no thread behind.
+    #[tokio::test]
+    async fn pinned_engines_run_on_their_cpu_and_a_cpu_out_of_reach_is_refused() {
+        use nix::sched::sched_getaffinity;
+        use nix::unistd::Pid;
+        let allowed = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let cpus: Vec<usize> = (0..CpuSet::count())
+            .filter(|&c| allowed.is_set(c).unwrap_or(false))
+            .collect();
+        let engines = Engines::pinned(&cpus, Duration::ZERO).unwrap();
+        assert_eq!(engines.threads(), cpus.len());
+        for (i, &cpu) in cpus.iter().enumerate() {
+            let qid = u16::try_from(i + 1).unwrap();
+            assert_eq!(engines.index_of(qid), i);
+            let on = engines
+                .spawn(qid, async {
+                    let set = sched_getaffinity(Pid::from_raw(0)).unwrap();
+                    (0..CpuSet::count())
+                        .filter(|&c| set.is_set(c).unwrap_or(false))
+                        .collect::<Vec<_>>()
+                })
+                .await
+                .unwrap();
+            assert_eq!(on, [cpu], "engine {i}");
+        }
+        drop(engines);
+        // The last CPU a set can name, which this machine does not have.
+        let beyond = CpuSet::count() - 1;
+        assert!(!allowed.is_set(beyond).unwrap());
+        let e = Engines::pinned(&[cpus[0], beyond], Duration::ZERO).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains(&format!("CPU {beyond}")), "{e}");
     }
 
     async fn futures_names(handles: Vec<JoinHandle<Option<String>>>) -> Vec<String> {

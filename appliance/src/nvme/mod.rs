@@ -175,6 +175,7 @@ pub async fn start(
         let _ = revoked_tx.send(r.host_nqn.clone());
     }));
     let engines = match config.io_threads {
+        _ if !config.io_cpus.is_empty() => Engines::pinned(&config.io_cpus, config.busy_poll),
         0 => Engines::per_core(config.busy_poll),
         n => Engines::start(n, config.busy_poll),
     }

@@ -48,6 +48,7 @@ pub async fn serve_one_volume(host: &str, name: &str) -> Loopback {
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: "127.0.0.1".parse().unwrap(),
             io_threads: 0,
+            io_cpus: Vec::new(),
             busy_poll: std::time::Duration::from_micros(crate::config::DEFAULT_BUSY_POLL_US),
         },
         crate::nvme::auth::HostAuth::new(
