@@ -57,8 +57,13 @@ AREAS = [
         "Data path (host)",
         "NVMe/TCP target through the test initiator over loopback TCP, one I/O queue (two in the "
         "`2 queues` row), a 256 MiB volume of a dev pool on tmpfs; baselines from the same run: raw "
-        "loopback TCP moving the same bytes, and the raw device.",
-        [(cargo_bench("edgevol-appliance", "data_path"), False)],
+        "loopback TCP moving the same bytes, and the raw device. Run twice: as the daemon runs by "
+        "default (an engine thread per core, unpinned), then pinned (`--pin`: the target's one "
+        "engine on CPU 0, the host on CPU 1).",
+        [
+            (cargo_bench("edgevol-appliance", "data_path"), False),
+            (cargo_bench("edgevol-appliance", "data_path", "--pin"), False),
+        ],
     ),
     (
         "data-path-qemu",

@@ -213,6 +213,8 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
+    use std::os::fd::AsFd;
+
     use edgevol_core::Quiesce;
     use edgevol_hal::AlignedBuf;
 
@@ -227,6 +229,52 @@ mod tests {
             self.0 = None;
             self.1.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// What busy polling and `ready` see: nothing before an operation finishes, its completion
+    /// once the kernel posted it (read from memory: nothing reads the eventfd), nothing once
+    /// reaped.
+    #[tokio::test]
+    async fn finished_operations_show_until_reaped_without_reading_the_eventfd() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        std::fs::write(&path, vec![3u8; 1 << 16]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let gate = Arc::new(Gate::default());
+        let mut ring = DeviceRing::new(Ring::new(file, 8).unwrap(), &gate).unwrap();
+        let pending = ring.pending();
+        assert!(!pending.pending());
+        let part = Part {
+            device_offset: 4096,
+            at: 0,
+            len: 4096,
+        };
+        let record = Held(None, Arc::new(AtomicUsize::new(0)));
+        ring.read(AlignedBuf::zeroed(4096).into(), &[part], record)
+            .unwrap();
+        // Submitted without reaping (a page-cache read may complete inside the submission).
+        ring.shared.lock().ring.submit().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), ring.ready())
+            .await
+            .expect("the read completes");
+        assert!(
+            pending.pending(),
+            "a posted completion shows before it is reaped"
+        );
+        let mut done = Vec::new();
+        ring.reap(&mut done);
+        assert_eq!(done.len(), 1);
+        assert!(done[0].2.is_ok());
+        assert!(!pending.pending(), "nothing once reaped");
+        // The eventfd still holds the kernel's signal: nothing read it.
+        let mut fds = [nix::poll::PollFd::new(
+            ring.ready.get_ref().as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        assert_eq!(
+            nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).unwrap(),
+            1
+        );
     }
 
     /// A snapshot's wait ends although the queue never reaps (its thread waits for the pool
