@@ -731,8 +731,9 @@ async fn main() {
         .await
         .unwrap();
     // The host on its own threads, so that the allocation count is the target's alone.
+    // Pinned, one thread on the host's one CPU: a second would only take turns with it there.
     let host = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(if pin { 1 } else { 2 })
         .thread_name(HOST_THREAD)
         .on_thread_start(move || {
             counting_alloc::mark_host_thread();
