@@ -91,9 +91,11 @@ impl Conn {
         let mut finished = std::mem::take(&mut self.handoff.finished);
         self.handoff.replies.take(&mut finished);
         self.handoff.pending -= finished.len();
+        self.batch_done_at = Some(std::time::Instant::now());
         for done in finished.drain(..) {
             self.finish_io(done);
         }
+        self.batch_done_at = None;
         self.handoff.finished = finished;
     }
 }

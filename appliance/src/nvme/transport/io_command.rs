@@ -153,7 +153,13 @@ impl Conn {
             started,
         } = done.begun;
         if let Some(c) = &self.counters {
-            c.record(kind, bytes, done.result.is_ok(), started.elapsed());
+            let now = self.batch_done_at.unwrap_or_else(StdInstant::now);
+            c.record(
+                kind,
+                bytes,
+                done.result.is_ok(),
+                now.saturating_duration_since(started),
+            );
             if let Err(s) = &done.result {
                 if s.status().sct == edgevol_nvmeof::status::sct::MEDIA {
                     c.media_error(kind);

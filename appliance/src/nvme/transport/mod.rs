@@ -138,6 +138,9 @@ struct Conn {
     alone: bool,
     /// This pass's view of the controller, once an I/O command read it.
     view: Option<IoView>,
+    /// When a batch of commands that finished elsewhere (the ring, the workers) is being
+    /// completed: one clock read for their latencies, not one each.
+    batch_done_at: Option<std::time::Instant>,
     /// Device I/O of Reads and cached Writes on an `O_DIRECT` device that do not run in place.
     ring: Option<RingIo>,
     /// Commands on the worker threads.
@@ -178,6 +181,7 @@ pub async fn serve(
         in_place: InPlace::Never,
         alone: false,
         view: None,
+        batch_done_at: None,
         ring: None,
         handoff: Handoff::default(),
         buffers: Buffers::default(),

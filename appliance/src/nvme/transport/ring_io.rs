@@ -216,9 +216,13 @@ impl Conn {
     /// Completes the ring's finished operations (outside the ring's lock: completing takes the
     /// pool lock), and keeps the list's memory.
     fn complete_reaped(&mut self, mut reaped: Vec<Reaped<OnRing>>) {
+        if !reaped.is_empty() {
+            self.batch_done_at = Some(std::time::Instant::now());
+        }
         for r in reaped.drain(..) {
             self.ring_done(r, None);
         }
+        self.batch_done_at = None;
         if let Some(r) = &mut self.ring {
             r.reaped = reaped;
         }
