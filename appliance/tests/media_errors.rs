@@ -17,10 +17,9 @@ use edgevol_appliance::pool::PoolDevice;
 use edgevol_appliance::state::State;
 use edgevol_core::{BlockDevice, Pool, ReadSegment, VolumeId, VolumeSpec};
 use edgevol_hal::{FaultConfig, FaultDevice};
-use edgevol_nvmeof::pdu::Digests;
 use edgevol_proto::csi::v1::controller_server::Controller;
 use edgevol_proto::csi::v1::ControllerGetVolumeRequest;
-use nvme_host::{io, ok, status, Admin, Queue};
+use nvme_host::{admin_and_queue, io, ok, status};
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
 const MIB: u64 = 1 << 20;
@@ -32,15 +31,6 @@ fn first_block(pool: &mut Pool<PoolDevice>, volume: VolumeId) -> u64 {
         ReadSegment::Data { device_offset, .. } => device_offset / bs,
         ReadSegment::Zero { .. } => panic!("volume {volume:?} holds no data at 0"),
     }
-}
-
-async fn connect(addr: std::net::SocketAddr, nqn: &str) -> (Admin, Queue) {
-    let admin = Admin::connect(addr, nqn, HOST, 0).await.unwrap();
-    let q = admin
-        .io_queue(addr, 1, nqn, HOST, Digests::NONE)
-        .await
-        .unwrap();
-    (admin, q)
 }
 
 async fn condition(ctl: &ControllerService, state: &State, id: VolumeId) -> (bool, String) {
@@ -100,8 +90,8 @@ async fn media_errors_fail_their_commands_and_mark_only_that_volume() {
         naming::subsystem_nqn("test-box", a),
         naming::subsystem_nqn("test-box", b),
     );
-    let (_admin_a, mut qa) = connect(addr, &nqn_a).await;
-    let (_admin_b, mut qb) = connect(addr, &nqn_b).await;
+    let (_admin_a, mut qa) = admin_and_queue(addr, &nqn_a, HOST).await;
+    let (_admin_b, mut qb) = admin_and_queue(addr, &nqn_b, HOST).await;
     let data = vec![0xa5u8; 8192];
     for q in [&mut qa, &mut qb] {
         let (sqe, d) = io::write(0, &data, false);

@@ -8,17 +8,15 @@ mod common;
 mod nvme_host;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{dev_config, DevAppliance};
 use edgevol_appliance::csi::ids::Ids;
-use edgevol_nvmeof::pdu::Digests;
 use edgevol_proto::csi::v1::controller_client::ControllerClient;
 use edgevol_proto::csi::v1::volume_capability::access_mode::Mode;
 use edgevol_proto::csi::v1::volume_capability::{AccessMode, AccessType, BlockVolume};
 use edgevol_proto::csi::v1::*;
-use nvme_host::{io, ok, Admin, Queue, WAIT};
+use nvme_host::{admin_and_queue, io, ok, Queue, WAIT};
 use tonic::transport::Channel;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:9a9a9a9a-0000-4000-8000-000000000017";
@@ -87,15 +85,6 @@ async fn modify(c: &mut ControllerClient<Channel>, id: &str, changes: &[(&str, &
     .unwrap();
 }
 
-async fn queue(addr: SocketAddr, nqn: &str) -> (Admin, Queue) {
-    let admin = Admin::connect(addr, nqn, HOST, 0).await.unwrap();
-    let q = admin
-        .io_queue(addr, 1, nqn, HOST, Digests::NONE)
-        .await
-        .unwrap();
-    (admin, q)
-}
-
 /// Queues `DEPTH` writes of LBA 0, the i-th filled with byte `first + i`; their command ids.
 fn write_burst(q: &mut Queue, first: u8) -> Vec<u16> {
     (0..DEPTH)
@@ -139,7 +128,7 @@ async fn modify_reaches_held_commands_of_a_connected_queue() {
     app.ready().await;
     let mut c = ControllerClient::new(app.channel("controller").await);
     let (id, nqn) = volume(&mut c, "limited", &[("maxIops", "1")]).await;
-    let (_admin, mut q) = queue(app.running.target.endpoint, &nqn).await;
+    let (_admin, mut q) = admin_and_queue(app.running.target.endpoint, &nqn, HOST).await;
 
     let cids = write_burst(&mut q, 0);
     ok(&q.wait(cids[0]).await);
@@ -184,8 +173,8 @@ async fn limits_survive_a_restart_and_an_unlimited_neighbour_is_not_held() {
     let app = DevAppliance { dir, running };
     app.ready().await;
     let addr = app.running.target.endpoint;
-    let (_a1, mut slow_q) = queue(addr, &slow_nqn).await;
-    let (_a2, mut fast_q) = queue(addr, &fast_nqn).await;
+    let (_a1, mut slow_q) = admin_and_queue(addr, &slow_nqn, HOST).await;
+    let (_a2, mut fast_q) = admin_and_queue(addr, &fast_nqn, HOST).await;
 
     let reads = |q: &mut Queue| -> Vec<u16> {
         (0..DEPTH)
