@@ -144,23 +144,21 @@ impl Conn {
         // Linux `nvmet_check_auth_status`, before the controller-ready check: only Fabrics
         // commands run on a queue that has yet to authenticate, and they do not count as
         // keep-alive traffic.
-        if self.auth.as_ref().is_some_and(|a| !a.is_authenticated()) {
+        // Readiness as this pass's I/O view saw it (I/O is touched once per pass with it).
+        let io_ready = if self.auth.as_ref().is_some_and(|a| !a.is_authenticated()) {
             if !fabrics_cmd {
                 return self.complete(issued, command::authentication_required(), 0, &[]);
             }
+            None
         } else if matches!(cmd, Command::Io(_)) {
-            // Touched once per pass, with the registers the pass's I/O reads.
-            self.io_view(&ctrl);
+            Some(self.io_view(&ctrl).ready)
         } else {
             ctrl.touch();
-        }
+            None
+        };
         // Linux `nvmet_check_ctrl_status`: admin and I/O commands need an enabled, ready
         // controller.
-        let ready = match (&cmd, self.view) {
-            (Command::Io(_), Some(view)) => view.ready,
-            _ => ctrl.regs().ready(),
-        };
-        if !fabrics_cmd && !ready {
+        if !fabrics_cmd && !io_ready.unwrap_or_else(|| ctrl.regs().ready()) {
             return self.fail(issued, StatusCode::CommandSequenceError.into());
         }
         match cmd {
