@@ -15,9 +15,9 @@
 //! ([`ClusterRuns::resume_at`]), so a caller that shares the pool behind a lock can walk a large
 //! map in short holds: the maps of snapshots never change, so the pieces form one consistent walk.
 
-use alloc::collections::btree_map;
 use core::iter::Peekable;
 
+use crate::cluster_map;
 use crate::device::BlockDevice;
 use crate::error::Result;
 use crate::id::SnapshotId;
@@ -40,7 +40,7 @@ impl ClusterRun {
     }
 }
 
-type Entries<'a> = Peekable<btree_map::Range<'a, u64, u64>>;
+type Entries<'a> = Peekable<cluster_map::Entries<'a>>;
 
 #[derive(Debug, Clone)]
 enum Source<'a> {
@@ -110,13 +110,13 @@ impl<'a> ClusterRuns<'a> {
         loop {
             let found = match &mut self.source {
                 Source::Allocated(map) => {
-                    let (&vc, _) = map.next().filter(|(&vc, _)| vc < end)?;
+                    let (vc, _) = map.next().filter(|&(vc, _)| vc < end)?;
                     self.visited += 1;
                     Some(vc)
                 }
                 Source::Delta { base, target } => {
-                    let b = base.peek().map(|(&vc, &pc)| (vc, pc)).filter(|e| e.0 < end);
-                    let t = target.peek().map(|(&vc, &pc)| (vc, pc)).filter(|e| e.0 < end);
+                    let b = base.peek().copied().filter(|e| e.0 < end);
+                    let t = target.peek().copied().filter(|e| e.0 < end);
                     let (vc, differs) = match (b, t) {
                         (None, None) => {
                             self.pos = end;
@@ -197,7 +197,7 @@ impl Iterator for ClusterRuns<'_> {
 }
 
 fn entries(map: &ClusterMap, from: u64) -> Entries<'_> {
-    map.range(from..).peekable()
+    map.entries(from).peekable()
 }
 
 impl<D: BlockDevice> Pool<D> {
@@ -227,13 +227,12 @@ impl<D: BlockDevice> Pool<D> {
 
 #[cfg(test)]
 mod tests {
-    use alloc::collections::BTreeMap;
     use alloc::vec::Vec;
 
     use super::*;
 
     fn map(pairs: &[(u64, u64)]) -> ClusterMap {
-        pairs.iter().copied().collect::<BTreeMap<u64, u64>>()
+        pairs.iter().copied().collect()
     }
 
     fn runs(r: ClusterRuns<'_>) -> Vec<(u64, u64)> {

@@ -101,6 +101,7 @@ extern crate alloc;
 mod changed;
 mod checkpoint;
 mod cluster;
+mod cluster_map;
 mod control;
 mod crc;
 pub mod device;

@@ -95,11 +95,11 @@ impl Iterator for ReadMap<'_> {
             return None;
         }
         let cs = self.cluster_size;
-        let first = self.map.get(&(self.pos / cs)).copied();
+        let first = self.map.get(self.pos / cs);
         let start = self.pos;
         // Extend while the next cluster continues the same run (hole after hole, or pc + 1).
         let mut expect = first;
-        while self.pos < self.end && self.map.get(&(self.pos / cs)).copied() == expect {
+        while self.pos < self.end && self.map.get(self.pos / cs) == expect {
             self.pos = (self.pos / cs + 1).saturating_mul(cs).min(self.end);
             expect = expect.map(|pc| pc + 1);
         }
@@ -427,8 +427,8 @@ impl<D: BlockDevice> Pool<D> {
         let thick = v.spec.provisioning == Provisioning::Thick;
         let (mut fresh, mut unreserved) = (0u64, 0u64);
         for vc in first..first + count {
-            match v.map.get(&vc) {
-                Some(&pc) if self.state.alloc.exclusive(pc) => {}
+            match v.map.get(vc) {
+                Some(pc) if self.state.alloc.exclusive(pc) => {}
                 Some(_) => (fresh, unreserved) = (fresh + 1, unreserved + 1),
                 None => (fresh, unreserved) = (fresh + 1, unreserved + u64::from(!thick)),
             }
@@ -447,7 +447,7 @@ impl<D: BlockDevice> Pool<D> {
             let start = (vc * cs).max(offset);
             let end = ((vc + 1) * cs).min(offset + len);
             let whole = end - start == cs;
-            let old = self.state.volume(id)?.map.get(&vc).copied();
+            let old = self.state.volume(id)?.map.get(vc);
             let (pc, prepare) = match old {
                 Some(pc) if self.state.alloc.exclusive(pc) => (pc, Prepare::None),
                 _ => {
@@ -507,7 +507,7 @@ impl<D: BlockDevice> Pool<D> {
         let mut unmapped = 0;
         while vc < end {
             let map = &self.state.volume(id)?.map;
-            let Some((&next, _)) = map.range(vc..end).next() else {
+            let Some((next, _)) = map.entries(vc).next().filter(|&(next, _)| next < end) else {
                 break;
             };
             let rec = Record::Unmap { id, vcluster: next };

@@ -47,6 +47,6 @@ impl Snapshot {
     }
     /// Clusters mapped (shared with the source and other snapshots until they diverge).
     pub fn mapped_clusters(&self) -> u64 {
-        self.map.len() as u64
+        self.map.len()
     }
 }

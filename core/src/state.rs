@@ -59,7 +59,7 @@ fn clusters_needed(needed: u64, available: u64) -> Result<()> {
 fn reservation(v: &Volume, cluster_size: u64) -> u64 {
     match v.spec.provisioning {
         Provisioning::Thin => 0,
-        Provisioning::Thick => v.spec.size / cluster_size - v.map.len() as u64,
+        Provisioning::Thick => v.spec.size / cluster_size - v.map.len(),
     }
 }
 
@@ -81,8 +81,8 @@ impl State {
         let map_ok = |m: &ClusterMap, size: u64| {
             let vclusters = size / cluster_size;
             size.checked_rem(cluster_size) == Some(0)
-                && m.last_key_value().is_none_or(|(&vc, _)| vc < vclusters)
-                && m.values().all(|&pc| pc < total)
+                && m.last().is_none_or(|vc| vc < vclusters)
+                && m.values().all(|pc| pc < total)
         };
         let id_ok = |id: u64| id < t.next_id;
         for (&id, g) in &t.groups {
@@ -150,11 +150,11 @@ impl State {
             .map(|v| &v.map)
             .chain(t.snapshots.values().map(|x| &x.map));
         for m in maps {
-            refs_total = refs_total.checked_add(m.len() as u64)?;
+            refs_total = refs_total.checked_add(m.len())?;
             if refs_total >= u64::from(u32::MAX) {
                 return None;
             }
-            m.values().for_each(|&pc| s.alloc.incref(pc));
+            m.values().for_each(|pc| s.alloc.incref(pc));
         }
         if reserved > s.alloc.available() {
             return None;
@@ -243,7 +243,7 @@ impl State {
                         if spec.size < size {
                             return Err(Error::OutOfRange(Range::SmallerThanSource { source: size }));
                         }
-                        map.len() as u64
+                        map.len()
                     }
                     None => 0,
                 };
@@ -394,7 +394,7 @@ impl State {
                         available: 0,
                     }));
                 }
-                let consumes_reservation = v.spec.provisioning == Provisioning::Thick && !v.map.contains_key(vcluster);
+                let consumes_reservation = v.spec.provisioning == Provisioning::Thick && !v.map.contains(*vcluster);
                 if !consumes_reservation {
                     clusters_needed(1, self.alloc.available())?;
                 }
@@ -402,7 +402,7 @@ impl State {
             }
             Record::Unmap { id, vcluster } => {
                 let v = self.volume(*id)?;
-                let Some(&pc) = v.map.get(vcluster) else {
+                let Some(pc) = v.map.get(*vcluster) else {
                     return Err(Error::OutOfRange(Range::PastEnd { size: v.spec.size }));
                 };
                 if v.spec.provisioning == Provisioning::Thick {
@@ -436,7 +436,7 @@ impl State {
                     .and_then(|s| self.source_map(s).ok())
                     .map(|(m, _)| m.clone())
                     .unwrap_or_default();
-                map.values().for_each(|&pc| self.alloc.incref(pc));
+                map.values().for_each(|pc| self.alloc.incref(pc));
                 let v = Volume {
                     id,
                     spec,
@@ -580,7 +580,7 @@ impl State {
             }
             Record::Unmap { id, vcluster } => {
                 let Some(v) = self.t.volumes.get_mut(&id) else { return };
-                if let Some(old) = v.map.remove(&vcluster) {
+                if let Some(old) = v.map.remove(vcluster) {
                     self.alloc.decref(old);
                     if v.spec.provisioning == Provisioning::Thick {
                         self.alloc.reserve(1);
@@ -591,7 +591,7 @@ impl State {
     }
 
     fn insert_snapshot(&mut self, snap: Snapshot) {
-        snap.map.values().for_each(|&pc| self.alloc.incref(pc));
+        snap.map.values().for_each(|pc| self.alloc.incref(pc));
         if !snap.name.is_empty() {
             self.snapshot_names.insert(snap.name.clone(), snap.id);
         }
@@ -601,7 +601,7 @@ impl State {
     fn remove_volume(&mut self, id: VolumeId) {
         let Some(v) = self.t.volumes.remove(&id) else { return };
         self.alloc.unreserve(reservation(&v, self.cluster_size));
-        v.map.values().for_each(|&pc| self.alloc.decref(pc));
+        v.map.values().for_each(|pc| self.alloc.decref(pc));
         self.volume_names.remove(&v.spec.name);
         if let Some(g) = v.spec.group.and_then(|g| self.members.get_mut(&g)) {
             g.remove(&id);
@@ -610,7 +610,7 @@ impl State {
 
     fn remove_snapshot(&mut self, id: SnapshotId) {
         let Some(s) = self.t.snapshots.remove(&id) else { return };
-        s.map.values().for_each(|&pc| self.alloc.decref(pc));
+        s.map.values().for_each(|pc| self.alloc.decref(pc));
         if !s.name.is_empty() {
             self.snapshot_names.remove(&s.name);
         }

@@ -1,6 +1,5 @@
 //! Volumes: what the CO asked for (the spec) plus what core keeps (id, publications, cluster map).
 
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -10,8 +9,7 @@ use crate::error::{Error, Field, Problem, Result};
 use crate::id::{GroupId, SnapshotId, VolumeId};
 use crate::limits::{MAX_NAME_LEN, MAX_NQN_LEN, MAX_PARAMETERS_LEN};
 
-/// Virtual cluster -> physical cluster. Absent entries read as zeros.
-pub(crate) type ClusterMap = BTreeMap<u64, u64>;
+pub(crate) use crate::cluster_map::ClusterMap;
 
 /// How a volume gets its clusters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,7 +205,7 @@ impl Volume {
     }
     /// Clusters mapped (own or shared with snapshots and clones).
     pub fn mapped_clusters(&self) -> u64 {
-        self.map.len() as u64
+        self.map.len()
     }
 }
 

@@ -1,5 +1,6 @@
 //! The data path's steady state allocates nothing: a read and an in-place write through
-//! `begin_read` / `begin_write` and `complete`, counted by a global allocator.
+//! `begin_read` / `begin_write` and `complete`, and a first write of a cluster once the volume's
+//! map has room for it, counted by a global allocator.
 // The counting allocator needs `unsafe impl GlobalAlloc`; it only forwards to `System`.
 #![allow(unsafe_code)]
 // Host-only test code on 64-bit machines: byte counts of test devices fit in usize.
@@ -82,4 +83,53 @@ fn a_steady_state_read_and_in_place_write_allocate_nothing() {
     read_and_write(&mut pool, vol);
     assert_eq!(allocations() - before, 0, "begin_read/begin_write/complete allocated");
     assert_eq!(pool.writes_in_flight(), 0);
+}
+
+/// A pool of `clusters` 4 KiB clusters with room in its journal for thousands of records (so no
+/// checkpoint runs in the measured window), in an epoch, so `persist` commits soft as in the
+/// appliance, and one thin volume over all of it.
+fn roomy_pool(clusters: u64) -> (Pool<RamDevice>, VolumeId) {
+    let mut opts = common::options(1);
+    opts.journal_bytes = 4 << 20;
+    opts.checkpoint_bytes = 4 << 20;
+    let blocks = 2 + 4 * 8192 + 8 + clusters * u64::from(CLUSTER / 512);
+    let mut pool = Pool::format(RamDevice::new(512, blocks), opts).unwrap();
+    pool.set_epoch(Epoch([0xA; 16])).unwrap();
+    let vol = pool.create_volume(VolumeSpec::new("v", clusters * CS)).unwrap();
+    (pool, vol)
+}
+
+/// The first 4 KiB write of cluster `c`, as the data path does it: map, complete, persist.
+fn allocating_write(pool: &mut Pool<RamDevice>, vol: VolumeId, c: u64) {
+    let mut segs = [WriteSegment::EMPTY; 16];
+    let (n, ticket) = pool.begin_write(vol, c * CS, 4096, &mut segs).unwrap();
+    assert_eq!(n, 1);
+    assert!(!ticket.detachable(), "cluster {c} was not allocated");
+    pool.complete(ticket);
+    let persist = pool.persist_ticket();
+    pool.persist(persist).unwrap();
+}
+
+#[test]
+fn allocating_writes_allocate_nothing_once_the_map_has_room_for_them() {
+    let (mut pool, vol) = roomy_pool(4096);
+    // Warm-up: the journal's frame buffer, and two spans of the map (each covers 256 clusters:
+    // the first write in it makes it).
+    allocating_write(&mut pool, vol, 0);
+    allocating_write(&mut pool, vol, 1024);
+    let before = allocations();
+    for c in (1..200).chain(1025..1200) {
+        allocating_write(&mut pool, vol, c);
+    }
+    assert_eq!(allocations() - before, 0, "first writes of clusters allocated");
+
+    // Across the whole volume, in order: one allocation per span opened, not per few clusters
+    // (a B-tree of single mappings grew a node every six or so).
+    let before = allocations();
+    let writes = (200..1024).chain(1200..4096).count() as u64;
+    for c in (200..1024).chain(1200..4096) {
+        allocating_write(&mut pool, vol, c);
+    }
+    let per_write = (allocations() - before) as f64 / writes as f64;
+    assert!(per_write < 0.01, "{per_write} allocations per allocating write");
 }
