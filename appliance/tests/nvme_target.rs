@@ -874,3 +874,35 @@ async fn queued_io_on_an_o_direct_pool_runs_on_the_queues_io_uring() {
     );
     eprintln!("{writes_on_ring} of 32 writes and {on_ring} of 34 reads on the ring");
 }
+
+/// On an `O_DIRECT` pool, a lone cached Write (nothing else in flight) still goes on the queue's
+/// io_uring, whose submission issues it to the drive at once, while a lone Read runs in place:
+/// a synchronous write to a block device would be issued by the kernel's block worker thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_write_on_an_o_direct_pool_goes_on_the_ring_and_a_lone_read_runs_in_place() {
+    let f = Fixture::start().await;
+    let engines = f.app.running.target.engines.clone();
+    let id = f.volume("lone", 4 * MIB, HOST, false).await;
+    let (_admin, mut q) = f.connect(id).await;
+    // Allocate the clusters first, so that the writes measured below overwrite in place.
+    let fill = pattern(0x5a, 2 * MIB as usize);
+    for (i, chunk) in fill.chunks(128 << 10).enumerate() {
+        run(&mut q, io::write(i as u64 * 32, chunk, false)).await;
+    }
+    let before = engines.ring_operations();
+    for i in 0..8u64 {
+        run(&mut q, io::write(i * 64, &pattern(i as u8, 4096), false)).await;
+    }
+    let writes = engines.ring_operations() - before;
+    let before = engines.ring_operations();
+    for i in 0..8u64 {
+        assert_eq!(
+            run(&mut q, io::read(i * 64, 1)).await,
+            pattern(i as u8, 4096),
+            "read {i}"
+        );
+    }
+    let reads = engines.ring_operations() - before;
+    assert_eq!(writes, 8, "lone writes on the ring");
+    assert_eq!(reads, 0, "lone reads in place");
+}

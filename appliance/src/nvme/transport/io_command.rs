@@ -67,8 +67,12 @@ pub(super) struct Done {
 pub(super) enum InPlace {
     /// Not on an engine (admin and discovery queues).
     Never,
-    /// A drive (`O_DIRECT`, not memory): only a command with nothing to overlap (the drive's latency would
-    /// otherwise hold back the commands queued behind it; alone, the hand-off is pure cost).
+    /// A drive (`O_DIRECT`, not memory): only a Read with nothing to overlap (the drive's
+    /// latency would otherwise hold back the commands queued behind it; alone, the hand-off is
+    /// pure cost). Writes always take the ring: Linux submits a block device's `pwrite` inside a
+    /// plug that is released only when the thread sleeps for the I/O, and then by the block
+    /// layer's worker thread (kblockd), a second thread woken for every write; the ring's
+    /// submission releases its plug at once.
     WhenAlone,
     /// Page cache or memory (a pool on tmpfs): a copy is cheaper than any hand-off.
     Always,
@@ -121,7 +125,7 @@ impl Conn {
         let in_place = quick
             && match self.in_place {
                 InPlace::Never => false,
-                InPlace::WhenAlone => self.alone,
+                InPlace::WhenAlone => self.alone && matches!(request.cmd, IoCommand::Read { .. }),
                 InPlace::Always => true,
             };
         if !in_place && self.ring.is_some() {

@@ -7,10 +7,11 @@
 //! A connection starts on the daemon's runtime; once its Connect binds an I/O queue it moves to
 //! that queue's engine thread ([`super::engine`]) for the rest of its life. There, Reads and
 //! cached Writes run in place, run-to-completion, when that is cheaper than a hand-off: always
-//! on the page cache or memory (a pool file on tmpfs), and on a drive (`O_DIRECT`) when the command is alone (nothing in
-//! flight or received behind it, so there is no depth to give the drive). Everything else
-//! (queued commands on a drive, Flush, FUA, Write Zeroes, Deallocate) runs concurrently, up to
-//! the queue's slots: queued Reads and cached Writes on the queue's own io_uring
+//! on the page cache or memory (a pool file on tmpfs), and on a drive (`O_DIRECT`) when a Read
+//! is alone (nothing in flight or received behind it, so there is no depth to give the drive).
+//! Everything else (queued Reads and every cached Write on a drive, Flush, FUA, Write Zeroes,
+//! Deallocate) runs concurrently, up to the queue's slots: Reads and cached Writes on the
+//! queue's own io_uring
 //! ([`super::device_ring`]), the rest on the target's worker threads ([`super::workers`]), so
 //! the engine never waits for a flush. Data buffers are kept per queue and reused.
 //!
