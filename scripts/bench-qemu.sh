@@ -18,16 +18,19 @@
 #    generation + pool format) and 3 later boots; the median of the later boots is reported.
 # Prints markdown tables on stdout (logs on stderr); every VM and step has a time budget.
 #
-# usage: scripts/bench-qemu.sh [--secs N] [--runs N] [--only NAMES] [--busy-poll-us N] [--skip-data-path] [--skip-boot]
+# usage: scripts/bench-qemu.sh [--secs N] [--runs N] [--only NAMES] [--busy-poll-us N] [--profile] [--skip-data-path] [--skip-boot]
 #   --secs  fio runtime per run (default 10)    --runs  runs per workload and target (default 3)
 #   --only  comma-separated workload names, e.g. '4k randread QD1,4k randwrite QD1' (default: all)
 #   --busy-poll-us  edgevold's nvme.busy_poll_us in the appliance VM (default: edgevold's)
+#   --profile  after each workload's paced runs, one more paced run per target under the host's
+#              perf (`perf record -a -e cpu-clock` in the appliance VM; its report goes to the
+#              log). Kept out of the measured runs: perf's own CPU time would be in them.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
-secs=10 runs=3 only='' busy_poll_us='' skip_data_path=0 skip_boot=0 failed=0
-opts_parse 'secs runs only busy-poll-us skip-data-path! skip-boot!' "$@"
+secs=10 runs=3 only='' busy_poll_us='' profile=0 skip_data_path=0 skip_boot=0 failed=0
+opts_parse 'secs runs only busy-poll-us profile! skip-data-path! skip-boot!' "$@"
 do_data=$((!skip_data_path)) do_boot=$((!skip_boot))
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
@@ -65,9 +68,13 @@ if ((do_data)); then
     # Budget of the whole fio matrix: 6 workloads x 2 passes x 2 targets x runs x (secs + ramp +
     # start-up), the fill of both targets, the appliance's idle sample and the VMs' boots, with
     # room for a slow shared machine.
-    budget=$((6 * 2 * 2 * runs * (secs + 30) + secs + 900))
+    budget=$((6 * 2 * 2 * runs * (secs + 30) + profile * 6 * 2 * (secs + 90) + secs + 900))
     pfiles=()
     for f in ca.pem server.pem server.key; do pfiles+=(--file "$run/pki/$f:/etc/edgevol-pki/$f"); done
+    if ((profile)); then
+        apt_need linux-perf
+        pfiles+=(--host-bin "$(command -v perf)")
+    fi
 
     say "booting the appliance VM (edgevold + nvmet-tcp)"
     vm_track "$CACHE/run/bench-appliance.pid"
@@ -99,6 +106,7 @@ if ((do_data)); then
         EDGEVOL_BENCH_NVMET="192.168.77.1:4421:$nqn" EDGEVOL_BENCH_OUT="$run/data-path.md" \
         EDGEVOL_BENCH_APPLIANCE_EXEC="127.0.0.1:$app_exec" \
         EDGEVOL_BENCH_SECS="$secs" EDGEVOL_BENCH_RUNS="$runs" EDGEVOL_BENCH_ONLY="$only" \
+        EDGEVOL_BENCH_PROFILE="$profile" \
         timeout --kill-after=10 "$budget" cargo test -q --locked -p edgevol-e2e --test bench_qemu -- \
         --ignored --test-threads=1 --nocapture >&2 || { say "data path FAILED (per-run figures above)"; failed=1; }
     vms_stop

@@ -270,6 +270,52 @@ impl Tables {
     }
 }
 
+/// Runs `fio` in the node VM while perf samples the appliance VM (cpu-clock, as there is no PMU
+/// under TCG, with call chains) and counts each virtio notification (`vp_notify`: under TCG a
+/// trap to QEMU, and so dear) and each system call. Returns fio's I/O count and perf's reports:
+/// time by command and symbol, events by command, and the call chains that notify.
+async fn profile_run(
+    appliance: &Agent,
+    node: &Agent,
+    w: &Workload,
+    fio: &str,
+    secs: u64,
+) -> (u64, String) {
+    appliance
+        .ok(
+            60,
+            &format!(
+                "rm -f /tmp/perf.data; mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; \
+                 echo p:probe/vp_notify vp_notify >/sys/kernel/tracing/kprobe_events; \
+                 (perf record -a -g -e cpu-clock/freq=1000/ -e probe:vp_notify \
+                 -e raw_syscalls:sys_enter --exclude-perf -o /tmp/perf.data -- sleep {secs} \
+                 >/tmp/perf.log 2>&1 &)"
+            ),
+        )
+        .await;
+    let output = node.ok(secs + 120, fio).await;
+    let ios = edgevol_e2e::fio::terse_ios(&output, w.write(), w.bs_kib());
+    let report = appliance
+        .ok(
+            300,
+            r#"while pidof perf >/dev/null; do sleep 1; done; cat /tmp/perf.log
+r() { perf report -i /tmp/perf.data --stdio -g none "$@" 2>&1 |
+      grep -v -e '^$' -e '^#$' -e '^# [^SE]'; }
+r --no-children --sort comm --percent-limit 1
+r --no-children --sort comm,dso,sym --percent-limit 0.3 | head -150
+echo '--- inclusive (children) time by command and symbol'
+r --children --sort comm,sym --percent-limit 1.5 | head -120
+echo '--- who notifies (call chains of probe:vp_notify, frames 2-7)'
+perf script -i /tmp/perf.data -F comm,event,ip,sym 2>/dev/null | awk '
+function flush() { if (key != "") c[key]++; key = "" }
+/^[^ \t]/ { flush(); want = index($0, "probe:vp_notify") > 0; if (want) { key = $1; n = 0 }; next }
+want && NF >= 2 { n++; if (n >= 2 && n <= 7) key = key " <- " $2 }
+END { flush(); for (k in c) print c[k], k }' | sort -rn | head -25"#,
+        )
+        .await;
+    (ios, report)
+}
+
 #[tokio::test]
 #[ignore = "needs the VMs of scripts/bench-qemu.sh"]
 async fn bench_qemu() {
@@ -287,6 +333,8 @@ async fn bench_qemu() {
     // `EDGEVOL_BENCH_ONLY=4k randread QD1,128k seqread QD8`: only the workloads so named.
     let only = std::env::var("EDGEVOL_BENCH_ONLY").unwrap_or_default();
     let picked = |w: &Workload| only.is_empty() || only.split(',').any(|o| w.name == o.trim());
+    // `EDGEVOL_BENCH_PROFILE=1`: one more paced run per workload and target under perf.
+    let profile = env_or("EDGEVOL_BENCH_PROFILE", 0) == 1;
 
     let mut ctl = ControllerClient::new(
         appliance_channel(env_addr("EDGEVOL_E2E_CSI"), &pki, "controller").await,
@@ -509,6 +557,17 @@ async fn bench_qemu() {
                     p50[i].push(a);
                     p99[i].push(b);
                 }
+            }
+        }
+        if profile {
+            for (name, dev) in &targets {
+                let fio = w.fio(dev, secs, &pace_opt);
+                let (ios, report) = profile_run(&appliance, &agent, w, &fio, secs).await;
+                eprintln!(
+                    "bench-qemu: {} profile of the appliance VM, {name}, paced, {ios} I/Os \
+                     (perf: cpu-clock samples, vp_notify calls, system calls):\n{report}",
+                    w.name
+                );
             }
         }
         let (ce, cn) = (median(&cpu[0]), median(&cpu[1]));
