@@ -310,7 +310,13 @@ perf script -i /tmp/perf.data -F comm,event,ip,sym 2>/dev/null | awk '
 function flush() { if (key != "") c[key]++; key = "" }
 /^[^ \t]/ { flush(); want = index($0, "probe:vp_notify") > 0; if (want) { key = $1; n = 0 }; next }
 want && NF >= 2 { n++; if (n >= 2 && n <= 7) key = key " <- " $2 }
-END { flush(); for (k in c) print c[k], k }' | sort -rn | head -25"#,
+END { flush(); for (k in c) print c[k], k }' | sort -rn | head -25
+echo '--- who copies in user space (call chains of cpu-clock samples in memcpy, frames 2-5)'
+perf script -i /tmp/perf.data -F comm,event,ip,sym 2>/dev/null | awk '
+function flush() { if (key != "") c[key]++; key = "" }
+/^[^ \t]/ { flush(); want = index($0, "cpu-clock") > 0; n = 0; comm = $1; next }
+want && NF >= 2 { n++; if (n == 1 && $2 != "memcpy") want = 0; else if (n == 1) key = comm; else if (n <= 5) key = key " <- " $2 }
+END { flush(); for (k in c) print c[k], k }' | sort -rn | head -15"#,
         )
         .await;
     (ios, report)
