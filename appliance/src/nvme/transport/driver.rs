@@ -45,7 +45,7 @@ pub(super) async fn drive(
         }
         // One system call for the batch's device I/O; what the page cache answered at once
         // goes out with this pass's transmit.
-        conn.submit_ring();
+        conn.submit_ring(!conn.queue.has_events() && !link.has_buffered());
         if let Err(e) = transmit(conn, link).await {
             return Exit::Ended(End::Socket(e));
         }

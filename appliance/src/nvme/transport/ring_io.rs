@@ -192,12 +192,21 @@ impl Conn {
     }
 
     /// Submits the ring's queued operations and completes those already done.
-    pub(super) fn submit_ring(&mut self) {
+    /// Submits the pass's operations. When one operation is all the queue has to do (`idle`:
+    /// nothing received and not taken, nothing on the workers), it waits for it here, as a Read
+    /// alone runs in place: the drive has no depth to gain, and the wait costs no wake-up.
+    pub(super) fn submit_ring(&mut self, idle: bool) {
+        let alone = idle && !self.handoff.pending();
         let Some(r) = self.ring.as_mut() else {
             return;
         };
         let mut reaped = std::mem::take(&mut r.reaped);
-        if let Err(e) = r.ring.submit(&mut reaped) {
+        let submitted = if alone && r.ring.in_flight() == 1 {
+            r.ring.submit_and_wait(&mut reaped)
+        } else {
+            r.ring.submit(&mut reaped)
+        };
+        if let Err(e) = submitted {
             // Nothing was submitted; the operations stay queued for the next pass.
             tracing::warn!(%e, "io_uring submit failed");
         }
