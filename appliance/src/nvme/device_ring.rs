@@ -308,11 +308,10 @@ mod tests {
             at: 0,
             len: 4096,
         };
-        let landed = Arc::new(AtomicUsize::new(0));
         let mut buf = AlignedBuf::zeroed(4096);
         buf.fill(0x6b);
-        ring.write(buf.into(), &[part], Held(None, landed.clone()))
-            .unwrap();
+        let record = Held(None, Arc::new(AtomicUsize::new(0)));
+        ring.write(buf.into(), &[part], record).unwrap();
         let mut done = Vec::new();
         ring.submit_and_wait(&mut done).unwrap();
         assert_eq!(done.len(), 1);

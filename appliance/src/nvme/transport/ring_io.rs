@@ -191,10 +191,10 @@ impl Conn {
         }
     }
 
-    /// Submits the ring's queued operations and completes those already done.
-    /// Submits the pass's operations. When one operation is all the queue has to do (`idle`:
-    /// nothing received and not taken, nothing on the workers), it waits for it here, as a Read
-    /// alone runs in place: the drive has no depth to gain, and the wait costs no wake-up.
+    /// Submits the ring's queued operations and completes those already done. When one
+    /// operation is all the queue has to do (`idle`: nothing received and not taken, and nothing
+    /// on the workers), it waits for it here, as a Read alone runs in place: the drive has no
+    /// depth to gain, and the wait costs no wake-up.
     pub(super) fn submit_ring(&mut self, idle: bool) {
         let alone = idle && !self.handoff.pending();
         let Some(r) = self.ring.as_mut() else {
