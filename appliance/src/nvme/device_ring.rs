@@ -289,18 +289,24 @@ mod tests {
         );
     }
 
-    /// A queue with nothing else to do waits for its operations on its own thread: they come
-    /// back whole, and the eventfd has no signal that would wake the reactor for nothing.
-    #[tokio::test]
-    async fn submit_and_wait_returns_the_operations_without_a_signal() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A device file of `len` zero bytes in `dir`, open for reading and writing.
+    fn zeroed_device(dir: &tempfile::TempDir, len: usize) -> (std::path::PathBuf, std::fs::File) {
         let path = dir.path().join("dev");
-        std::fs::write(&path, vec![0u8; 1 << 16]).unwrap();
+        std::fs::write(&path, vec![0u8; len]).unwrap();
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
             .unwrap();
+        (path, file)
+    }
+
+    /// A queue with nothing else to do waits for its operations on its own thread: they come
+    /// back whole, and the eventfd has no signal that would wake the reactor for nothing.
+    #[tokio::test]
+    async fn submit_and_wait_returns_the_operations_without_a_signal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = zeroed_device(&dir, 1 << 16);
         let gate = Arc::new(Gate::default());
         let mut ring = DeviceRing::new(Ring::new(file, 8).unwrap(), &gate).unwrap();
         let part = Part {
@@ -335,13 +341,7 @@ mod tests {
     #[tokio::test]
     async fn the_gate_lands_ring_writes_the_queue_cannot_reap() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("dev");
-        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
+        let (path, file) = zeroed_device(&dir, 1 << 20);
         let gate = Arc::new(Gate::default());
         let landed = Arc::new(AtomicUsize::new(0));
         let mut ring = DeviceRing::new(Ring::new(file, 8).unwrap(), &gate).unwrap();
