@@ -21,7 +21,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Virtual clusters per span.
-pub(crate) const SPAN: usize = 256;
+const SPAN: usize = 256;
 const SPAN_U64: u64 = SPAN as u64;
 
 /// One span: physical cluster + 1 per slot, 0 for a hole.

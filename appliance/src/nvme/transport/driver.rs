@@ -35,9 +35,7 @@ pub(super) async fn drive(
             match event {
                 Event::Initialized { .. } => {}
                 Event::Command(c) => {
-                    conn.alone = conn.nothing_in_flight()
-                        && !conn.queue.has_events()
-                        && !link.has_buffered();
+                    conn.alone = conn.nothing_in_flight() && received_all(conn, link);
                     conn.dispatch(c).await
                 }
                 Event::Closed(reason) => conn.end = Some(End::Protocol(reason)),
@@ -45,7 +43,7 @@ pub(super) async fn drive(
         }
         // One system call for the batch's device I/O; what the page cache answered at once
         // goes out with this pass's transmit.
-        conn.submit_ring(!conn.queue.has_events() && !link.has_buffered());
+        conn.submit_ring(received_all(conn, link));
         if let Err(e) = transmit(conn, link).await {
             return Exit::Ended(End::Socket(e));
         }
@@ -101,6 +99,11 @@ pub(super) async fn drive(
             }
         }
     }
+}
+
+/// The queue has acted on everything received: no event waits and no bytes are buffered.
+fn received_all(conn: &Conn, link: &Link) -> bool {
+    !conn.queue.has_events() && !link.has_buffered()
 }
 
 async fn watch_shut(w: &mut Option<watch::Receiver<bool>>) -> bool {
