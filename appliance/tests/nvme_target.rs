@@ -105,6 +105,13 @@ async fn run(q: &mut Queue, (sqe, data): (edgevol_nvmeof::sqe::Sqe, Data)) -> Ve
     c.data
 }
 
+/// Writes `data` from the first block on, one 128 KiB command at a time.
+async fn write_from_start(q: &mut Queue, data: &[u8]) {
+    for (i, chunk) in data.chunks(128 << 10).enumerate() {
+        run(q, io::write(i as u64 * 32, chunk, false)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identify_and_data_path_round_trips() {
     let f = Fixture::start().await;
@@ -827,9 +834,7 @@ async fn queued_io_on_an_o_direct_pool_runs_on_the_queues_io_uring() {
     let id = f.volume("ring", 8 * MIB, HOST, false).await;
     let (_admin, mut q) = f.connect(id).await;
     let fill = pattern(0xee, 6 * MIB as usize);
-    for (i, chunk) in fill.chunks(128 << 10).enumerate() {
-        run(&mut q, io::write(i as u64 * 32, chunk, false)).await;
-    }
+    write_from_start(&mut q, &fill).await;
     // 32 writes of 24 KiB (4 KiB blocks), some across a 1 MiB cluster boundary, all submitted
     // before the first completion is awaited.
     let before = engines.ring_operations();
@@ -886,9 +891,7 @@ async fn a_lone_write_on_an_o_direct_pool_goes_on_the_ring_and_a_lone_read_runs_
     let (_admin, mut q) = f.connect(id).await;
     // Allocate the clusters first, so that the writes measured below overwrite in place.
     let fill = pattern(0x5a, 2 * MIB as usize);
-    for (i, chunk) in fill.chunks(128 << 10).enumerate() {
-        run(&mut q, io::write(i as u64 * 32, chunk, false)).await;
-    }
+    write_from_start(&mut q, &fill).await;
     let before = engines.ring_operations();
     for i in 0..8u64 {
         run(&mut q, io::write(i * 64, &pattern(i as u8, 4096), false)).await;
