@@ -16,16 +16,14 @@
 //! | [`NorSim`], [`NorBlockDevice`] | `nor.rs` | raw NOR flash (feature `nor-flash`) |
 //! | [`discovery`] | `discovery.rs` | candidate devices, format refusal |
 //! | [`uring::Ring`] | `uring.rs` | a queue's own io_uring over a [`DataHandle`]'s descriptor |
-//! | [`net::enable_zerocopy`] | `net.rs` | the socket option behind the data path's zero-copy sends |
 //!
 //! Features (none by default): `nor-flash` adds the NOR module and its `embedded-storage`
 //! dependency; `testing` adds the test-only devices (`RamDevice`, `FaultDevice` and
 //! `PoolDevice::Faulty`), for dev-dependencies only: nothing that ships carries them.
 //!
 //! `unsafe` is denied workspace-wide and allowed only in `buf.rs` (aligned allocation),
-//! `linux_block.rs` and `nvme.rs` (ioctls), `net.rs` (one socket option) and `uring.rs` (io_uring
-//! submissions, whose buffers the ring owns until the kernel is done), each block with a
-//! `SAFETY` comment.
+//! `linux_block.rs` and `nvme.rs` (ioctls) and `uring.rs` (io_uring submissions, whose buffers
+//! the ring owns until the kernel is done), each block with a `SAFETY` comment.
 
 /// The `BlockDevice` impl of a backend whose inherent methods carry the work (`block_size`,
 /// `block_count`, `read_blocks`, `write_blocks`, `sync`, `discard_blocks`): it only forwards.
@@ -137,8 +135,6 @@ mod file;
 pub mod discovery;
 #[cfg(target_os = "linux")]
 mod linux_block;
-#[cfg(target_os = "linux")]
-pub mod net;
 #[cfg(target_os = "linux")]
 pub mod nvme;
 #[cfg(target_os = "linux")]

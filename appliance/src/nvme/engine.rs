@@ -33,8 +33,6 @@ pub struct Engines {
     engines: Vec<Engine>,
     /// Device operations started on queues' io_uring rings.
     ring_operations: AtomicU64,
-    /// Sends of read data with `MSG_ZEROCOPY`.
-    zero_copy_sends: AtomicU64,
     /// Busy polls that found work before the engine slept.
     busy_polls_found: Arc<AtomicU64>,
 }
@@ -81,7 +79,6 @@ impl Engines {
         let mut engines = Engines {
             engines: Vec::with_capacity(cpus.len()),
             ring_operations: AtomicU64::new(0),
-            zero_copy_sends: AtomicU64::new(0),
             busy_polls_found: found.clone(),
         };
         for (i, &cpu) in cpus.iter().enumerate() {
@@ -135,16 +132,6 @@ impl Engines {
     /// ([`super::busy_poll`]).
     pub fn busy_polls_found(&self) -> u64 {
         self.busy_polls_found.load(Ordering::Relaxed)
-    }
-
-    /// Sends of read data the kernel was asked to make from the buffers' own pages
-    /// (`MSG_ZEROCOPY`; on loopback it copies, says so, and a queue stops asking).
-    pub fn zero_copy_sends(&self) -> u64 {
-        self.zero_copy_sends.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn count_zero_copy_sends(&self, n: u64) {
-        self.zero_copy_sends.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn count_ring_operation(&self) {

@@ -57,23 +57,12 @@ impl Buffers {
         &self.sending
     }
 
-    /// The buffers the transmit sends from, to swap for an empty list while the kernel still
-    /// reads them (zero-copy sends).
-    pub(super) fn sending_mut(&mut self) -> &mut Vec<ReadBuf> {
-        &mut self.sending
-    }
-
     /// The transmit that sent from `sending` was written: its buffers are spares again.
     pub(super) fn sent(&mut self) {
         let mut sending = std::mem::take(&mut self.sending);
-        self.keep_all(&mut sending);
-        self.sending = sending;
-    }
-
-    /// Keeps every buffer of `bufs` (emptied) for later commands.
-    pub(super) fn keep_all(&mut self, bufs: &mut Vec<ReadBuf>) {
-        for buf in bufs.drain(..) {
+        for buf in sending.drain(..) {
             self.keep(buf);
         }
+        self.sending = sending;
     }
 }

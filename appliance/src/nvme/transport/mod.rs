@@ -27,8 +27,7 @@
 //! - `io_command`: an I/O command's start, the choice of its path, its completion; the paths
 //!   (`io-cmd-bdev.c` is [`super::io`]): `in_place`, `ring_io` (the queue's io_uring) and
 //!   `handoff` (the worker threads); `qos_hold`: commands held back by the volume's limits;
-//!   `buffers`: data buffers reused across commands; `zero_copy`: large transmits sent from
-//!   their buffers' pages, held until the kernel is done with them.
+//!   `buffers`: data buffers reused across commands.
 
 mod auth_gate;
 mod buffers;
@@ -42,7 +41,6 @@ mod qos_hold;
 mod ring_io;
 #[cfg(test)]
 mod tests;
-mod zero_copy;
 
 pub(crate) use handoff::IoJob;
 
