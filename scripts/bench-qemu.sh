@@ -18,19 +18,22 @@
 #    generation + pool format) and 3 later boots; the median of the later boots is reported.
 # Prints markdown tables on stdout (logs on stderr); every VM and step has a time budget.
 #
-# usage: scripts/bench-qemu.sh [--secs N] [--runs N] [--only NAMES] [--busy-poll-us N] [--profile] [--skip-data-path] [--skip-boot]
+# usage: scripts/bench-qemu.sh [--secs N] [--runs N] [--only NAMES] [--busy-poll-us N] [--profile] [--tap] [--skip-data-path] [--skip-boot]
 #   --secs  fio runtime per run (default 10)    --runs  runs per workload and target (default 3)
 #   --only  comma-separated workload names, e.g. '4k randread QD1,4k randwrite QD1' (default: all)
 #   --busy-poll-us  edgevold's nvme.busy_poll_us in the appliance VM (default: edgevold's)
 #   --profile  after each workload's paced runs, one more paced run per target under the host's
 #              perf (`perf record -a -e cpu-clock` in the appliance VM; its report goes to the
 #              log). Kept out of the measured runs: perf's own CPU time would be in them.
+#   --tap      the storage link on two taps and a bridge (root) instead of UDP datagrams: the
+#              guests' NICs then have checksum and segmentation offloads, as real NICs do; over
+#              datagrams both targets spend much of their CPU computing checksums and segmenting.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
-secs=10 runs=3 only='' busy_poll_us='' profile=0 skip_data_path=0 skip_boot=0 failed=0
-opts_parse 'secs runs only busy-poll-us profile! skip-data-path! skip-boot!' "$@"
+secs=10 runs=3 only='' busy_poll_us='' profile=0 tap=0 skip_data_path=0 skip_boot=0 failed=0
+opts_parse 'secs runs only busy-poll-us profile! tap! skip-data-path! skip-boot!' "$@"
 do_data=$((!skip_data_path)) do_boot=$((!skip_boot))
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
@@ -39,7 +42,7 @@ rm -rf "$run"
 mkdir -p "$run" "$CACHE/logs" "$CACHE/run"
 say() { echo "==> bench-qemu: $*" >&2; }
 t0=$SECONDS
-trap vms_stop EXIT
+trap 'vms_stop; storage_bridge_down' EXIT
 
 # --- builds (the image build also builds static edgevold + edgevol) ---------------------------
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
@@ -76,6 +79,11 @@ if ((do_data)); then
         pfiles+=(--host-bin "$(command -v perf)")
     fi
 
+    link_kind="UDP datagrams (no NIC offloads)"
+    if ((tap)); then
+        storage_bridge_up "evbench$$"
+        link_kind="two taps on a bridge (checksum and segmentation offloads)"
+    fi
     say "booting the appliance VM (edgevold + nvmet-tcp)"
     vm_track "$CACHE/run/bench-appliance.pid"
     "$ROOT/qemu/run-guest.sh" --name bench-appliance --pidfile "$CACHE/run/bench-appliance.pid" \
@@ -110,8 +118,9 @@ if ((do_data)); then
         timeout --kill-after=10 "$budget" cargo test -q --locked -p edgevol-e2e --test bench_qemu -- \
         --ignored --test-threads=1 --nocapture >&2 || { say "data path FAILED (per-run figures above)"; failed=1; }
     vms_stop
+    storage_bridge_down
     rm -f "$run/pool.img" "$run/nvmet.img" # 512 MiB written between them
-    echo "Data path in QEMU: fio in the node VM, medians of $runs interleaved runs of ${secs} s per target (TCG: compare the ratios)"
+    echo "Data path in QEMU: fio in the node VM, medians of $runs interleaved runs of ${secs} s per target (TCG: compare the ratios); storage link: $link_kind"
     echo
     cat "$run/data-path.md" 2>/dev/null || echo "(no table: the fio matrix did not complete; see the log)"
     echo

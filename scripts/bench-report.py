@@ -16,7 +16,7 @@ usage:
   scripts/bench-report.py list             the areas and their commands
 EDGEVOL_BENCH_REPORT_DIR replaces target/bench-report.
 
-Areas: data-path, data-path-qemu, control-plane, qos, snapshot-metadata, auth, replicated,
+Areas: data-path, data-path-qemu, data-path-qemu-tap, control-plane, qos, snapshot-metadata, auth, replicated,
 encrypted, footprint, images, boot.
 """
 import datetime
@@ -74,6 +74,15 @@ AREAS = [
         "the node), then at one paced rate for both targets the appliance VM's CPU per I/O and the "
         "QD1 completion latency. Under TCG only the ratios mean anything.",
         [(["scripts/bench-qemu.sh", "--skip-boot"], False)],
+    ),
+    (
+        "data-path-qemu-tap",
+        "Data path in QEMU, NICs with offloads",
+        "The same, with the storage link on two taps and a bridge (`--tap`, root) instead of UDP "
+        "datagrams: QEMU gives a virtio NIC checksum and segmentation offloads only over a backend "
+        "with a vnet header, so over datagrams both targets compute every checksum and segment "
+        "every send in software, which no real NIC asks of them.",
+        [(["scripts/bench-qemu.sh", "--skip-boot", "--tap"], False)],
     ),
     (
         "control-plane",

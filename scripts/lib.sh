@@ -219,9 +219,21 @@ _modules_add() {
 
 # --- VMs: links, ports, pidfiles, the firmware's persistent partition ------------------------------
 
-# The QEMU -netdev of a storage link between two VMs: UDP datagrams between LOCAL and REMOTE
-# ports on 127.0.0.1 (`link_netdev LOCAL:REMOTE`).
+# The QEMU -netdev of a storage link between two VMs (`link_netdev LOCAL:REMOTE`): UDP datagrams
+# between LOCAL and REMOTE ports on 127.0.0.1, which needs no privilege but gives the guests' NICs
+# no checksum or segmentation offload (QEMU offers those only over a backend with a vnet header).
+# With EDGEVOL_STORAGE_BRIDGE set (root: `storage_bridge_up`), a tap named after LOCAL on that
+# bridge instead: offloads as a real NIC has them.
 link_netdev() {
+    if [[ -n "${EDGEVOL_STORAGE_BRIDGE:-}" ]]; then
+        local tap="evt${1%%:*}"
+        if ! { ip tuntap add dev "$tap" mode tap &&
+            ip link set "$tap" master "$EDGEVOL_STORAGE_BRIDGE" && ip link set "$tap" up; }; then
+            die "tap $tap on $EDGEVOL_STORAGE_BRIDGE"
+        fi
+        echo "tap,id=storage,ifname=$tap,script=no,downscript=no"
+        return
+    fi
     echo "dgram,id=storage,local.type=inet,local.host=127.0.0.1,local.port=${1%%:*},remote.type=inet,remote.host=127.0.0.1,remote.port=${1#*:}"
 }
 
@@ -273,6 +285,25 @@ vms_stop() {
         if [[ -f "$p" ]]; then kill "$(cat "$p" 2>/dev/null)" 2>/dev/null || true; fi # gone is fine
     done
     VM_PIDFILES=()
+}
+
+# storage_bridge_up NAME: a bridge for the VMs' storage taps (link_netdev), exported as
+# EDGEVOL_STORAGE_BRIDGE; root only. storage_bridge_down removes it with its taps.
+storage_bridge_up() {
+    if ((EUID != 0)) || [[ ! -c /dev/net/tun ]]; then
+        die "a tap storage link needs root and /dev/net/tun"
+    fi
+    if ! { ip link add "$1" type bridge && ip link set "$1" up; }; then die "bridge $1"; fi
+    export EDGEVOL_STORAGE_BRIDGE=$1
+}
+storage_bridge_down() {
+    local b=${EDGEVOL_STORAGE_BRIDGE:-} tap
+    [[ -n "$b" ]] || return 0
+    for tap in $(ip -o link show master "$b" 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1); do
+        ip link del "$tap" 2>/dev/null || true # gone with its VM is fine
+    done
+    ip link del "$b" 2>/dev/null || true
+    unset EDGEVOL_STORAGE_BRIDGE
 }
 
 # persist_read DISK DIR: the client PKI from the persistent partition of a firmware disk, as an

@@ -273,7 +273,8 @@ impl Tables {
 /// Runs `fio` in the node VM while perf samples the appliance VM (cpu-clock, as there is no PMU
 /// under TCG, with call chains) and counts each virtio notification (`vp_notify`: under TCG a
 /// trap to QEMU, and so dear) and each system call. Returns fio's I/O count and perf's reports:
-/// time by command and symbol, events by command, and the call chains that notify.
+/// time by command and symbol, events by command, the call chains that notify and copy, and
+/// the system calls each thread made.
 async fn profile_run(
     appliance: &Agent,
     node: &Agent,
@@ -316,7 +317,12 @@ perf script -i /tmp/perf.data -F comm,event,ip,sym 2>/dev/null | awk '
 function flush() { if (key != "") c[key]++; key = "" }
 /^[^ \t]/ { flush(); want = index($0, "cpu-clock") > 0; n = 0; comm = $1; next }
 want && NF >= 2 { n++; if (n == 1 && $2 != "memcpy") want = 0; else if (n == 1) key = comm; else if (n <= 5) key = key " <- " $2 }
-END { flush(); for (k in c) print c[k], k }' | sort -rn | head -15"#,
+END { flush(); for (k in c) print c[k], k }' | sort -rn | head -15
+echo '--- system calls by thread and number (x86_64 names)'
+perf script -i /tmp/perf.data -F comm,event,trace 2>/dev/null | awk '
+BEGIN { split("0 read 1 write 7 poll 17 pread64 18 pwrite64 19 readv 20 writev 24 sched_yield 44 sendto 45 recvfrom 46 sendmsg 47 recvmsg 202 futex 228 clock_gettime 232 epoll_wait 233 epoll_ctl 271 ppoll 281 epoll_pwait 426 io_uring_enter", a, " "); for (i = 1; i < length(a); i += 2) name[a[i]] = a[i + 1] }
+/raw_syscalls:sys_enter/ { for (i = 1; i < NF; i++) if ($i == "NR") { nr = $(i + 1); c[$1 " " (nr in name ? name[nr] : "NR " nr)]++ } }
+END { for (k in c) print c[k], k }' | sort -rn | head -25"#,
         )
         .await;
     (ios, report)
