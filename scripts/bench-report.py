@@ -16,8 +16,8 @@ usage:
   scripts/bench-report.py list             the areas and their commands
 EDGEVOL_BENCH_REPORT_DIR replaces target/bench-report.
 
-Areas: data-path, data-path-qemu, data-path-qemu-tap, control-plane, qos, snapshot-metadata, auth, replicated,
-encrypted, footprint, images, boot.
+Areas: data-path, data-path-qemu, data-path-qemu-tap, control-plane, qos, snapshot-metadata, auth,
+replicated, encrypted, footprint, images, boot.
 """
 import datetime
 import json
