@@ -176,10 +176,12 @@ impl<T: Quiesce + ?Sized> Quiesce for alloc::sync::Arc<T> {
 
 /// Most runs of pinned clusters a ticket holds. A read segment is one physically contiguous run
 /// and a write segment pins at most two clusters (its target and a copy-on-write source), so a
-/// read of up to `TICKET_RUNS` segments and a write of up to [`WRITE_SEGMENTS`] segments (the
-/// appliance's 16-segment arrays) always fit; larger requests are cut short (see `begin_read` /
-/// `begin_write`), which their "call again for the rest" contract allows.
-const TICKET_RUNS: usize = 32;
+/// read of up to `TICKET_RUNS` segments and a write of up to [`WRITE_SEGMENTS`] segments always
+/// fit; larger requests are cut short (see `begin_read` / `begin_write`), which their "call
+/// again for the rest" contract allows. Few, because a ticket travels by value with its command
+/// through a target's paths (onto an io_uring and back): 8 runs keep it at 136 bytes, and one
+/// ticket still covers a 4 KiB to 1 MiB command over one or two clusters.
+const TICKET_RUNS: usize = 8;
 
 /// Most segments one [`Pool::begin_write`] fills: two runs each fit a ticket.
 const WRITE_SEGMENTS: usize = TICKET_RUNS / 2;
@@ -261,7 +263,7 @@ impl<D: BlockDevice> Pool<D> {
     /// fills at most `out.len()` segments (covering a prefix of the range, call again for the
     /// rest) and pins their clusters until the ticket is [`complete`](Self::complete)d. Fills at
     /// least one segment of a non-empty range (given a non-empty `out`); fewer than `out.len()`
-    /// when the ticket's inline runs are used up (only beyond 32 segments), so it allocates
+    /// when the ticket's inline runs are used up (only beyond 8 data segments), so it allocates
     /// nothing.
     pub fn begin_read(
         &mut self,
@@ -299,7 +301,7 @@ impl<D: BlockDevice> Pool<D> {
     /// [`map_write`](Self::map_write) for a write the caller may run outside the pool's lock:
     /// pins the target clusters and copy-on-write sources until the ticket is
     /// [`complete`](Self::complete)d. Only a [`detachable`](IoTicket::detachable) ticket's I/O
-    /// may run after the lock is released. Fills at most 16 segments whatever `out.len()`
+    /// may run after the lock is released. Fills at most 4 segments whatever `out.len()`
     /// (covering a prefix of the range, call again for the rest), so the ticket's inline runs
     /// hold every pin and it allocates nothing.
     pub fn begin_write(

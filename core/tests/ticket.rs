@@ -9,8 +9,8 @@ use common::{ram_pool, read, write, CLUSTER};
 use edgevol_core::*;
 
 const CS: u64 = CLUSTER as u64;
-/// More clusters than a ticket's inline runs (32) and a write call's segments (16), and more
-/// data clusters (every fifth is a hole: 39) than the runs too.
+/// More clusters than a ticket's inline runs (8) and a write call's segments (4), and more data
+/// clusters (every fifth is a hole: 39) than the runs too.
 const SPAN: u64 = 48;
 
 /// A pool with volume `a` whose clusters `0..SPAN` are written (but every fifth, a hole) and
@@ -78,7 +78,7 @@ fn a_read_beyond_a_tickets_runs_maps_the_whole_range_across_calls_and_unpins_all
             .iter()
             .filter(|s| matches!(s, ReadSegment::Data { .. }))
             .count();
-        assert!(data <= 32, "a call pins at most 32 runs");
+        assert!(data <= 8, "a call pins at most 8 runs");
         assert!(ticket.detachable());
         calls += 1;
         done += out[..n].iter().map(ReadSegment::len).sum::<u64>();
@@ -92,7 +92,7 @@ fn a_read_beyond_a_tickets_runs_maps_the_whole_range_across_calls_and_unpins_all
         .filter(|s| matches!(s, ReadSegment::Data { .. }))
         .count();
     assert_eq!(data_segments, 39);
-    assert_eq!(calls, 2, "the read was cut short at the ticket's runs");
+    assert_eq!(calls, 5, "the read was cut short at the ticket's runs");
 
     let pinned: Vec<u64> = segments.iter().flat_map(read_clusters).collect();
     assert_eq!(pinned.len(), 39);
@@ -133,7 +133,7 @@ fn write_across_calls(pool: &mut Pool<RamDevice>, a: VolumeId, offset: u64, len:
     while done < len {
         let (n, ticket) = pool.begin_write(a, offset + done, len - done, &mut out).unwrap();
         let left = (offset + len - 1) / CS - (offset + done) / CS + 1;
-        assert_eq!(n as u64, left.min(16), "16 segments a call at most");
+        assert_eq!(n as u64, left.min(4), "4 segments a call at most");
         detachable &= ticket.detachable();
         done += out[..n].iter().map(|s| s.len).sum::<u64>();
         segments.extend_from_slice(&out[..n]);
@@ -141,7 +141,7 @@ fn write_across_calls(pool: &mut Pool<RamDevice>, a: VolumeId, offset: u64, len:
     }
     assert_eq!(done, len);
     let clusters = (offset + len - 1) / CS - offset / CS + 1;
-    assert_eq!(tickets.len() as u64, clusters.div_ceil(16));
+    assert_eq!(tickets.len() as u64, clusters.div_ceil(4));
     let pinned: Vec<u64> = segments.iter().flat_map(write_clusters).collect();
     for &c in &pinned {
         assert_eq!(pool.pins_at(c), 1, "cluster at {c} pinned once");

@@ -128,16 +128,34 @@ enum Dir {
     Write,
 }
 
+/// An operation in flight. Its parts live in the slot's [`Extents`], so that what moves in and
+/// out of a slot per operation is small (a command's record and its buffer).
 struct Op<T> {
     tag: T,
     dir: Dir,
     buf: IoBuf,
-    parts: [Part; PARTS_MAX],
-    /// Bytes of each part already transferred.
-    moved: [usize; PARTS_MAX],
     /// Parts whose SQE is in the kernel.
     pending: u32,
     error: Option<io::Error>,
+}
+
+/// The parts of a slot's operation, kept with the slot and written in place.
+#[derive(Clone, Copy)]
+struct Extents {
+    parts: [Part; PARTS_MAX],
+    /// Bytes of each part already transferred.
+    moved: [usize; PARTS_MAX],
+}
+
+impl Extents {
+    const EMPTY: Extents = Extents {
+        parts: [Part {
+            device_offset: 0,
+            at: 0,
+            len: 0,
+        }; PARTS_MAX],
+        moved: [0; PARTS_MAX],
+    };
 }
 
 /// A finished operation.
@@ -169,6 +187,8 @@ pub struct Ring<T> {
     file: File,
     event: OwnedFd,
     ops: Vec<Option<Op<T>>>,
+    /// The parts of `ops[i]`, at the same index.
+    extents: Vec<Extents>,
     free: Vec<u32>,
     /// SQEs submitted and not completed: never above the CQ's size, so none is lost.
     in_kernel: u32,
@@ -216,6 +236,7 @@ impl<T> Ring<T> {
             file,
             event,
             ops: Vec::with_capacity(ops as usize),
+            extents: Vec::with_capacity(ops as usize),
             free: Vec::new(),
             in_kernel: 0,
             cq_entries,
@@ -287,28 +308,24 @@ impl<T> Ring<T> {
                 error: io::Error::from(io::ErrorKind::WouldBlock),
             });
         }
-        let mut op = Op {
-            tag,
-            dir,
-            buf,
-            parts: [Part {
-                device_offset: 0,
-                at: 0,
-                len: 0,
-            }; PARTS_MAX],
-            moved: [0; PARTS_MAX],
-            pending: 0,
-            error: None,
-        };
-        op.parts[..parts.len()].copy_from_slice(parts);
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
                 self.ops.push(None);
+                self.extents.push(Extents::EMPTY);
                 (self.ops.len() - 1) as u32
             }
         };
-        self.ops[slot as usize] = Some(op);
+        let extents = &mut self.extents[slot as usize];
+        extents.parts[..parts.len()].copy_from_slice(parts);
+        extents.moved[..parts.len()].fill(0);
+        self.ops[slot as usize] = Some(Op {
+            tag,
+            dir,
+            buf,
+            pending: 0,
+            error: None,
+        });
         for i in 0..parts.len() {
             if let Err(e) = self.push(slot, i) {
                 // Parts already queued still complete; the rest never start.
@@ -332,8 +349,8 @@ impl<T> Ring<T> {
     /// Queues the SQE for what is left of part `i` of the operation in `slot`.
     fn push(&mut self, slot: u32, i: usize) -> io::Result<()> {
         let op = self.ops[slot as usize].as_mut().expect("live slot");
-        let part = op.parts[i];
-        let done = op.moved[i];
+        let extents = &self.extents[slot as usize];
+        let (part, done) = (extents.parts[i], extents.moved[i]);
         let len = u32::try_from(part.len - done)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let ptr = op.buf[part.at + done..].as_mut_ptr();
@@ -384,11 +401,11 @@ impl<T> Ring<T> {
                 continue;
             };
             op.pending -= 1;
-            let part_len = op.parts[i].len;
+            let extents = &mut self.extents[slot as usize];
             let again = match res {
                 n if n > 0 => {
-                    op.moved[i] += n as usize;
-                    op.moved[i] < part_len
+                    extents.moved[i] += n as usize;
+                    extents.moved[i] < extents.parts[i].len
                 }
                 0 => {
                     // End of file before the part: the device is smaller than the mapping says.

@@ -136,19 +136,20 @@ impl Drop for Pinned {
 /// there rather than bounced through the aligned buffer hal would allocate for every write.
 pub fn land_write(
     data: &DataPath,
-    mapped: MappedWrite,
+    parts: &[Part],
+    hold: WriteHold,
     src: &[u8],
     out: &mut ReadBuf,
 ) -> Result<(), TargetStatus> {
-    let landed = if data.is_direct() && !mapped.parts.is_empty() && !page_aligned(src) {
+    let landed = if data.is_direct() && !parts.is_empty() && !page_aligned(src) {
         out.copy_from(src);
-        let landed = write_parts(data, &mapped.parts, out.data());
+        let landed = write_parts(data, parts, out.data());
         out.clear();
         landed
     } else {
-        write_parts(data, &mapped.parts, src)
+        write_parts(data, parts, src)
     };
-    mapped.finish(landed)
+    hold.finish(landed)
 }
 
 /// Reads `parts` from the device into `out`'s data.
@@ -172,21 +173,21 @@ pub fn write_parts(data: &DataPath, parts: &[Part], src: &[u8]) -> Result<(), Ta
     })
 }
 
-/// A Read mapped under the pool lock: `out` holds its length with the holes zeroed, `parts`
-/// are to be read from the device into it. Its clusters stay pinned until it is dropped.
+/// A mapped Read's clusters, pinned until it is dropped.
 #[derive(Debug)]
-pub struct MappedRead {
-    /// Device extents to read into the buffer.
-    pub parts: Parts,
+pub struct ReadPin {
     _pinned: Pinned,
 }
 
-/// Maps a Read (`req.cmd` must be one) and lays out `out` for it.
+/// Maps a Read (`req.cmd` must be one) and lays out `out` for it: `out` holds its length with
+/// the holes zeroed, and `parts` (emptied first) where the device's data goes in it. Parts are
+/// filled in place rather than returned, so that a command's path does not move them around.
 pub fn map_read(
     state: &Arc<State>,
     req: &Request,
     out: &mut ReadBuf,
-) -> Result<MappedRead, TargetStatus> {
+    parts: &mut Parts,
+) -> Result<ReadPin, TargetStatus> {
     let IoCommand::Read { slba, blocks, .. } = req.cmd else {
         return Err(StatusCode::InternalError.into());
     };
@@ -211,20 +212,14 @@ pub fn map_read(
             }
         }
     }
-    let parts = lay_out(&segments, len, out)?;
-    Ok(MappedRead {
-        parts,
-        _pinned: pinned,
-    })
+    lay_out(&segments, len, out, parts)?;
+    Ok(ReadPin { _pinned: pinned })
 }
 
-/// A Write mapped under the pool lock: its allocating parts are written already; `parts`
-/// (offsets into the command's data) go to clusters the volume owns alone, outside the lock.
-/// [`MappedWrite::finish`] then makes it durable.
+/// What a Write mapped under the pool lock holds until its parts have landed: its clusters
+/// pinned, the snapshot gate, and what makes it durable ([`WriteHold::finish`]).
 #[derive(Debug)]
-pub struct MappedWrite {
-    /// Device extents to write, from the command's data.
-    pub parts: Parts,
+pub struct WriteHold {
     pinned: Pinned,
     /// Holds snapshots back until the parts have landed.
     gate: Option<GateGuard>,
@@ -234,13 +229,16 @@ pub struct MappedWrite {
 
 /// Maps a Write (`req.cmd` must be one, the host not read-only). On an `O_DIRECT` device,
 /// what it allocates is written from the host's buffer, or through `scratch` (the command's
-/// aligned buffer) should that not be page-aligned.
+/// aligned buffer) should that not be page-aligned. Its allocating parts are written before it
+/// returns; `parts` (emptied first; offsets into the command's data) go to clusters the volume
+/// owns alone, to be written outside the lock.
 pub fn map_write(
     state: &Arc<State>,
     data_path: &DataPath,
     req: &Request,
     scratch: &mut ReadBuf,
-) -> Result<MappedWrite, TargetStatus> {
+    parts: &mut Parts,
+) -> Result<WriteHold, TargetStatus> {
     let IoCommand::Write {
         slba, blocks, fua, ..
     } = req.cmd
@@ -256,7 +254,7 @@ pub fn map_write(
     }
     let data = &req.data;
     let mut pinned = Pinned::new(state);
-    let mut parts = Parts::new();
+    parts.clear();
     let mut gate = None;
     let mut pool = lock(state)?;
     let mut done = 0u64;
@@ -292,8 +290,7 @@ pub fn map_write(
         }
         done += segs[..n].iter().map(|s| s.len).sum::<u64>();
     }
-    Ok(MappedWrite {
-        parts,
+    Ok(WriteHold {
         pinned,
         gate,
         // Covers this write's allocations and any earlier one it may write through.
@@ -302,7 +299,7 @@ pub fn map_write(
     })
 }
 
-impl MappedWrite {
+impl WriteHold {
     /// Its parts have landed (on a ring the gate reaped): snapshots need not wait for it any
     /// longer. Takes no lock.
     pub fn leave_gate(&mut self) {

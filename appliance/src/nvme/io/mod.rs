@@ -54,7 +54,7 @@ use crate::pool::PoolDevice;
 use crate::state::State;
 
 pub use data_path::{
-    land_write, map_read, map_write, read_parts, write_parts, DataPath, MappedRead, MappedWrite,
+    land_write, map_read, map_write, read_parts, write_parts, DataPath, ReadPin, WriteHold,
 };
 pub use gate::{Gate, Landing};
 pub use read_buf::{aligned_copies, ReadBuf};
@@ -137,12 +137,14 @@ pub fn run(
 ) -> Result<(), TargetStatus> {
     match req.cmd {
         IoCommand::Read { .. } => {
-            let mapped = map_read(state, req, out)?;
-            read_parts(data, &mapped.parts, out)
+            let mut parts = Parts::new();
+            let _pin = map_read(state, req, out, &mut parts)?;
+            read_parts(data, &parts, out)
         }
         IoCommand::Write { .. } if !req.readonly => {
-            let mapped = map_write(state, data, req, out)?;
-            land_write(data, mapped, &req.data, out)
+            let mut parts = Parts::new();
+            let hold = map_write(state, data, req, out, &mut parts)?;
+            land_write(data, &parts, hold, &req.data, out)
         }
         _ => execute(&mut *lock(state)?, req, out),
     }

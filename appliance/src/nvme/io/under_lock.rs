@@ -116,7 +116,8 @@ fn gather(
     out: &mut ReadBuf,
     mut read: impl FnMut(u64, &mut [u8]) -> Result<(), TargetStatus>,
 ) -> Result<(), TargetStatus> {
-    let parts = lay_out(segments, len, out)?;
+    let mut parts = Parts::new();
+    lay_out(segments, len, out, &mut parts)?;
     let buf = out.filled();
     parts
         .iter()
@@ -124,14 +125,16 @@ fn gather(
 }
 
 /// Sizes `out` to `len`, zeroes the holes `segments` leave (the buffer is reused: nothing of
-/// an earlier command may show through) and returns where the data parts go.
+/// an earlier command may show through) and puts where the data parts go in `parts` (emptied
+/// first).
 pub(super) fn lay_out(
     segments: &[ReadSegment],
     len: u64,
     out: &mut ReadBuf,
-) -> Result<Parts, TargetStatus> {
+    parts: &mut Parts,
+) -> Result<(), TargetStatus> {
     let buf = out.prepare(to_usize(len)?);
-    let mut parts = Parts::new();
+    parts.clear();
     let mut at = 0usize;
     for seg in segments {
         let n = to_usize(seg.len())?;
@@ -147,7 +150,7 @@ pub(super) fn lay_out(
         at += n;
     }
     buf.get_mut(at..).ok_or(StatusCode::InternalError)?.fill(0);
-    Ok(parts)
+    Ok(())
 }
 
 /// Zeros `len` bytes at device offset `at` (the rest of a new cluster) without sending them: a

@@ -32,11 +32,12 @@ pub(super) struct OnRing {
     spare: Option<io::ReadBuf>,
 }
 
-/// What a ring operation does, with what pins its clusters until it lands.
+/// What a ring operation does, with what pins its clusters until it lands. The parts went to
+/// the ring: a record stays small, since it moves into the ring and back out per command.
 enum RingOp {
-    Read(io::MappedRead),
+    Read(io::ReadPin),
     /// Holds the snapshot gate until its parts land.
-    Write(io::MappedWrite),
+    Write(io::WriteHold),
 }
 
 impl Record for OnRing {
@@ -52,6 +53,8 @@ pub(super) struct RingIo {
     ring: DeviceRing<OnRing>,
     /// Kept between passes: the ring's finished operations.
     reaped: Vec<Reaped<OnRing>>,
+    /// Where a command is mapped to before its parts go to the ring, kept between commands.
+    parts: io::Parts,
 }
 
 impl RingIo {
@@ -63,6 +66,7 @@ impl RingIo {
             Ok(ring) => Some(RingIo {
                 ring,
                 reaped: Vec::new(),
+                parts: io::Parts::new(),
             }),
             Err(e) => {
                 tracing::debug!(%e, "device ring not registered: I/O on the worker threads");
@@ -95,31 +99,30 @@ impl Conn {
         request: io::Request,
         mut buf: io::ReadBuf,
     ) {
-        let mapped = caught(|| io::map_read(&self.subs.state, &request, &mut buf));
-        let read = match mapped {
-            Ok(read) => read,
+        let r = self.ring.as_mut().expect("checked by run_io");
+        let mapped = caught(|| io::map_read(&self.subs.state, &request, &mut buf, &mut r.parts));
+        let pin = match mapped {
+            Ok(pin) => pin,
             // A Read carries no host data.
             Err(s) => return self.finish_io(begun.done(Err(s), buf, DataBuf::default())),
         };
-        let ring = &mut self.ring.as_mut().expect("checked by run_io").ring;
-        if read.parts.is_empty() || !ring.has_room(read.parts.len()) {
+        if r.parts.is_empty() || !r.ring.has_room(r.parts.len()) {
             // Only holes, or more parts than the ring takes now: read here.
             let result = match self.subs.data_path() {
-                Some(data) => caught(|| io::read_parts(&data, &read.parts, &mut buf)),
+                Some(data) => caught(|| io::read_parts(&data, &r.parts, &mut buf)),
                 None => Err(StatusCode::InternalError.into()),
             };
-            drop(read);
+            drop(pin);
             return self.finish_io(begun.done(result, buf, DataBuf::default()));
         }
-        let parts = read.parts.clone();
         let (abuf, len) = buf.into_parts();
         let record = OnRing {
             begun,
-            op: RingOp::Read(read),
+            op: RingOp::Read(pin),
             len,
             spare: None,
         };
-        let started = ring.read(abuf.into(), &parts, record);
+        let started = r.ring.read(abuf.into(), &r.parts, record);
         self.on_ring(started);
     }
 
@@ -135,18 +138,19 @@ impl Conn {
         let Some(data) = self.subs.data_path() else {
             return self.fail(begun.issued, StatusCode::InternalError.into());
         };
-        let mapped = caught(|| io::map_write(&self.subs.state, &data, &request, &mut buf));
-        let write = match mapped {
-            Ok(write) => write,
+        let r = self.ring.as_mut().expect("checked by run_io");
+        let mapped =
+            caught(|| io::map_write(&self.subs.state, &data, &request, &mut buf, &mut r.parts));
+        let hold = match mapped {
+            Ok(hold) => hold,
             Err(s) => return self.finish_io(begun.done(Err(s), buf, request.data)),
         };
-        let ring = &mut self.ring.as_mut().expect("checked by run_io").ring;
-        if write.parts.is_empty() || !ring.has_room(write.parts.len()) {
+        if r.parts.is_empty() || !r.ring.has_room(r.parts.len()) {
             // All written under the lock, or more parts than the ring takes now: here.
-            let result = caught(|| io::land_write(&data, write, &request.data, &mut buf));
+            let result = caught(|| io::land_write(&data, &r.parts, hold, &request.data, &mut buf));
             return self.finish_io(begun.done(result, buf, request.data));
         }
-        let host = if ring.takes(&request.data) {
+        let host = if r.ring.takes(&request.data) {
             let (bytes, start, len) = request.data.into_parts();
             IoBuf::region(bytes, start, len).map_err(|bytes| DataBuf::from_parts(bytes, start, len))
         } else {
@@ -162,14 +166,14 @@ impl Conn {
                 (buf.into_parts().0.into(), None)
             }
         };
-        let parts = write.parts.clone();
         let record = OnRing {
             begun,
-            op: RingOp::Write(write),
+            op: RingOp::Write(hold),
             len: 0,
             spare,
         };
-        let started = ring.write(iobuf, &parts, record);
+        let r = self.ring.as_mut().expect("checked above");
+        let started = r.ring.write(iobuf, &r.parts, record);
         self.on_ring(started);
     }
 
