@@ -19,7 +19,8 @@
 //! system instead, where `O_DIRECT` I/O goes on the queue's io_uring as on a drive. `-- --pin`
 //! runs the target on one engine thread pinned to CPU 0 (`nvme.io_cpus = [0]`) and the host's
 //! threads on CPU 1, so that neither waits for the other's core and no run differs from the
-//! next by where the scheduler put them.
+//! next by where the scheduler put them. `-- --pause-ms N` idles N ms after the table's header
+//! and after each cell (for `scripts/bench-instructions.sh`, which acts on each line).
 //!
 //! The host side (test initiator, TCP baseline) runs on its own runtime; a counting allocator
 //! counts the heap allocations of every other thread, the target's, and prints them per command.
@@ -664,6 +665,9 @@ async fn main() {
     let cluster_kib =
         value("--cluster-kib").map(|kib| u32::try_from(kib).expect("--cluster-kib N"));
     let busy_poll_us = value("--busy-poll-us");
+    // Idle time around each cell, for a tool that acts when a table line appears (see
+    // scripts/bench-instructions.sh): the target does nothing while it acts.
+    let pause = value("--pause-ms").map(Duration::from_millis);
     // The setup: the target's one engine on CPU 0, the host on CPU 1.
     let pin = args.iter().any(|a| a == "--pin");
     let pool_under = args
@@ -677,8 +681,13 @@ async fn main() {
         .skip(1)
         .filter(|&(i, a)| {
             !a.starts_with("--")
-                && !["--cluster-kib", "--busy-poll-us", "--pool-dir"]
-                    .contains(&args[i - 1].as_str())
+                && ![
+                    "--cluster-kib",
+                    "--busy-poll-us",
+                    "--pool-dir",
+                    "--pause-ms",
+                ]
+                .contains(&args[i - 1].as_str())
         })
         .map(|(_, a)| a.clone())
         .collect();
@@ -807,7 +816,13 @@ async fn main() {
         let selected = WORKLOADS
             .iter()
             .filter(|w| filters.is_empty() || filters.iter().any(|f| w.name.contains(f.as_str())));
+        let idle = || async {
+            if let Some(p) = pause {
+                tokio::time::sleep(p).await;
+            }
+        };
         for w in selected {
+            idle().await;
             let (budget, target, dev) = if w.pattern == Pattern::Fresh {
                 let region = fresh_cell * fresh * cluster;
                 fresh_cell += 1;
@@ -904,6 +919,7 @@ async fn main() {
                 }
             }
         }
+        idle().await;
         if let (Some(one), Some(two)) = (
             rates.get("4k randread QD32"),
             rates.get("4k randread QD32 2 queues"),

@@ -183,6 +183,9 @@ impl<T: Quiesce + ?Sized> Quiesce for alloc::sync::Arc<T> {
 /// ticket still covers a 4 KiB to 1 MiB command over one or two clusters.
 const TICKET_RUNS: usize = 8;
 
+// A build fails if a ticket outgrows what the comment above says it costs.
+const _: () = assert!(core::mem::size_of::<IoTicket>() <= 144);
+
 /// Most segments one [`Pool::begin_write`] fills: two runs each fit a ticket.
 const WRITE_SEGMENTS: usize = TICKET_RUNS / 2;
 

@@ -21,7 +21,8 @@
 //!
 //! Files, as Linux nvmet splits `tcp.c`, `core.c` and `io-cmd-bdev.c`:
 //! - this one: a connection's state (`Conn`) and life: start, the move to its engine, end;
-//! - `driver`: the loop and its timers; `link`: the socket's bytes (`tcp.c`);
+//! - `driver`: the loop and its timers (`woken`: its rare events, polled only once they fire);
+//!   `link`: the socket's bytes (`tcp.c`);
 //! - `dispatch`: parse, route and complete every command, Connect's binding, async events
 //!   (`core.c`); `auth_gate`: the queue's DH-HMAC-CHAP steps and timers;
 //! - `io_command`: an I/O command's start, the choice of its path, its completion; the paths
@@ -41,6 +42,7 @@ mod qos_hold;
 mod ring_io;
 #[cfg(test)]
 mod tests;
+mod woken;
 
 pub(crate) use handoff::IoJob;
 

@@ -32,6 +32,10 @@ pub(super) struct OnRing {
     spare: Option<io::ReadBuf>,
 }
 
+// A record moves into the ring and back out with every command: a build fails if it grows
+// past this (it was 1,224 bytes while it carried the command's parts and 32-run tickets).
+const _: () = assert!(std::mem::size_of::<OnRing>() <= 512);
+
 /// What a ring operation does, with what pins its clusters until it lands. The parts went to
 /// the ring: a record stays small, since it moves into the ring and back out per command.
 enum RingOp {
