@@ -16,7 +16,9 @@
 #   --pool-dir  where the pool file goes (default /var/tmp: a drive's file system, where writes
 #               and queued reads go on the queue's io_uring, as on the appliance's drives)
 #   WORKLOAD    words of workload names, as the data-path bench takes them
-#               (default: '4k randwrite QD1' '4k randread QD1')
+#               (default: '4k randread QD1' '4k randwrite QD1' '4k randread QD32'
+#               '4k randwrite QD32'; a name contains its words, so the QD1 polling-host rows
+#               and the 2-queue row come too, the latter counted on its busier engine)
 # Prints a markdown table on stdout; callgrind's files stay in target/bench/instructions/.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -28,14 +30,15 @@ if [[ "${1:-}" == --pool-dir ]]; then
     shift 2
 fi
 filters=("$@")
-((${#filters[@]})) || filters=('4k randwrite QD1' '4k randread QD1')
+((${#filters[@]})) || filters=('4k randread QD1' '4k randwrite QD1' '4k randread QD32' '4k randwrite QD32')
 
 apt_need valgrind
 out="${CARGO_TARGET_DIR:-$ROOT/target}/bench/instructions"
 rm -rf "$out"
 mkdir -p "$out"
 bin=$(cargo bench --locked -p edgevol-appliance --bench data_path --no-run \
-    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+    --message-format=json-render-diagnostics | grep '"kind":\["bench"\].*"name":"data_path"' |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 [[ -x "$bin" ]] || die "data_path bench not built"
 
 log "callgrind over the data-path bench (${filters[*]}); this takes a few minutes"
@@ -57,7 +60,7 @@ wait "$vg" || die "the bench failed under valgrind: $out/valgrind.log"
 
 # Workload names in the order the bench ran their cells.
 mapfile -t cells < <(sed -n 's/^| \([0-9][^|]*[^ ]\) *| \(IOPS\|MiB\/s\) .*/\1/p' "$out/bench.md")
-echo "Engine instructions per command (callgrind, pool on $pool_dir's file system, commit $(git rev-parse --short HEAD))"
+echo "Engine instructions per command (callgrind, pool on $pool_dir's file system, commit $(git describe --always --dirty))"
 echo
 echo "| workload | commands | engine instructions | per command | largest inclusive costs per command |"
 echo "|---|---:|---:|---:|---|"

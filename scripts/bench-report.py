@@ -16,8 +16,8 @@ usage:
   scripts/bench-report.py list             the areas and their commands
 EDGEVOL_BENCH_REPORT_DIR replaces target/bench-report.
 
-Areas: data-path, data-path-qemu, data-path-qemu-tap, control-plane, qos, snapshot-metadata, auth,
-replicated, encrypted, footprint, images, boot.
+Areas: data-path, data-path-qemu, data-path-qemu-tap, instructions, control-plane, qos,
+snapshot-metadata, auth, replicated, encrypted, footprint, images, boot.
 """
 import datetime
 import json
@@ -83,6 +83,15 @@ AREAS = [
         "with a vnet header, so over datagrams both targets compute every checksum and segment "
         "every send in software, which no real NIC asks of them.",
         [(["scripts/bench-qemu.sh", "--skip-boot", "--tap"], False)],
+    ),
+    (
+        "instructions",
+        "Engine instructions per command",
+        "The NVMe/TCP engine thread's instructions per command, counted by valgrind's callgrind over "
+        "the data-path bench (test initiator over loopback, the pool file on a drive's file system so "
+        "that writes and queued reads go on the queue's io_uring, busy polling off): exact where "
+        "timed figures are not, and under TCG (the QEMU tables) instructions are user-space time.",
+        [(["scripts/bench-instructions.sh"], False)],
     ),
     (
         "control-plane",
