@@ -47,12 +47,12 @@ valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out/cg.%
     >"$out/bench.md" 2>"$out/valgrind.log" &
 vg=$!
 # A dump at the header (setup and the fill) and at each row (its cell), while the bench idles.
-seen=0
+dumped=0
 while kill -0 "$vg" 2>/dev/null; do
     lines=$(grep -c '^|---\|^| [0-9].* | \(IOPS\|MiB/s\) |' "$out/bench.md" || true)
-    while ((seen < lines)); do
+    while ((dumped < lines)); do
         callgrind_control -d "$vg" >/dev/null || true
-        seen=$((seen + 1))
+        dumped=$((dumped + 1))
     done
     sleep 0.2
 done
