@@ -74,11 +74,11 @@ case "${1:-}" in
     exit
     ;;
 --rotate)
-    # fio writes 4k blocks at QD8 over 16 MiB at 16 MiB for 30 s, verifying them as it goes;
+    # fio writes 4k blocks at QD8 over 16 MiB at 16 MiB for 15 s, verifying them as it goes;
     # 5 s in, the new pair is asked for and written to the controller; fio must end clean.
     dev=$2 c=$(ctrl_dir) || exit 1
     fio --name=rotation --filename="$dev" --offset=16m --size=16m --rw=randwrite --bs=4k \
-        --ioengine=libaio --iodepth=8 --direct=1 --time_based --runtime=30 --verify=crc32c \
+        --ioengine=libaio --iodepth=8 --direct=1 --time_based --runtime=15 --verify=crc32c \
         --verify_backlog=256 --verify_fatal=1 >/tmp/fio 2>&1 &
     fio=$!
     sleep 5

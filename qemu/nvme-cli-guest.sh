@@ -67,7 +67,7 @@ if [ "$1" = --snapshot ]; then
         dd if=/tmp/before of="$dev" bs=1048576 seek=128 conv=fsync 2>/dev/null || exit 1
     echo "before $(sha256sum </tmp/before)"
     fio --name=during --filename="$dev" --offset=144m --size=32m --rw=randwrite --bs=4k \
-        --ioengine=libaio --iodepth=16 --direct=1 --time_based --runtime=15 --norandommap \
+        --ioengine=libaio --iodepth=16 --direct=1 --time_based --runtime=10 --norandommap \
         --randrepeat=0 >/tmp/during 2>&1 &
     fio=$!
     sleep 3

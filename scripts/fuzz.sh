@@ -3,6 +3,7 @@
 #
 #   scripts/fuzz.sh TARGET [SECONDS]   one target for SECONDS (default 30)
 #   scripts/fuzz.sh --smoke [SECONDS]  every target for SECONDS each (default 15; what CI runs)
+#   scripts/fuzz.sh --build-smoke      build every target as --smoke runs them, run none
 #   scripts/fuzz.sh --long [TARGET...] every target (or those named) for FUZZ_RUNS executions
 #                                      each (default 10000000): the long run before a release
 #   scripts/fuzz.sh --seed             rewrite the seed corpora (fuzz/examples/seed_corpus.rs)
@@ -12,6 +13,9 @@
 # corpus (a temporary one for a timed run; fuzz/target/corpus-long/TARGET/, kept, for --long).
 # A crash leaves its input in fuzz/artifacts/TARGET/. Prints a table of target, executions,
 # exec/s and result; exits 1 if any target failed. Built with debug assertions (overflow checks).
+# --smoke builds without a sanitizer: every crate it feeds is #![forbid(unsafe_code)], so
+# AddressSanitizer would watch only std and the dependencies, and its build is the larger part of
+# the step's time. Single-target and --long runs keep AddressSanitizer.
 # Uses the nightly toolchain when rustup has one; otherwise the stable compiler with
 # RUSTC_BOOTSTRAP=1 (cargo-fuzz needs nightly-only sanitizer flags). Installs cargo-fuzz if missing.
 set -euo pipefail
@@ -31,6 +35,7 @@ fuzz_setup() {
     fi
 }
 
+sanitizer=address
 rows=()
 failed=0
 # run_target TARGET SCRATCH_DIR LIBFUZZER_FLAG...: one run from the seed corpus; adds a table row.
@@ -42,7 +47,7 @@ run_target() {
     mkdir -p "$scratch" "fuzz/corpus/$target" "fuzz/artifacts/$target" "$(dirname "$out")"
     log "fuzz $target $*"
     local rc=0
-    "${fuzz[@]}" run --debug-assertions "$target" "$scratch" "fuzz/corpus/$target" -- \
+    "${fuzz[@]}" run -s "$sanitizer" --debug-assertions "$target" "$scratch" "fuzz/corpus/$target" -- \
         -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 "$@" >"$out" 2>&1 || rc=$?
     local execs rate result=clean
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out" | tail -n 1)
@@ -81,7 +86,12 @@ case "${1:-}" in
 --seed)
     cargo run -q --manifest-path fuzz/Cargo.toml --example seed_corpus -- fuzz/corpus
     ;;
+--build-smoke)
+    fuzz_setup
+    "${fuzz[@]}" build -s none --debug-assertions
+    ;;
 --smoke)
+    sanitizer=none
     seconds=${2:-15}
     mapfile -t all < <(targets)
     timed "$seconds" "${all[@]}"
@@ -98,7 +108,7 @@ case "${1:-}" in
     table
     ;;
 -h | --help) usage ;;
--* | '') die "usage: scripts/fuzz.sh TARGET [SECONDS] | --smoke [SECONDS] | --long [TARGET...] | --seed | --list" ;;
+-* | '') die "usage: scripts/fuzz.sh TARGET [SECONDS] | --smoke [SECONDS] | --build-smoke | --long [TARGET...] | --seed | --list" ;;
 *)
     timed "${2:-30}" "$1"
     table

@@ -26,4 +26,4 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export EDGEVOL_AUTH_QEMU_RUNS=$runs
 cd "$ROOT"
 exec timeout --kill-after=10 "$(scaled "$timeout")" \
-    cargo test --locked -p edgevol-appliance --test nvme_auth_qemu -- --ignored --nocapture
+    cargo test --locked --workspace --test nvme_auth_qemu -- --ignored --nocapture

@@ -56,7 +56,7 @@ cat "$run/image-sizes.txt" >&2
 say "building edgevol-node and e2e-agent (static) and the host test"
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
     cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
-cargo test --locked -p edgevol-e2e --test lifecycle --test node_conformance --test orchestrators \
+cargo test --locked --workspace --test lifecycle --test node_conformance --test orchestrators \
     --test node_faults --test data_path_auth --no-run >&2
 BIN="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
 say "builds done in $((SECONDS - t0)) s"
@@ -83,7 +83,7 @@ appliance() { # NAME DISK NVME [appliance-vm args...]
 e2e_test() {
     local budget=$1 test=$2
     shift 2
-    timeout --kill-after=10 "$(scaled "$budget")" cargo test --locked -p edgevol-e2e --test "$test" -- \
+    timeout --kill-after=10 "$(scaled "$budget")" cargo test --locked --workspace --test "$test" -- \
         --ignored --test-threads=1 --nocapture "$@"
 }
 

@@ -41,8 +41,7 @@ mkdir -p "$run" "$CACHE/logs" "$CACHE/run"
 say "building edgevold, edgevol, static edgevol-node and e2e-agent, the host test"
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
     cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
-cargo build --locked -p edgevol-appliance -p edgevol-cli --bins >&2
-cargo test --locked -p edgevol-e2e --test encrypted --no-run >&2
+cargo test -q --locked --workspace --no-run >&2
 say "builds done in $((SECONDS - t0)) s"
 
 "$CARGO_TARGET_DIR/debug/edgevol" pki init --dir "$run/pki" --san localhost --san 127.0.0.1 >/dev/null
@@ -65,6 +64,6 @@ export EDGEVOL_E2E_BIN="$CARGO_TARGET_DIR/debug" EDGEVOL_E2E_PKI="$run/pki" EDGE
 say "$test_name"
 budget=900
 ((bench)) && budget=$((1800 + runs * secs * 8 * 3))
-timeout --kill-after=10 "$(scaled "$budget")" cargo test --locked -p edgevol-e2e --test encrypted -- \
+timeout --kill-after=10 "$(scaled "$budget")" cargo test --locked --workspace --test encrypted -- \
     --ignored --exact "$test_name" --test-threads=1 --nocapture
 say "PASS in $((SECONDS - t0)) s"

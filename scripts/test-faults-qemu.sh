@@ -55,11 +55,11 @@ status=0
 # --- 1, 2: edgevold on the host, killed and unpublished under a guest's I/O -------------------
 if ((do_kill)); then
     step 900 "build the host test (and edgevold)" \
-        cargo test --locked -p edgevol-appliance --test faults_qemu --no-run || exit 1
+        cargo test --locked --workspace --test faults_qemu --no-run || exit 1
     # Guest boot ~10 s, each workload ~45 s with its three kills, the unpublish ~20 s; the
     # test's own guest budget is 540 s.
     step 600 "checks 1 and 2: kill -9 under fio verify (overwrite, allocate), unpublish during I/O" \
-        cargo test --locked -p edgevol-appliance --test faults_qemu -- --ignored --nocapture ||
+        cargo test --locked --workspace --test faults_qemu -- --ignored --nocapture ||
         status=1
 fi
 
@@ -108,7 +108,7 @@ power_cut() {
         CC_x86_64_unknown_linux_musl=\${CC_x86_64_unknown_linux_musl:-musl-gcc} \
             cargo build --release --locked --target $EDGEVOL_GUEST_TARGET -p edgevol-node \
             -p edgevol-e2e --bins &&
-        cargo test --locked -p edgevol-e2e --test powercut --no-run" || return 1
+        cargo test --locked --workspace --test powercut --no-run" || return 1
     local bin="$CARGO_TARGET_DIR/$EDGEVOL_GUEST_TARGET/release"
     local csi_port node_csi node_exec link_a link_n
     csi_port=$(free_port SOCK_STREAM) node_csi=$(free_port SOCK_STREAM) node_exec=$(free_port SOCK_STREAM)
@@ -140,13 +140,13 @@ power_cut() {
         EDGEVOL_PC_APPLIANCE_PIDFILE="$apid" EDGEVOL_PC_REBOOT="$reboot" \
         EDGEVOL_PC_APPLIANCE_LOG="$CACHE/logs/faults-pc-appliance.log" \
         step 600 "check 3a: edgevold SIGKILLed on the appliance image under acknowledged writes" \
-        cargo test --locked -p edgevol-e2e --test powercut -- --ignored --nocapture --exact \
+        cargo test --locked --workspace --test powercut -- --ignored --nocapture --exact \
         a_daemon_crash_on_the_appliance_loses_no_acknowledged_write || return 1
     EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/pki" \
         EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
         EDGEVOL_PC_APPLIANCE_PIDFILE="$apid" EDGEVOL_PC_REBOOT="$reboot" \
         step 720 "check 3: power cut of the appliance VM under fsynced writes (ext4 files, raw)" \
-        cargo test --locked -p edgevol-e2e --test powercut -- --ignored --nocapture --exact \
+        cargo test --locked --workspace --test powercut -- --ignored --nocapture --exact \
         power_cut_of_the_appliance_under_fsynced_writes
 }
 if ((do_cut)); then

@@ -110,7 +110,7 @@ head -c -1000 "$run/v2/edgevol.bundle" >"$run/truncated.bundle"
 # The node VM's static edgevol-node and e2e-agent, and the host side of its test.
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
     cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
-cargo test --locked -p edgevol-e2e --test firmware_update --no-run >&2
+cargo test --locked --workspace --test firmware_update --no-run >&2
 say "builds done in $((SECONDS - t0)) s"
 step_t=$SECONDS
 # step_done N: how long step N took (BENCHMARKS.md).
@@ -178,7 +178,7 @@ node_test() {
     local t=$SECONDS
     EDGEVOL_E2E_CSI="127.0.0.1:$csi_port" EDGEVOL_E2E_PKI="$run/pki/pki" \
         EDGEVOL_E2E_NODE_CSI="127.0.0.1:$node_csi" EDGEVOL_E2E_NODE_EXEC="127.0.0.1:$node_exec" \
-        timeout --kill-after=10 "$(scaled "$1")" cargo test --locked -p edgevol-e2e --test firmware_update -- \
+        timeout --kill-after=10 "$(scaled "$1")" cargo test --locked --workspace --test firmware_update -- \
         --ignored --exact --nocapture "$2" >&2 || fail "node: $2 (logs $CACHE/logs/fw-node.log)"
     say "ok: node: $2 in $((SECONDS - t)) s"
 }

@@ -23,5 +23,5 @@ apt_need nvme-cli fio e2fsprogs
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 cd "$ROOT"
 exec timeout --kill-after=10 "$(scaled "$timeout")" \
-    cargo test --locked -p edgevol-appliance --test nvme_linux --test nvme_cli --test qos_qemu -- \
+    cargo test --locked --workspace --test nvme_linux --test nvme_cli --test qos_qemu -- \
     --ignored --nocapture

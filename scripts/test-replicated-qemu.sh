@@ -40,8 +40,7 @@ mkdir -p "$run" "$CACHE/logs" "$CACHE/run"
 say "building edgevold, edgevol, static edgevol-node and e2e-agent, the host test"
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
     cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-node -p edgevol-e2e --bins >&2
-cargo build --locked -p edgevol-appliance -p edgevol-cli --bins >&2
-cargo test --locked -p edgevol-e2e --test replicated --no-run >&2
+cargo test -q --locked --workspace --no-run >&2
 say "builds done in $((SECONDS - t0)) s"
 
 # One CA and one controller certificate for both boxes, as an operator sets a site up.
@@ -73,7 +72,7 @@ export EDGEVOL_E2E_BIN="$CARGO_TARGET_DIR/debug" EDGEVOL_E2E_PKI="$run/pki" EDGE
 # replicated_test BUDGET NAME: one test of tests/e2e/tests/replicated.rs.
 replicated_test() {
     say "$2"
-    timeout --kill-after=10 "$(scaled "$1")" cargo test --locked -p edgevol-e2e --test replicated -- \
+    timeout --kill-after=10 "$(scaled "$1")" cargo test --locked --workspace --test replicated -- \
         --ignored --exact "$2" --test-threads=1 --nocapture
 }
 replicated_test 900 "$test_name"

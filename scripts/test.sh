@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up and run the whole test suite: formatting, lints, the no_std build of core, unit,
 # integration and crash tests, fuzz smoke runs and the QEMU guest tests.
-# Every step has a time budget; the first failure stops the run.
+# Every step has a time budget; the first failure stops the run. Builds that later steps need
+# (the guests' static binaries, clippy, the fuzz targets) run in a background lane at low priority
+# beside the earlier steps, each with its own budget; a step that needs one waits for it.
 #
 # usage: scripts/test.sh [--under-load]
 #   --under-load  the same steps with a busy loop on every core beside them for the whole run (at
@@ -34,12 +36,13 @@ hogs_stop() {
     if ((${#HOGS[@]})); then kill "${HOGS[@]}" 2>/dev/null || true; fi # gone is fine
     HOGS=()
 }
+# Whatever way the run ends: the load and the background lane (below) end with it.
+trap 'hogs_stop; bg_stop_all' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 if ((under_load)); then
     export EDGEVOL_TEST_TIME_SCALE=${EDGEVOL_TEST_TIME_SCALE:-3}
     time_scale_load
-    trap hogs_stop EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
     hogs_start
 elif [[ -n "${EDGEVOL_TEST_TIME_SCALE:-}" ]]; then
     export EDGEVOL_TEST_TIME_SCALE
@@ -47,17 +50,60 @@ elif [[ -n "${EDGEVOL_TEST_TIME_SCALE:-}" ]]; then
 fi
 
 started=$SECONDS
+# cpu_ticks: busy and total ticks of all cores so far (/proc/stat), for each step's CPU use.
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; exit }' /proc/stat; }
 step() {
-    local budget name=$2
+    local budget name=$2 busy0 all0 busy1 all1
     budget=$(scaled "$1")
     shift 2
     log "$name"
     local t0=$SECONDS
+    read -r busy0 all0 < <(cpu_ticks)
     if ! timeout --foreground "$budget" "$@"; then
         log "FAILED: $name (after $((SECONDS - t0)) s, budget $budget)"
         exit 1
     fi
-    log "ok: $name ($((SECONDS - t0)) s)"
+    read -r busy1 all1 < <(cpu_ticks)
+    log "ok: $name ($((SECONDS - t0)) s, cores $((100 * (busy1 - busy0) / (all1 - all0 + 1)))% busy)"
+}
+
+# The background lane: builds that later steps need, run beside the steps before them at nice 19,
+# so that they take only the CPU those leave idle (a QEMU guest seldom keeps both cores busy,
+# a compiler's last crates and links seldom both). Each job is its own process group, logged to
+# target/ci/NAME.log; bg_wait NAME fails the run with the log's tail if the job failed or ran
+# past its budget.
+declare -A BG_PID=()
+bg_start() { # NAME NICE BUDGET COMMAND...
+    local name=$1 nice=$2 budget=$3
+    shift 3
+    # Under --under-load the busy loops never leave a core idle: a niced job would never run.
+    ((under_load)) && nice=0
+    mkdir -p target/ci
+    setsid nice -n "$nice" timeout "$budget" "$@" >"target/ci/$name.log" 2>&1 &
+    BG_PID[$name]=$!
+    log "background: $name started at nice $nice, budget $budget s (log target/ci/$name.log)"
+}
+bg_wait() {
+    local name=$1 t0=$SECONDS rc=0
+    wait "${BG_PID[$name]}" || rc=$?
+    unset "BG_PID[$name]"
+    if ((rc)); then
+        tail -n 60 "target/ci/$name.log" >&2
+        local why="exit $rc"
+        ((rc == 124)) && why="past its budget"
+        log "FAILED: background $name ($why; log target/ci/$name.log)"
+        exit 1
+    fi
+    log "ok: $name (background lane; waited $((SECONDS - t0)) s for it)"
+}
+# bg_signal SIG: to every job still running (STOP before a step that measures rates, CONT after).
+bg_signal() {
+    local pid
+    for pid in "${BG_PID[@]}"; do kill "-$1" -- "-$pid" 2>/dev/null || true; done
+}
+bg_stop_all() {
+    bg_signal CONT
+    bg_signal TERM
 }
 
 rust_setup
@@ -75,7 +121,20 @@ step 300 "shellcheck: every shell file under scripts/, qemu/, image/ and deploy/
 apt_need python3
 step 120 "docs: README on a screen, links, no issue numbers, ARCHITECTURE's crate table = cargo metadata" \
     python3 scripts/check-docs.py --self-test
-step 1200 "cargo clippy (warnings are errors)" cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# What the background lane builds with, installed here: apt and rustup must not run twice at once.
+step 900 "QEMU prerequisites: Debian packages, the musl target, the pinned kernels" \
+    bash -c './scripts/setup-qemu.sh >/dev/null'
+# shellcheck disable=SC2086 # a list of package names
+apt_need $EDGEVOL_IMAGE_APT_PACKAGES
+# The background lane, by priority: the guests' static binaries (the QEMU steps wait for them),
+# then clippy (a target directory of its own: no lock shared with the steps' cargo) and the fuzz
+# targets' build, at nice 19 both. Their budgets are the serial steps' they replace, plus slack.
+bg_start guest-binaries 10 "$(scaled 2400)" ./scripts/build-guest-binaries.sh
+bg_start clippy 19 "$(scaled 3600)" env CARGO_TARGET_DIR="$ROOT/target/clippy" \
+    cargo clippy --workspace --all-targets --locked -- -D warnings
+bg_start fuzz-build 19 "$(scaled 3600)" ./scripts/fuzz.sh --build-smoke
+
 step 300 "core builds for thumbv7em-none-eabihf (no_std)" \
     cargo build -p edgevol-core --target thumbv7em-none-eabihf --locked
 step 60 "one rustls crypto provider (ring, no aws-lc-rs)" \
@@ -86,27 +145,28 @@ step 900 "pool format features, test-feature-x build: its golden image read back
 # Every benchmark in its short mode, so none can rot: built with the test profile (no release
 # build in CI), never asserting timings.
 step 600 "benchmarks, short mode" ./scripts/bench.sh --quick
-step 1800 "fuzz smoke: every target 15 s from its seed corpus (core metadata, NVMe/TCP PDUs, DH-HMAC-CHAP, firmware bundles, host-key file, :authority rewriter)" \
-    ./scripts/fuzz.sh --smoke 15
 step 300 "deploy: grpcio (gRPC C-core) over the unix sockets of edgevol proxy and edgevol-node; Kubernetes, Nomad and Swarm CreateVolume calls replayed" \
     ./scripts/test-deploy.sh grpcio
 step 120 "deploy: Kubernetes manifests strictly valid for every promised minor, the sidecars' rules, consistency with the code, Nomad and Swarm files" \
     ./scripts/test-deploy.sh manifests
 step 300 "deploy: monitoring rules checked and unit-tested (promtool), every metric of the rules and the Grafana dashboard served by a dev edgevold" \
     ./scripts/test-deploy.sh monitoring
-step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMART)" \
-    ./scripts/test-hal-qemu.sh
-step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target (interop, nvme-cli, QoS limits with fio)" \
-    ./scripts/test-nvme-qemu.sh
 step 600 "QEMU guest: Linux 6.12 DH-HMAC-CHAP against the edgevol target (refusals, rotation, every hash and DH group)" \
     ./scripts/test-auth-qemu.sh
+# QoS limits are rates: the background lane is paused for this step.
+bg_signal STOP
+step 600 "QEMU guest: Linux NVMe/TCP initiator against the edgevol target (interop, nvme-cli, QoS limits with fio)" \
+    ./scripts/test-nvme-qemu.sh
+bg_signal CONT
+bg_wait guest-binaries
+step 600 "QEMU guest: hal on an emulated NVMe drive (identify, I/O, discard, SMART)" \
+    ./scripts/test-hal-qemu.sh
 step 1500 "QEMU end to end: appliance image + node VM, CSI life cycle, Node conformance, node faults" \
     ./scripts/test-e2e-qemu.sh
 step 1500 "QEMU replicated volumes: two appliances, edgevol proxy, md RAID1 on a node VM; fio --verify through each box's outage and an appliance VM's power cut, resync, growth, snapshot restore" \
     ./scripts/test-replicated-qemu.sh
 step 900 "QEMU encrypted volumes: LUKS2 on a node VM with dm-crypt against an edgevold file pool; marker written, restaged and verified, no copy of it in the pool, wrong key refused, rotation, expansion, snapshot restore, no passphrase in logs, errors or state files" \
     ./scripts/test-encrypted-qemu.sh
-# After the QEMU steps: the static binaries they built are the images' (cache hits).
 step 300 "deploy: OCI images built offline (umoci), edgevol and edgevol-node run inside them, the node image's mkfs/mount/blkid" \
     ./scripts/test-deploy.sh images
 step 1200 "QEMU faults under live I/O: kill -9 under fio, unpublish during I/O, edgevold killed on the appliance image (restarted in the same boot), appliance power cut" \
@@ -115,5 +175,9 @@ step 420 "QEMU boot: the same disk image under SeaBIOS (syslinux) and OVMF (GRUB
     ./scripts/test-boot-qemu.sh
 step 1500 "QEMU firmware updates: bad bundles refused, good update kept (UEFI trial, a node VM writing through it), exiting and hanging (i6300esb) updates roll back, power cut while writing a slot, a pool format feature enabled only once committed and the rollback it forbids" \
     ./scripts/test-firmware-qemu.sh
+bg_wait fuzz-build
+step 600 "fuzz smoke: every target 15 s from its seed corpus (core metadata, NVMe/TCP PDUs, DH-HMAC-CHAP, firmware bundles, host-key file, :authority rewriter)" \
+    ./scripts/fuzz.sh --smoke 15
+bg_wait clippy
 
 log "all tests passed in $((SECONDS - started)) s"

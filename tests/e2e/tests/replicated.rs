@@ -320,7 +320,7 @@ async fn start_writer(agent: &Agent, tag: &str, file: &str, size: &str) {
     let fio = format!(
         "fio --name={tag} --filename={file} --size={size} --rw=randwrite --bs=4k \
          --ioengine=psync --direct=1 --verify=crc32c --verify_backlog=256 --do_verify=1 \
-         --time_based --runtime=15 --randrepeat=0"
+         --time_based --runtime=5 --randrepeat=0"
     );
     agent
         .ok(
