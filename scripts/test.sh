@@ -69,7 +69,7 @@ step() {
 
 # The background lane: builds that later steps need, run beside the steps before them at nice 19,
 # so that they take only the CPU those leave idle (a QEMU guest seldom keeps both cores busy,
-# a compiler's last crates and links seldom both). Each job is its own process group, logged to
+# a compiler's last crates and links seldom both). Each job is a process group, logged to
 # target/ci/NAME.log; bg_wait NAME fails the run with the log's tail if the job failed or ran
 # past its budget.
 declare -A BG_PID=()
@@ -79,8 +79,13 @@ bg_start() { # NAME NICE BUDGET COMMAND...
     # Under --under-load the busy loops never leave a core idle: a niced job would never run.
     ((under_load)) && nice=0
     mkdir -p target/ci
-    setsid nice -n "$nice" timeout "$budget" "$@" >"target/ci/$name.log" 2>&1 &
+    # Its own process group (job control on for the fork), in this session: setsid would make
+    # it an autogroup of its own, which the scheduler shares CPU with as an equal, whatever
+    # its nice.
+    set -m
+    nice -n "$nice" timeout "$budget" "$@" >"target/ci/$name.log" 2>&1 &
     BG_PID[$name]=$!
+    set +m
     log "background: $name started at nice $nice, budget $budget s (log target/ci/$name.log)"
 }
 bg_wait() {
