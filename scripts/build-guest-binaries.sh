@@ -19,7 +19,7 @@ guest=(cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET")
 "${guest[@]}" -p edgevol-appliance -p edgevol-cli
 "${guest[@]}" -p edgevol-node -p edgevol-e2e --bins
 "${guest[@]}" -p edgevol-hal-tools --bins
-"${guest[@]}" -p edgevol-appliance --features test-feature-x
+"${guest[@]}" -p edgevol-appliance -p edgevol-cli --features edgevol-appliance/test-feature-x
 # The last build left the test-feature-x edgevold in place: put the plain one back, as every
 # step does before it copies a binary.
 "${guest[@]}" -p edgevol-appliance -p edgevol-cli

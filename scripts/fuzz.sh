@@ -13,9 +13,11 @@
 # corpus (a temporary one for a timed run; fuzz/target/corpus-long/TARGET/, kept, for --long).
 # A crash leaves its input in fuzz/artifacts/TARGET/. Prints a table of target, executions,
 # exec/s and result; exits 1 if any target failed. Built with debug assertions (overflow checks).
-# --smoke builds without a sanitizer: every crate it feeds is #![forbid(unsafe_code)], so
-# AddressSanitizer would watch only std and the dependencies, and its build is the larger part of
-# the step's time. Single-target and --long runs keep AddressSanitizer.
+# --smoke is a check that every target builds and runs clean from its corpus, not a search: it
+# builds unoptimised (the dev profile, line tables only) and without a sanitizer (every crate it
+# feeds is #![forbid(unsafe_code)], so AddressSanitizer would watch only std and the
+# dependencies). That build takes a third of the CPU of the release one with ASan, and CI runs
+# it. Single-target and --long runs build optimised, with AddressSanitizer.
 # Uses the nightly toolchain when rustup has one; otherwise the stable compiler with
 # RUSTC_BOOTSTRAP=1 (cargo-fuzz needs nightly-only sanitizer flags). Installs cargo-fuzz if missing.
 set -euo pipefail
@@ -35,7 +37,8 @@ fuzz_setup() {
     fi
 }
 
-sanitizer=address
+build=(-s address)
+smoke_build=(--dev -s none)
 rows=()
 failed=0
 # run_target TARGET SCRATCH_DIR LIBFUZZER_FLAG...: one run from the seed corpus; adds a table row.
@@ -47,7 +50,7 @@ run_target() {
     mkdir -p "$scratch" "fuzz/corpus/$target" "fuzz/artifacts/$target" "$(dirname "$out")"
     log "fuzz $target $*"
     local rc=0
-    "${fuzz[@]}" run -s "$sanitizer" --debug-assertions "$target" "$scratch" "fuzz/corpus/$target" -- \
+    "${fuzz[@]}" run "${build[@]}" --debug-assertions "$target" "$scratch" "fuzz/corpus/$target" -- \
         -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 "$@" >"$out" 2>&1 || rc=$?
     local execs rate result=clean
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out" | tail -n 1)
@@ -88,10 +91,12 @@ case "${1:-}" in
     ;;
 --build-smoke)
     fuzz_setup
-    "${fuzz[@]}" build -s none --debug-assertions
+    export CARGO_PROFILE_DEV_DEBUG=line-tables-only
+    "${fuzz[@]}" build "${smoke_build[@]}" --debug-assertions
     ;;
 --smoke)
-    sanitizer=none
+    export CARGO_PROFILE_DEV_DEBUG=line-tables-only
+    build=("${smoke_build[@]}")
     seconds=${2:-15}
     mapfile -t all < <(targets)
     timed "$seconds" "${all[@]}"

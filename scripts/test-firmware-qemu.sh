@@ -84,11 +84,13 @@ kill -STOP $p
 wait $p'
 # test-feature-x: version 2's initramfs with an edgevold that supports (and, once its slot is
 # committed, enables) the test-only incompatible pool feature; its manifest declares it. Built in
-# the shared target directory, whose third-party crates it reuses (a directory of its own cost
-# 7 min of CI); every script builds before it copies a binary, and cargo puts the plain edgevold
+# the shared target directory, whose third-party crates it reuses (edgevol-cli is selected as in
+# the plain build, so that they resolve the same features; a directory of its own cost 7 min of
+# CI); every script builds before it copies a binary, and cargo puts the plain edgevold
 # back in place even when nothing needs compiling, so none copies this one by mistake.
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
-    cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-appliance --features test-feature-x >&2
+    cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-appliance -p edgevol-cli \
+    --features edgevol-appliance/test-feature-x >&2
 cp "$BIN/edgevold" "$run/edgevold-x"
 x_rootfs="$run/x.rootfs"
 mkdir -p "$x_rootfs"

@@ -119,6 +119,11 @@ log "disk: $free_gib GiB free under $ROOT (a clean run needs about 15)"
 ((free_gib >= 15)) || log "WARNING: under 15 GiB free: the run may fail for want of disk, not of a bug"
 # One build per run: incremental state would only cost disk (GBs) and time.
 export CARGO_INCREMENTAL=0
+# Host builds link with mold: 0.7 CPU-s for an appliance test binary where rustc's default
+# rust-lld takes 1.9, and there are about 90. Only in this run: the flag is part of every host
+# artifact's fingerprint.
+apt_need mold
+export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C link-arg=-fuse-ld=mold"
 rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
 
 step 120 "cargo fmt --check" cargo fmt --all --check
