@@ -16,8 +16,7 @@
 # --smoke is a check that every target builds and runs clean from its corpus, not a search: it
 # builds unoptimised (the dev profile, line tables only) and without a sanitizer (every crate it
 # feeds is #![forbid(unsafe_code)], so AddressSanitizer would watch only std and the
-# dependencies). That build takes a third of the CPU of the release one with ASan, and CI runs
-# it. Single-target and --long runs build optimised, with AddressSanitizer.
+# dependencies). CI runs it. Single-target and --long runs build optimised, with AddressSanitizer.
 # Uses the nightly toolchain when rustup has one; otherwise the stable compiler with
 # RUSTC_BOOTSTRAP=1 (cargo-fuzz needs nightly-only sanitizer flags). Installs cargo-fuzz if missing.
 set -euo pipefail
@@ -39,6 +38,8 @@ fuzz_setup() {
 
 build=(-s address)
 smoke_build=(--dev -s none)
+# Only the smoke builds use the dev profile.
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only
 rows=()
 failed=0
 # run_target TARGET SCRATCH_DIR LIBFUZZER_FLAG...: one run from the seed corpus; adds a table row.
@@ -91,11 +92,9 @@ case "${1:-}" in
     ;;
 --build-smoke)
     fuzz_setup
-    export CARGO_PROFILE_DEV_DEBUG=line-tables-only
     "${fuzz[@]}" build "${smoke_build[@]}" --debug-assertions
     ;;
 --smoke)
-    export CARGO_PROFILE_DEV_DEBUG=line-tables-only
     build=("${smoke_build[@]}")
     seconds=${2:-15}
     mapfile -t all < <(targets)

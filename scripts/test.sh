@@ -67,7 +67,7 @@ step() {
     log "ok: $name ($((SECONDS - t0)) s, cores $((100 * (busy1 - busy0) / (all1 - all0 + 1)))% busy)"
 }
 
-# The background lane: builds that later steps need, run beside the steps before them at nice 19,
+# The background lane: builds that later steps need, run beside the steps before them, niced,
 # so that they take only the CPU those leave idle (a QEMU guest seldom keeps both cores busy,
 # a compiler's last crates and links seldom both). Each job is a process group, logged to
 # target/ci/NAME.log; bg_wait NAME fails the run with the log's tail if the job failed or ran
