@@ -3,7 +3,7 @@
 //!
 //! - **The version-4 superblock** (100 bytes): field by field from the layout in
 //!   `superblock.rs`, for the checked-in image `tests/golden/pool-v4-test-feature-x.img`: the
-//!   version-3 golden image (`tests/golden.rs`) opened in its epoch and given the test-only
+//!   version-3 golden image (`tests/pool/golden.rs`) opened in its epoch and given the test-only
 //!   incompatible feature `test-feature-x` ([`Pool::enable_feature`]). Only builds with core's
 //!   `test-feature-x` cargo feature write or read it; every other build must refuse it by name.
 //!   `cargo test -p edgevol-core --features test-feature-x --test golden_features` runs the

@@ -18,7 +18,7 @@
 //!   written or discarded since survives or not, independently and so out of order, later versions
 //!   possibly where earlier ones were lost; the write in flight lands as a prefix torn at the
 //!   [`TearUnit`]). One run of a workload then checks thousands of crash points without re-running
-//!   it: core's `tests/crash.rs`, `tests/crash_persist.rs` and `tests/persist.rs` do exactly that.
+//!   it: core's `tests/pool/crash.rs`, `crash_persist.rs` and `persist.rs` do exactly that.
 //! - **Counters** ([`FaultStats`]): reads, writes, flushes, discards, cuts.
 //!
 //! Like tigerbeetle's `testing/storage.zig`: every run is reproducible from its seed; print it.

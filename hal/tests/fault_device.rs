@@ -1,5 +1,5 @@
 //! The fault device's discard outcomes, tear units and recordings: what core's crash tests rely on
-//! (`core/tests/crash.rs`, `crash_persist.rs`, `persist.rs` run on `FaultDevice<RamDevice>`).
+//! (`core/tests/pool/crash.rs`, `crash_persist.rs`, `persist.rs` run on `FaultDevice<RamDevice>`).
 // Test sizes are small constants.
 #![allow(clippy::cast_possible_truncation)]
 

@@ -1,6 +1,6 @@
 //! The project's CSI Controller conformance suite (the MUSTs and error rows of each served RPC),
-//! written once against a [`Driver`]: appliance/tests/controller.rs runs it over direct mTLS to
-//! one edgevold, cli/tests/proxy_controller_suite.rs through `edgevol proxy` with one appliance
+//! written once against a [`Driver`]: appliance/tests/daemon/controller.rs runs it over direct mTLS to
+//! one edgevold, cli/tests/cli/proxy_controller_suite.rs through `edgevol proxy` with one appliance
 //! and with two. [`controller_suite!`] makes one test per body.
 //!
 //! Through a proxy of several appliances a volume lands on the box its name places it on, and
