@@ -38,6 +38,10 @@ if [[ -z "$version" ]]; then
     version+="-g$(git -C "$ROOT" rev-parse --short=10 HEAD 2>/dev/null || echo unknown)"
 fi
 t0=$SECONDS
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+# The whole build: the packages it unpacks, the signing key it may create and the binaries it
+# copies are shared with the QEMU steps beside it.
+guest_build_lock
 "$ROOT/scripts/setup-qemu.sh" >/dev/null
 # shellcheck disable=SC2086 # a list of package names
 apt_need $EDGEVOL_IMAGE_APT_PACKAGES
@@ -56,7 +60,6 @@ GRUB_EFI_DIR="$debs/grub-efi-amd64-bin/usr/lib/grub/x86_64-efi"
     { echo "build.sh: pinned packages lack busybox, syslinux or GRUB EFI files" >&2; exit 1; }
 
 # --- static daemon + CLI (ring's C code needs musl-gcc) -----------------------------------------
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
 log "cargo build (static, $EDGEVOL_GUEST_TARGET): edgevold, edgevol"
 cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-appliance -p edgevol-cli >&2

@@ -19,7 +19,8 @@ guest=(cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET")
 "${guest[@]}" -p edgevol-appliance -p edgevol-cli
 "${guest[@]}" -p edgevol-node -p edgevol-e2e --bins
 "${guest[@]}" -p edgevol-hal-tools --bins
+# The test-feature-x edgevold lands where the plain one is: the plain one goes back under the lock
+# (lib.sh's guest_build_lock says why).
+guest_build_lock
 "${guest[@]}" -p edgevol-appliance -p edgevol-cli --features edgevol-appliance/test-feature-x
-# The last build left the test-feature-x edgevold in place: put the plain one back, as every
-# step does before it copies a binary.
 "${guest[@]}" -p edgevol-appliance -p edgevol-cli

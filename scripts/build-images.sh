@@ -46,6 +46,7 @@ git -C "$ROOT" diff --quiet HEAD 2>/dev/null || REVISION="$REVISION-dirty"
 # --- static binaries -------------------------------------------------------------------------------
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
+guest_build_lock # until exit: the binaries are copied below (lib.sh says why)
 log "cargo build (static, $EDGEVOL_GUEST_TARGET): edgevol, edgevol-node"
 # The same package sets as image/build.sh and scripts/test-e2e-qemu.sh build, so that after them
 # (scripts/test.sh) these are cache hits: features unify per set, and another set would rebuild.

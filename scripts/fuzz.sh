@@ -44,6 +44,11 @@ rows=()
 failed=0
 # run_target TARGET SCRATCH_DIR LIBFUZZER_FLAG...: one run from the seed corpus; adds a table row.
 run_target() {
+    fuzz_run "$@"
+    fuzz_report "$1"
+}
+# fuzz_run TARGET SCRATCH_DIR LIBFUZZER_FLAG...: the run alone, its log and exit code in files.
+fuzz_run() {
     local target=$1 scratch=$2
     shift 2
     [[ -f fuzz/fuzz_targets/$target.rs ]] || die "no fuzz target '$target' (see --list)"
@@ -53,7 +58,13 @@ run_target() {
     local rc=0
     "${fuzz[@]}" run "${build[@]}" --debug-assertions "$target" "$scratch" "fuzz/corpus/$target" -- \
         -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 "$@" >"$out" 2>&1 || rc=$?
-    local execs rate result=clean
+    echo "$rc" >"$out.rc"
+}
+# fuzz_report TARGET: the table row of its last run.
+fuzz_report() {
+    local target=$1 out=fuzz/target/fuzz-logs/$1.log
+    local rc execs rate result=clean
+    rc=$(cat "$out.rc")
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out" | tail -n 1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$out" | tail -n 1)
     if ((rc != 0)); then
@@ -71,18 +82,26 @@ table() {
     printf '%s\n' "${rows[@]}"
 }
 
-# A timed run of each named target from a fresh scratch corpus.
+# A timed run of each named target from a fresh scratch corpus, as many at once as there are
+# cores (libFuzzer runs on one).
 timed() {
     local seconds=$1
     shift
-    local scratch
+    local scratch running=() target
     scratch=$(mktemp -d)
     # shellcheck disable=SC2064 # expand now: the path is fixed
     trap "rm -rf '$scratch'" EXIT
     fuzz_setup
     for target in "$@"; do
-        run_target "$target" "$scratch/$target" -max_total_time="$seconds"
+        if ((${#running[@]} >= $(nproc))); then
+            wait "${running[0]}"
+            running=("${running[@]:1}")
+        fi
+        fuzz_run "$target" "$scratch/$target" -max_total_time="$seconds" &
+        running+=("$!")
     done
+    wait
+    for target in "$@"; do fuzz_report "$target"; done
 }
 
 case "${1:-}" in

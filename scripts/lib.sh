@@ -264,6 +264,19 @@ print(port)
 PY
 }
 
+# guest_build_lock: an exclusive lock on the static (guest) build's output directory, held until
+# the calling script exits or calls guest_build_unlock. A script that builds binaries there and
+# copies them takes it, so that QEMU steps can run side by side: the firmware test builds an
+# edgevold of another feature set into the same path and puts the plain one back before it lets
+# go. Nothing may be started in the background while it is held (the child would hold it too).
+guest_build_lock() {
+    local dir="${CARGO_TARGET_DIR:-$ROOT/target}/$EDGEVOL_GUEST_TARGET"
+    mkdir -p "$dir"
+    exec {GUEST_BUILD_LOCK}>"$dir/.edgevol-build.lock"
+    flock "$GUEST_BUILD_LOCK"
+}
+guest_build_unlock() { exec {GUEST_BUILD_LOCK}>&-; }
+
 # wait_log FILE TEXT [SECS]: waits up to SECS (default 15; times TIME_SCALE) for TEXT in a VM's
 # log. The consoles copy daemon logs with `tail -f`, so a line may land just after a marker.
 wait_log() {

@@ -86,12 +86,15 @@ wait $p'
 # committed, enables) the test-only incompatible pool feature; its manifest declares it. Built in
 # the shared target directory, whose third-party crates it reuses (edgevol-cli is selected as in
 # the plain build, so that they resolve the same features; a directory of its own cost 7 min of
-# CI); every script builds before it copies a binary, and cargo puts the plain edgevold
-# back in place even when nothing needs compiling, so none copies this one by mistake.
+# CI). It lands where the plain edgevold is: under the guest build lock, the plain one is back in
+# place (cargo relinks it even when nothing needs compiling) before another script copies it.
+guest_build_lock
+guest=(cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-appliance -p edgevol-cli)
 CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
-    cargo build --release --locked --target "$EDGEVOL_GUEST_TARGET" -p edgevol-appliance -p edgevol-cli \
-    --features edgevol-appliance/test-feature-x >&2
+    "${guest[@]}" --features edgevol-appliance/test-feature-x >&2
 cp "$BIN/edgevold" "$run/edgevold-x"
+CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" "${guest[@]}" >&2
+guest_build_unlock
 x_rootfs="$run/x.rootfs"
 mkdir -p "$x_rootfs"
 (cd "$x_rootfs" && gzip -dc "$run/v2/initramfs.gz" | cpio -idm --quiet)

@@ -3,7 +3,8 @@
 # integration and crash tests, fuzz smoke runs and the QEMU guest tests.
 # Every step has a time budget; the first failure stops the run. Builds that later steps need
 # (the guests' static binaries, clippy, the fuzz targets) run in a background lane at low priority
-# beside the earlier steps, each with its own budget; a step that needs one waits for it.
+# beside the earlier steps, each with its own budget; a step that needs one waits for it. The
+# firmware QEMU step runs beside the four steps after it.
 #
 # usage: scripts/test.sh [--under-load]
 #   --under-load  the same steps with a busy loop on every core beside them for the whole run (at
@@ -67,39 +68,56 @@ step() {
     log "ok: $name ($((SECONDS - t0)) s, cores $((100 * (busy1 - busy0) / (all1 - all0 + 1)))% busy)"
 }
 
-# The background lane: builds that later steps need, run beside the steps before them, niced,
-# so that they take only the CPU those leave idle (a QEMU guest seldom keeps both cores busy,
-# a compiler's last crates and links seldom both). Each job is a process group, logged to
-# target/ci/NAME.log; bg_wait NAME fails the run with the log's tail if the job failed or ran
-# past its budget.
-declare -A BG_PID=()
-bg_start() { # NAME NICE BUDGET COMMAND...
-    local name=$1 nice=$2 budget=$3
-    shift 3
-    # Under --under-load the busy loops never leave a core idle: a niced job would never run.
-    ((under_load)) && nice=0
+# The background: jobs run beside the steps, each a process group logged to target/ci/NAME.log.
+# bg_start runs a build that later steps need, niced, so that it takes only the CPU the steps
+# leave idle (a QEMU guest seldom keeps both cores busy, a compiler's last crates and links
+# seldom both); bg_lane runs a step beside the steps that follow. bg_wait NAME fails the run if the
+# job failed or ran past its budget, with the log's tail (a build) or the whole log (a lane).
+declare -A BG_PID=() BG_LANE=()
+bg_fork() { # NAME COMMAND...
+    local name=$1
+    shift
     mkdir -p target/ci
     # Its own process group (job control on for the fork), in this session: setsid would make
     # it an autogroup of its own, which the scheduler shares CPU with as an equal, whatever
     # its nice.
     set -m
-    nice -n "$nice" timeout "$budget" "$@" >"target/ci/$name.log" 2>&1 &
+    "$@" >"target/ci/$name.log" 2>&1 &
     BG_PID[$name]=$!
     set +m
+}
+bg_start() { # NAME NICE BUDGET COMMAND...
+    local name=$1 nice=$2 budget=$3
+    shift 3
+    # Under --under-load the busy loops never leave a core idle: a niced job would never run.
+    ((under_load)) && nice=0
+    bg_fork "$name" nice -n "$nice" timeout "$budget" "$@"
     log "background: $name started at nice $nice, budget $budget s (log target/ci/$name.log)"
+}
+bg_lane() { # NAME BUDGET STEP COMMAND...: one step, at the script's priority
+    local name=$1
+    shift
+    BG_LANE[$name]=1
+    bg_fork "$name" step "$@"
+    log "background lane $name started (log target/ci/$name.log)"
 }
 bg_wait() {
     local name=$1 t0=$SECONDS rc=0
     wait "${BG_PID[$name]}" || rc=$?
     unset "BG_PID[$name]"
-    if ((rc)); then
+    if [[ -n "${BG_LANE[$name]:-}" ]]; then
+        log "background lane $name: its log"
+        cat "target/ci/$name.log" >&2
+    elif ((rc)); then
         tail -n 60 "target/ci/$name.log" >&2
+    fi
+    if ((rc)); then
         local why="exit $rc"
         ((rc == 124)) && why="past its budget"
         log "FAILED: background $name ($why; log target/ci/$name.log)"
         exit 1
     fi
-    log "ok: $name (background lane; waited $((SECONDS - t0)) s for it)"
+    log "ok: $name (background; waited $((SECONDS - t0)) s for it)"
 }
 # bg_signal SIG: to every job still running (STOP before a step that measures rates, CONT after).
 bg_signal() {
@@ -175,6 +193,11 @@ step 1500 "QEMU end to end: appliance image + node VM, CSI life cycle, Node conf
     ./scripts/test-e2e-qemu.sh
 step 1500 "QEMU replicated volumes: two appliances, edgevol proxy, md RAID1 on a node VM; fio --verify through each box's outage and an appliance VM's power cut, resync, growth, snapshot restore" \
     ./scripts/test-replicated-qemu.sh
+# A QEMU step keeps about one core busy (a TCG vCPU), so two run side by side: the firmware step
+# beside the four below. Not the replicated step: its three guests and md resyncs need both cores
+# within their time windows.
+bg_lane firmware 1500 "QEMU firmware updates: bad bundles refused, good update kept (UEFI trial, a node VM writing through it), exiting and hanging (i6300esb) updates roll back, power cut while writing a slot, a pool format feature enabled only once committed and the rollback it forbids" \
+    ./scripts/test-firmware-qemu.sh
 step 900 "QEMU encrypted volumes: LUKS2 on a node VM with dm-crypt against an edgevold file pool; marker written, restaged and verified, no copy of it in the pool, wrong key refused, rotation, expansion, snapshot restore, no passphrase in logs, errors or state files" \
     ./scripts/test-encrypted-qemu.sh
 step 300 "deploy: OCI images built offline (umoci), edgevol and edgevol-node run inside them, the node image's mkfs/mount/blkid" \
@@ -183,8 +206,7 @@ step 1200 "QEMU faults under live I/O: kill -9 under fio, unpublish during I/O, 
     ./scripts/test-faults-qemu.sh
 step 420 "QEMU boot: the same disk image under SeaBIOS (syslinux) and OVMF (GRUB EFI), softdog or the i6300esb armed" \
     ./scripts/test-boot-qemu.sh
-step 1500 "QEMU firmware updates: bad bundles refused, good update kept (UEFI trial, a node VM writing through it), exiting and hanging (i6300esb) updates roll back, power cut while writing a slot, a pool format feature enabled only once committed and the rollback it forbids" \
-    ./scripts/test-firmware-qemu.sh
+bg_wait firmware
 bg_wait fuzz-build
 step 600 "fuzz smoke: every target 15 s from its seed corpus (core metadata, NVMe/TCP PDUs, DH-HMAC-CHAP, firmware bundles, host-key file, :authority rewriter)" \
     ./scripts/fuzz.sh --smoke 15
