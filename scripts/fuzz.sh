@@ -2,7 +2,8 @@
 # Run the cargo-fuzz targets (fuzz/fuzz_targets/), each starting from its committed seed corpus.
 #
 #   scripts/fuzz.sh TARGET [SECONDS]   one target for SECONDS (default 30)
-#   scripts/fuzz.sh --smoke [SECONDS]  every target for SECONDS each (default 15; what CI runs)
+#   scripts/fuzz.sh --smoke [SECONDS]  every target for SECONDS each, one per core at once (default 15;
+#                                      what CI runs)
 #   scripts/fuzz.sh --build-smoke      build every target as --smoke runs them, run none
 #   scripts/fuzz.sh --long [TARGET...] every target (or those named) for FUZZ_RUNS executions
 #                                      each (default 10000000): the long run before a release
