@@ -1,6 +1,6 @@
-//! edgevold's in-process integration tests, one module per file, in one test binary: each file a
-//! crate of its own built tonic's and tokio's generics again and linked again (about 4.6 s of CPU
-//! each). `cargo test -p edgevol-appliance --test daemon controller::` runs one file's tests.
+//! edgevold's in-process integration tests, one module per file, in one test binary: as a crate of
+//! its own, each file built tonic's and tokio's generics again and was linked again (about 4.6 s
+//! of CPU each). `cargo test -p edgevol-appliance --test daemon controller::` runs one file's tests.
 //! Apart: the QEMU tests the scripts run by name (`nvme_linux`, `nvme_cli`, `qos_qemu`,
 //! `faults_qemu`, `nvme_auth_qemu`), those that measure the process (`busy_poll`'s CPU time,
 //! `qos`'s rates; `write_allocations` and `write_zero_copy` count its allocations; `secrets` and

@@ -1,6 +1,6 @@
-//! edgevol-cli's integration tests, one module per file, in one test binary: each file a crate of
-//! its own built the appliance's and tonic's generics again and linked again (about 8 s of CPU
-//! each). `cargo test -p edgevol-cli --test cli proxy_fleet::` runs one file's tests.
+//! edgevol-cli's integration tests, one module per file, in one test binary: as a crate of its
+//! own, each file built the appliance's and tonic's generics again and was linked again (about
+//! 8 s of CPU each). `cargo test -p edgevol-cli --test cli proxy_fleet::` runs one file's tests.
 
 #[path = "../common/mod.rs"]
 mod common;
